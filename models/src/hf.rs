@@ -1,0 +1,1 @@
+//! Hugging Face `config.json` loading (placeholder).

@@ -1,0 +1,165 @@
+//! # autopp-models
+//!
+//! autopp's model IR: a model is an ordered list of layers, each knowing its parameters, the
+//! FLOPs of its forward / backward-input / backward-weight passes, the activation bytes it keeps
+//! for backward under each recompute mode, and how it shards under tensor parallelism.
+//!
+//! This crate knows nothing about GPUs, clusters or schedules.
+//!
+//! ```
+//! use autopp_models::{load, ShardSpec};
+//!
+//! let model = load("gpt3-175b").unwrap();
+//! assert_eq!(model.name(), "gpt3-175b");
+//! // 174.6 billion parameters
+//! assert_eq!(model.num_params() / 100_000_000, 1746);
+//! let layers = model.layers(&ShardSpec { tp: 8, ..ShardSpec::default() }).unwrap();
+//! assert_eq!(layers.len(), 96 + 2); // embedding, 96 transformer layers, head
+//! ```
+
+pub mod custom;
+pub mod hf;
+pub mod layer;
+pub mod load;
+pub mod presets;
+pub mod transformer;
+
+pub use custom::LayerListSpec;
+pub use layer::{
+    ActivationBytes, Collective, CollectiveKind, LayerCost, LayerKind, Op, Recompute, ShardSpec,
+};
+pub use load::{load, load_file, load_str};
+pub use transformer::TransformerSpec;
+
+use serde::Serialize;
+
+/// Why a model could not be loaded or expanded. Every message names the key or flag at fault
+/// and, where there is one, the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The file could not be read.
+    #[error("cannot read model file '{path}': {source}")]
+    Io {
+        /// The path given.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The JSON is malformed or a key has the wrong type.
+    #[error("{origin}: {message}")]
+    Json {
+        /// Where the JSON came from (a path or a preset name).
+        origin: String,
+        /// What is wrong, with line and column where known.
+        message: String,
+    },
+    /// A key is missing, unknown, or has a value out of range.
+    #[error("model key '{key}' {message}")]
+    Invalid {
+        /// The key at fault.
+        key: String,
+        /// What is wrong with it and what would be right.
+        message: String,
+    },
+    /// Neither a preset name nor an existing file.
+    #[error("unknown model '{name}': not a preset ({available}) and not a file")]
+    UnknownModel {
+        /// What was asked for.
+        name: String,
+        /// The preset names, comma-separated.
+        available: String,
+    },
+    /// The model cannot be sharded as asked (e.g. heads not divisible by `--tp`).
+    #[error("{0}")]
+    Shard(String),
+}
+
+impl ModelError {
+    /// An [`ModelError::Invalid`] for `key`.
+    pub fn invalid(key: &str, message: &str) -> Self {
+        ModelError::Invalid {
+            key: key.to_string(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// A model autopp can plan: a transformer described by its shape, or an explicit layer list.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Model {
+    /// A decoder-only transformer (`model.json` or a Hugging Face `config.json`).
+    Transformer(TransformerSpec),
+    /// An explicit list of layers with their costs (models that are not transformers).
+    Layers(LayerListSpec),
+}
+
+impl Model {
+    /// The model's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Model::Transformer(t) => &t.name,
+            Model::Layers(l) => &l.name,
+        }
+    }
+
+    /// Total parameters (unpadded vocabulary; tied weights counted once).
+    pub fn num_params(&self) -> u64 {
+        match self {
+            Model::Transformer(t) => t.num_params(),
+            Model::Layers(l) => l.num_params(),
+        }
+    }
+
+    /// Sequence length in tokens.
+    pub fn seq_length(&self) -> u64 {
+        match self {
+            Model::Transformer(t) => t.seq_length,
+            Model::Layers(l) => l.seq_length,
+        }
+    }
+
+    /// The default global batch for planning, in sequences, when the model names one.
+    pub fn default_global_batch(&self) -> Option<u64> {
+        match self {
+            Model::Transformer(t) => t.global_batch_size,
+            Model::Layers(l) => l.global_batch_size,
+        }
+    }
+
+    /// Number of entries in the layer list (embedding + transformer layers + head for a
+    /// transformer).
+    pub fn num_layer_entries(&self) -> usize {
+        match self {
+            Model::Transformer(t) => t.num_layers as usize + 2,
+            Model::Layers(l) => l.layers.len(),
+        }
+    }
+
+    /// Attention heads, when the model has them (tensor parallelism must divide them).
+    pub fn num_attention_heads(&self) -> Option<u64> {
+        match self {
+            Model::Transformer(t) => Some(t.num_attention_heads),
+            Model::Layers(_) => None,
+        }
+    }
+
+    /// The ordered layer list for one GPU under `shard`.
+    pub fn layers(&self, shard: &ShardSpec) -> Result<Vec<LayerCost>, ModelError> {
+        match self {
+            Model::Transformer(t) => t.layers(shard),
+            Model::Layers(l) => l.layers(shard),
+        }
+    }
+
+    /// Model FLOPs of one sequence, forward + backward without recomputation, on one GPU-less
+    /// unsharded model: for a transformer with `f = 4h`, `g = a` this is
+    /// `72·s·L·h²·(1 + s/(6h) + V/(12·L·h))` (Korthikanti et al. 2022, the MFU convention).
+    pub fn model_flops_per_sequence(&self) -> Result<f64, ModelError> {
+        let shard = ShardSpec {
+            vocab_pad_multiple: 1,
+            ..ShardSpec::default()
+        };
+        Ok(self.layers(&shard)?.iter().map(LayerCost::model_flops).sum())
+    }
+}

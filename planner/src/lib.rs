@@ -1,0 +1,2 @@
+//! # autopp-planner
+pub mod schedule;

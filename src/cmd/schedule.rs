@@ -1,0 +1,1 @@
+//! `autopp schedule` (placeholder).
