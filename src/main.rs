@@ -1,1 +1,67 @@
-fn main() {}
+//! `autopp`: plan and run pipeline-parallel training of large models.
+//!
+//! The binary parses flags, calls the libraries and renders their answers; it holds no domain
+//! logic. Every error is one line on stderr and exit status 2.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Plan pipeline-parallel training: how to split a model over a GPU cluster, how fast it will
+/// run, and whether it fits.
+#[derive(Parser, Debug)]
+#[command(name = "autopp", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Predict time and memory of one parallel configuration.
+    Estimate(cmd::estimate::EstimateArgs),
+    /// Generate, check, simulate and draw a pipeline schedule.
+    Schedule(cmd::schedule::ScheduleArgs),
+    /// List the bundled model presets.
+    Models {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the GPU kinds in the hardware catalog.
+    Gpus {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                e.exit();
+            }
+            let _ = e.print();
+            std::process::exit(2);
+        }
+    };
+    let result = match &cli.command {
+        Command::Estimate(args) => cmd::estimate::run(args),
+        Command::Schedule(args) => cmd::schedule::run(args),
+        Command::Models { json } => cmd::catalog::models(*json),
+        Command::Gpus { json } => cmd::catalog::gpus(*json),
+    };
+    if let Err(e) = result {
+        // One line: the error and its causes, joined.
+        let msg = e
+            .chain()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(": ");
+        eprintln!("error: {}", msg.replace('\n', " "));
+        std::process::exit(2);
+    }
+}

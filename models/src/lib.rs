@@ -16,20 +16,39 @@
 //! let layers = model.layers(&ShardSpec { tp: 8, ..ShardSpec::default() }).unwrap();
 //! assert_eq!(layers.len(), 96 + 2); // embedding, 96 transformer layers, head
 //! ```
+//!
+//! Models come from a bundled preset ([`presets()`]), autopp's `model.json`
+//! ([`TransformerSpec`]), a Hugging Face `config.json` ([`hf`]) or an explicit layer list
+//! ([`LayerListSpec`]); [`load`] tells them apart. Bad input is a [`ModelError`] whose message is
+//! one line naming the key at fault and the fix:
+//!
+//! ```
+//! use autopp_models::load_str;
+//!
+//! let err = load_str(r#"{"name": "m", "num_layers": 2, "hidden_size": -64}"#, "m.json");
+//! assert_eq!(
+//!     err.unwrap_err().to_string(),
+//!     "model key 'hidden_size' must be a positive whole number, but is negative (-64)"
+//! );
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod custom;
 pub mod hf;
+mod json;
 pub mod layer;
 pub mod load;
 pub mod presets;
 pub mod transformer;
 
-pub use custom::LayerListSpec;
+pub use custom::{CustomLayer, LayerListSpec};
 pub use layer::{
     ActivationBytes, Collective, CollectiveKind, LayerCost, LayerKind, Op, Recompute, ShardSpec,
 };
 pub use load::{load, load_file, load_str};
-pub use transformer::TransformerSpec;
+pub use presets::{presets, Preset};
+pub use transformer::{Norm, PositionEmbedding, TransformerSpec};
 
 use serde::Serialize;
 
@@ -132,7 +151,7 @@ impl Model {
     pub fn num_layer_entries(&self) -> usize {
         match self {
             Model::Transformer(t) => t.num_layers as usize + 2,
-            Model::Layers(l) => l.layers.len(),
+            Model::Layers(l) => l.num_layer_entries(),
         }
     }
 
@@ -142,6 +161,48 @@ impl Model {
             Model::Transformer(t) => Some(t.num_attention_heads),
             Model::Layers(_) => None,
         }
+    }
+
+    /// The same model planned at sequence length `seq_length` (the CLI's `--seq-len`). A
+    /// transformer keeps its learned position table, so it may not exceed its rows; a layer
+    /// list's costs were given for one length, so it accepts only that one.
+    pub fn with_seq_length(self, seq_length: u64) -> Result<Model, ModelError> {
+        if seq_length == 0 {
+            return Err(ModelError::invalid("seq_length", "must be at least 1"));
+        }
+        match self {
+            Model::Transformer(t) => Ok(Model::Transformer(t.with_seq_length(seq_length)?)),
+            Model::Layers(l) if l.seq_length == seq_length => Ok(Model::Layers(l)),
+            Model::Layers(l) => Err(ModelError::invalid(
+                "seq_length",
+                &format!(
+                    "of layer list '{}' is {}: its per-sequence costs hold for that length only; write a layer list for {seq_length}",
+                    l.name, l.seq_length
+                ),
+            )),
+        }
+    }
+
+    /// The same model with `global_batch_size` sequences as its default global batch.
+    pub fn with_global_batch(self, global_batch_size: u64) -> Result<Model, ModelError> {
+        if global_batch_size == 0 {
+            return Err(ModelError::invalid(
+                "global_batch_size",
+                "must be at least 1",
+            ));
+        }
+        let mut model = self;
+        match &mut model {
+            Model::Transformer(t) => {
+                t.global_batch_size = Some(global_batch_size);
+                t.validate()?;
+            }
+            Model::Layers(l) => {
+                l.global_batch_size = Some(global_batch_size);
+                l.validate()?;
+            }
+        }
+        Ok(model)
     }
 
     /// The ordered layer list for one GPU under `shard`.
@@ -160,6 +221,10 @@ impl Model {
             vocab_pad_multiple: 1,
             ..ShardSpec::default()
         };
-        Ok(self.layers(&shard)?.iter().map(LayerCost::model_flops).sum())
+        Ok(self
+            .layers(&shard)?
+            .iter()
+            .map(LayerCost::model_flops)
+            .sum())
     }
 }

@@ -1,1 +1,124 @@
-//! Bundled presets (placeholder).
+//! Bundled model presets, loadable by name (`autopp plan gpt3-175b …`).
+//!
+//! The files live in `models/presets/*.json` (autopp `model.json` format) and are embedded at
+//! compile time, so the binary finds them from any directory. Their sources, per preset
+//! (`models/presets/README.md` has the same list with the reasoning behind each global batch):
+//!
+//! * `gpt3-175b` — Brown et al. 2020 (GPT-3), Table 2.1: 96 layers, `h` 12288, 96 heads, `s`
+//!   2048; GPT-2 BPE vocabulary of 50257; learned positions, LayerNorm, biases, tied embeddings.
+//!   Global batch 1536 sequences as in Narayanan et al. 2021, Table 1 (175B row).
+//! * `megatron-1t` — Narayanan et al. 2021, Table 1 (1008B row): 128 layers, `h` 25600, 160
+//!   heads, `s` 2048, vocabulary 51200, global batch 3072.
+//! * `mt-nlg-530b` — Smith et al. 2022 (Megatron-Turing NLG 530B), §3: 105 layers, `h` 20480,
+//!   128 heads, `s` 2048, GPT-2 BPE vocabulary (50257), global batch 1920 (after the ramp-up).
+//! * `bloom-176b` — BigScience 2022 (BLOOM), Table 3 and the `bigscience/bloom` config: 70
+//!   layers, `h` 14336, 112 heads, `s` 2048, vocabulary 250880, ALiBi (no position parameters),
+//!   no dropout, global batch 2048. BLOOM's extra LayerNorm after the word embedding (`2h` =
+//!   28,672 parameters) is not modelled.
+//! * `opt-175b` — Zhang et al. 2022 (OPT), Table 1: 96 layers, `h` 12288, 96 heads, `s` 2048,
+//!   batch 2M tokens (1024 sequences of 2048 = 2,097,152 tokens); vocabulary 50272 and a learned
+//!   position table of 2048 + 2 rows (the `facebook/opt-*` configs; OPT offsets positions by 2).
+//! * `llama2-70b` — Touvron et al. 2023 (Llama 2), Table 1 and the `meta-llama/Llama-2-70b-hf`
+//!   config: 80 layers, `h` 8192, 64 heads, 8 key/value heads, `f` 28672, vocabulary 32000,
+//!   `s` 4096, untied; batch 4M tokens = 1024 sequences.
+//! * `llama3-8b`, `llama3-70b`, `llama3-405b` — Llama Team 2024 ("The Llama 3 Herd of Models"),
+//!   Table 3, and the `meta-llama/Meta-Llama-3-*` configs: 32 / 80 / 126 layers, `h` 4096 /
+//!   8192 / 16384, 32 / 64 / 128 heads, 8 key/value heads, `f` 14336 / 28672 / 53248,
+//!   vocabulary 128256, `s` 8192, untied. 405B: final batch 16M tokens = 2048 sequences (§3.4.1:
+//!   4M tokens at 4096, then 8M at 8192, then 16M). Meta does not publish the 8B and 70B
+//!   batches; autopp uses Llama 2's 4M tokens = 512 sequences of 8192.
+//! * `tiny-gpt` — autopp's own: 8 layers, `h` 128, 4 heads, `s` 128, vocabulary 1024, GeLU MLP
+//!   (`f` = 512), biases, LayerNorm, untied LM head, no position embedding, no dropout, batch 32;
+//!   small enough to execute on a laptop CPU.
+
+use crate::{load_str, Model, ModelError};
+
+/// One bundled preset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preset {
+    /// The name it is loaded by (case-sensitive).
+    pub name: &'static str,
+    /// One line for `autopp models`.
+    pub description: &'static str,
+    /// The `model.json` text.
+    pub json: &'static str,
+}
+
+impl Preset {
+    /// Parses the preset.
+    pub fn load(&self) -> Result<Model, ModelError> {
+        load_str(self.json, &format!("preset '{}'", self.name))
+    }
+}
+
+macro_rules! preset {
+    ($name:literal, $description:literal) => {
+        Preset {
+            name: $name,
+            description: $description,
+            json: include_str!(concat!("../presets/", $name, ".json")),
+        }
+    };
+}
+
+static PRESETS: [Preset; 10] = [
+    preset!(
+        "gpt3-175b",
+        "GPT-3 175B: 96 layers, h 12288, 96 heads, s 2048, learned positions; batch 1536"
+    ),
+    preset!(
+        "megatron-1t",
+        "Megatron-LM 1T (Narayanan et al. 2021): 128 layers, h 25600, 160 heads, s 2048; batch 3072"
+    ),
+    preset!(
+        "mt-nlg-530b",
+        "Megatron-Turing NLG 530B: 105 layers, h 20480, 128 heads, s 2048; batch 1920"
+    ),
+    preset!(
+        "bloom-176b",
+        "BLOOM 176B: 70 layers, h 14336, 112 heads, ALiBi, vocab 250880, s 2048; batch 2048"
+    ),
+    preset!(
+        "opt-175b",
+        "OPT 175B: 96 layers, h 12288, 96 heads, learned positions, s 2048; batch 1024 (2M tokens)"
+    ),
+    preset!(
+        "llama2-70b",
+        "Llama 2 70B: 80 layers, h 8192, 64 heads / 8 KV, SwiGLU f 28672, s 4096; batch 1024 (4M tokens)"
+    ),
+    preset!(
+        "llama3-8b",
+        "Llama 3 8B: 32 layers, h 4096, 32 heads / 8 KV, SwiGLU f 14336, vocab 128256, s 8192; batch 512"
+    ),
+    preset!(
+        "llama3-70b",
+        "Llama 3 70B: 80 layers, h 8192, 64 heads / 8 KV, SwiGLU f 28672, vocab 128256, s 8192; batch 512"
+    ),
+    preset!(
+        "llama3-405b",
+        "Llama 3 405B: 126 layers, h 16384, 128 heads / 8 KV, SwiGLU f 53248, s 8192; batch 2048 (16M tokens)"
+    ),
+    preset!(
+        "tiny-gpt",
+        "tiny GPT for CPU runs: 8 layers, h 128, 4 heads, vocab 1024, s 128; batch 32"
+    ),
+];
+
+/// Every bundled preset, in a fixed order (largest families first, `tiny-gpt` last).
+pub fn presets() -> &'static [Preset] {
+    &PRESETS
+}
+
+/// The preset called `name` (case-sensitive).
+pub fn preset(name: &str) -> Option<&'static Preset> {
+    PRESETS.iter().find(|p| p.name == name)
+}
+
+/// The preset names, comma-separated (for error messages).
+pub fn preset_names() -> String {
+    PRESETS
+        .iter()
+        .map(|p| p.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,15 +1,18 @@
-//! Decoder-only transformers: the `model.json` description and its expansion into layers.
+//! Decoder-only transformers: the `model.json` description, its validation and its parameter
+//! counts. The expansion into per-GPU layers ([`TransformerSpec::layers`]) lives in the private
+//! `expand` submodule.
 //!
 //! Sources for every count here: parameters and FLOPs follow Narayanan et al. 2021 (SC21, §5.1,
 //! the derivation of eq. 3); activation bytes follow Korthikanti et al. 2022 ("Reducing Activation
 //! Recomputation in Large Transformer Models"), §4 and Table 2, generalised to grouped-query
 //! attention, any FFN width and gated MLPs by counting the same stored tensors.
 
+mod expand;
+
+pub(crate) use expand::check_shard;
+
 use serde::{Deserialize, Serialize};
 
-use crate::layer::{
-    ActivationBytes, Collective, CollectiveKind, LayerCost, LayerKind, Op, ShardSpec,
-};
 use crate::ModelError;
 
 /// Which normalisation a transformer uses (LayerNorm has a weight and a bias, RMSNorm a weight).
@@ -30,12 +33,29 @@ pub enum PositionEmbedding {
     /// No parameters (rotary, ALiBi, or none at all).
     #[default]
     None,
-    /// A learned `seq_length × hidden_size` table (GPT-2, GPT-3, OPT).
+    /// A learned `max_position_embeddings × hidden_size` table (GPT-2, GPT-3, OPT).
     Learned,
 }
 
 fn default_true() -> bool {
     true
+}
+
+/// Upper bounds on `model.json` sizes. They are far above any real model and keep every count
+/// this crate makes inside 64 bits.
+pub mod limits {
+    /// Most transformer layers.
+    pub const MAX_NUM_LAYERS: u64 = 100_000;
+    /// Largest hidden size (also bounds heads and key/value heads).
+    pub const MAX_HIDDEN_SIZE: u64 = 1 << 20;
+    /// Largest FFN hidden size.
+    pub const MAX_FFN_HIDDEN_SIZE: u64 = 1 << 22;
+    /// Largest vocabulary.
+    pub const MAX_VOCAB_SIZE: u64 = 1 << 28;
+    /// Longest sequence (and learned position table), in tokens.
+    pub const MAX_SEQ_LENGTH: u64 = 1 << 26;
+    /// Largest global batch, in sequences.
+    pub const MAX_GLOBAL_BATCH_SIZE: u64 = 1 << 40;
 }
 
 /// A decoder-only transformer as autopp's `model.json` describes it. Unknown keys are rejected.
@@ -82,9 +102,50 @@ pub struct TransformerSpec {
     /// assume it is).
     #[serde(default = "default_true")]
     pub dropout: bool,
+    /// Rows of the learned position table (`position_embedding: learned` only); defaults to
+    /// `seq_length`. Larger when a model is planned at a shorter sequence than its table holds
+    /// (GPT-2's 1024 positions; OPT's table has 2 extra rows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_position_embeddings: Option<u64>,
+    /// The QKV projection carries a bias (`h + 2·g·h/a` parameters); defaults to `bias`. Qwen2
+    /// has QKV biases and no others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qkv_bias: Option<bool>,
 }
 
 impl TransformerSpec {
+    /// A transformer with the `model.json` defaults for every optional key: no grouped-query
+    /// attention, `f = 4h`, plain GeLU MLP, tied embeddings, biases, LayerNorm, no position
+    /// parameters, dropout on, no default batch.
+    pub fn new(
+        name: &str,
+        num_layers: u64,
+        hidden_size: u64,
+        num_attention_heads: u64,
+        vocab_size: u64,
+        seq_length: u64,
+    ) -> Self {
+        TransformerSpec {
+            name: name.to_string(),
+            num_layers,
+            hidden_size,
+            num_attention_heads,
+            num_kv_heads: None,
+            ffn_hidden_size: None,
+            vocab_size,
+            seq_length,
+            gated_mlp: false,
+            tied_embeddings: true,
+            global_batch_size: None,
+            bias: true,
+            norm: Norm::Layernorm,
+            position_embedding: PositionEmbedding::None,
+            dropout: true,
+            max_position_embeddings: None,
+            qkv_bias: None,
+        }
+    }
+
     /// Key/value heads (`g`).
     pub fn kv_heads(&self) -> u64 {
         self.num_kv_heads.unwrap_or(self.num_attention_heads)
@@ -105,37 +166,66 @@ impl TransformerSpec {
         self.hidden_size / self.num_attention_heads.max(1)
     }
 
-    /// Checks every size is positive and the shapes agree; errors name the key and the fix.
+    /// Whether the QKV projection has a bias.
+    pub fn has_qkv_bias(&self) -> bool {
+        self.qkv_bias.unwrap_or(self.bias)
+    }
+
+    /// Rows of the learned position table (0 without learned positions).
+    pub fn position_table_rows(&self) -> u64 {
+        match self.position_embedding {
+            PositionEmbedding::Learned => self.max_position_embeddings.unwrap_or(self.seq_length),
+            PositionEmbedding::None => 0,
+        }
+    }
+
+    /// Checks every size is positive and within [`limits`], and the shapes agree; errors name
+    /// the key and the fix.
     pub fn validate(&self) -> Result<(), ModelError> {
-        let positive = [
-            ("num_layers", self.num_layers),
-            ("hidden_size", self.hidden_size),
-            ("num_attention_heads", self.num_attention_heads),
-            ("vocab_size", self.vocab_size),
-            ("seq_length", self.seq_length),
-        ];
-        for (key, value) in positive {
-            if value == 0 {
-                return Err(ModelError::invalid(key, "must be at least 1"));
-            }
-        }
-        if self.num_kv_heads == Some(0) {
-            return Err(ModelError::invalid("num_kv_heads", "must be at least 1"));
-        }
-        if self.ffn_hidden_size == Some(0) {
-            return Err(ModelError::invalid("ffn_hidden_size", "must be at least 1"));
-        }
-        if self.global_batch_size == Some(0) {
-            return Err(ModelError::invalid("global_batch_size", "must be at least 1"));
-        }
+        use limits::*;
         if self.name.trim().is_empty() {
             return Err(ModelError::invalid("name", "must not be empty"));
+        }
+        let sizes = [
+            ("num_layers", Some(self.num_layers), MAX_NUM_LAYERS),
+            ("hidden_size", Some(self.hidden_size), MAX_HIDDEN_SIZE),
+            (
+                "num_attention_heads",
+                Some(self.num_attention_heads),
+                MAX_HIDDEN_SIZE,
+            ),
+            ("num_kv_heads", self.num_kv_heads, MAX_HIDDEN_SIZE),
+            ("ffn_hidden_size", self.ffn_hidden_size, MAX_FFN_HIDDEN_SIZE),
+            ("vocab_size", Some(self.vocab_size), MAX_VOCAB_SIZE),
+            ("seq_length", Some(self.seq_length), MAX_SEQ_LENGTH),
+            (
+                "global_batch_size",
+                self.global_batch_size,
+                MAX_GLOBAL_BATCH_SIZE,
+            ),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings,
+                MAX_SEQ_LENGTH,
+            ),
+        ];
+        for (key, value, max) in sizes {
+            match value {
+                Some(0) => return Err(ModelError::invalid(key, "must be at least 1")),
+                Some(v) if v > max => {
+                    return Err(ModelError::invalid(
+                        key,
+                        &format!("= {v} is too large: autopp accepts at most {max}"),
+                    ))
+                }
+                _ => {}
+            }
         }
         if self.hidden_size % self.num_attention_heads != 0 {
             return Err(ModelError::invalid(
                 "hidden_size",
                 &format!(
-                    "{} is not divisible by num_attention_heads = {}",
+                    "= {} is not divisible by num_attention_heads = {}: choose a head count that divides the hidden size",
                     self.hidden_size, self.num_attention_heads
                 ),
             ));
@@ -144,17 +234,34 @@ impl TransformerSpec {
             return Err(ModelError::invalid(
                 "num_kv_heads",
                 &format!(
-                    "num_attention_heads = {} is not a multiple of num_kv_heads = {}",
-                    self.num_attention_heads,
-                    self.kv_heads()
+                    "= {} does not divide num_attention_heads = {}: choose a key/value head count that divides the head count",
+                    self.kv_heads(),
+                    self.num_attention_heads
                 ),
             ));
+        }
+        if let Some(rows) = self.max_position_embeddings {
+            if self.position_embedding != PositionEmbedding::Learned {
+                return Err(ModelError::invalid(
+                    "max_position_embeddings",
+                    "only applies with \"position_embedding\": \"learned\": remove it",
+                ));
+            }
+            if rows < self.seq_length {
+                return Err(ModelError::invalid(
+                    "seq_length",
+                    &format!(
+                        "= {} exceeds the {rows} learned positions (max_position_embeddings): shorten the sequence",
+                        self.seq_length
+                    ),
+                ));
+            }
         }
         Ok(())
     }
 
     /// Parameters of one norm: `2·h` (LayerNorm) or `h` (RMSNorm).
-    fn norm_params(&self) -> u64 {
+    pub fn norm_params(&self) -> u64 {
         match self.norm {
             Norm::Layernorm => 2 * self.hidden_size,
             Norm::Rmsnorm => self.hidden_size,
@@ -164,28 +271,52 @@ impl TransformerSpec {
     /// Parameters of one transformer layer, unsharded: attention `h² + 2·h·(g·h/a) + h²`, MLP
     /// `2·h·f` (gated `3·h·f`), two norms, and biases when present.
     pub fn layer_params(&self) -> u64 {
-        let h = self.hidden_size;
-        let kv = self.kv_width();
-        let f = self.ffn();
-        let attn = h * h + 2 * h * kv + h * h;
-        let mlp = if self.gated_mlp { 3 * h * f } else { 2 * h * f };
-        let biases = if self.bias {
-            let attn_bias = h + 2 * kv + h;
-            let mlp_bias = if self.gated_mlp { 2 * f + h } else { f + h };
-            attn_bias + mlp_bias
-        } else {
-            0
-        };
-        attn + mlp + biases + 2 * self.norm_params()
+        self.layer_params_per_gpu(1)
     }
 
-    /// Parameters of the embedding layer: `V·h` (+ `s·h` for learned positions).
+    /// Parameters of one transformer layer held by one GPU at tensor-parallel degree `tp`
+    /// (Megatron's sharding): the QKV and MLP-up weights and biases are split by columns, the
+    /// output-projection and MLP-down weights by rows, and the row-parallel biases and both
+    /// norms are replicated. When `tp` exceeds the key/value heads each GPU holds one
+    /// (replicated) key/value head. `tp` must divide the heads (see [`TransformerSpec::layers`]).
+    pub fn layer_params_per_gpu(&self, tp: u64) -> u64 {
+        let t = tp.max(1);
+        let h = self.hidden_size;
+        let q = h / t;
+        let kv = self.kv_width_per_gpu(t);
+        let f = self.ffn() / t;
+        let mlp_in = self.mlp_in_width() / t;
+        let weights = h * (q + 2 * kv) + q * h + h * mlp_in + f * h;
+        let qkv_bias = if self.has_qkv_bias() { q + 2 * kv } else { 0 };
+        // output projection (replicated), MLP up / gate (split), MLP down (replicated)
+        let other_bias = if self.bias { h + mlp_in + h } else { 0 };
+        weights + qkv_bias + other_bias + 2 * self.norm_params()
+    }
+
+    /// Width of the MLP's first projection: `f`, or `2·f` for a gated MLP (gate and up).
+    pub fn mlp_in_width(&self) -> u64 {
+        if self.gated_mlp {
+            2 * self.ffn()
+        } else {
+            self.ffn()
+        }
+    }
+
+    /// Key (or value) projection width on one GPU at tensor-parallel degree `tp`: `g·(h/a)/tp`
+    /// when `tp` divides `g`, else one replicated head of `h/a`.
+    pub fn kv_width_per_gpu(&self, tp: u64) -> u64 {
+        let t = tp.max(1);
+        let g = self.kv_heads();
+        if g % t == 0 {
+            g / t * self.head_dim()
+        } else {
+            self.head_dim()
+        }
+    }
+
+    /// Parameters of the embedding layer: `V·h` (+ `P·h` for a learned table of `P` positions).
     pub fn embedding_params(&self) -> u64 {
-        let pos = match self.position_embedding {
-            PositionEmbedding::Learned => self.seq_length * self.hidden_size,
-            PositionEmbedding::None => 0,
-        };
-        self.vocab_size * self.hidden_size + pos
+        (self.vocab_size + self.position_table_rows()) * self.hidden_size
     }
 
     /// Parameters of the head layer: the final norm, plus `V·h` when the head is untied.
@@ -203,375 +334,24 @@ impl TransformerSpec {
         self.embedding_params() + self.num_layers * self.layer_params() + self.head_params()
     }
 
-    /// Expands the model into its ordered layers for one GPU: index 0 the embedding, then each
-    /// transformer layer, then the head (final norm + LM head + loss).
-    pub fn layers(&self, shard: &ShardSpec) -> Result<Vec<LayerCost>, ModelError> {
+    /// The same model planned at another sequence length. A learned position table keeps its
+    /// rows, so `seq_length` may not exceed them.
+    pub fn with_seq_length(mut self, seq_length: u64) -> Result<Self, ModelError> {
+        if self.position_embedding == PositionEmbedding::Learned {
+            let rows = self.position_table_rows();
+            if seq_length > rows {
+                return Err(ModelError::invalid(
+                    "seq_length",
+                    &format!(
+                        "= {seq_length} exceeds the {rows} learned positions of model '{}': choose at most {rows}",
+                        self.name
+                    ),
+                ));
+            }
+            self.max_position_embeddings = Some(rows);
+        }
+        self.seq_length = seq_length;
         self.validate()?;
-        check_shard(shard)?;
-        let t = shard.tp;
-        if self.num_attention_heads % t != 0 {
-            return Err(ModelError::Shard(format!(
-                "--tp {t} does not divide num_attention_heads = {}: choose a tensor-parallel degree that divides the head count",
-                self.num_attention_heads
-            )));
-        }
-        if self.kv_heads() % t != 0 && t % self.kv_heads() != 0 {
-            return Err(ModelError::Shard(format!(
-                "--tp {t} and num_kv_heads = {} do not divide one another: choose a tensor-parallel degree that divides the key/value head count",
-                self.kv_heads()
-            )));
-        }
-        if self.ffn() % t != 0 {
-            return Err(ModelError::Shard(format!(
-                "--tp {t} does not divide ffn_hidden_size = {}",
-                self.ffn()
-            )));
-        }
-        if self.seq_length % shard.cp != 0 {
-            return Err(ModelError::Shard(format!(
-                "--cp {} does not divide seq_length = {}",
-                shard.cp, self.seq_length
-            )));
-        }
-        let mut out = Vec::with_capacity(self.num_layers as usize + 2);
-        out.push(self.embedding_layer(shard));
-        let block = self.transformer_layer(shard);
-        for i in 0..self.num_layers {
-            let mut layer = block.clone();
-            layer.name = format!("layer {i}");
-            out.push(layer);
-        }
-        out.push(self.head_layer(shard));
-        Ok(out)
+        Ok(self)
     }
-
-    /// The sizes every layer shares: local tokens and sharding.
-    fn dims(&self, shard: &ShardSpec) -> Dims {
-        let t = shard.tp;
-        let s_local = self.seq_length / shard.cp;
-        Dims {
-            b: shard.micro_batch_size,
-            s: s_local,
-            tokens: shard.micro_batch_size * s_local,
-            h: self.hidden_size,
-            t,
-            sp_div: if shard.sequence_parallel { t } else { 1 },
-            e: shard.dtype_bytes,
-        }
-    }
-
-    /// One transformer block on one GPU.
-    ///
-    /// Stored activations (Korthikanti et al. 2022, §4.1, per micro-batch, `e`-byte elements):
-    /// * replicated over `t` (sharded only with sequence parallelism): both norm inputs `2·2sbh`,
-    ///   the QKV and MLP inputs `2·2sbh`, and the two dropout masks `2·sbh` (1 byte each) — the
-    ///   `10·sbh` of Table 2;
-    /// * sharded over `t`: Q, K, V `2·sb·(h + 2·g·h/a)`, the output-projection input `2sbh`, the
-    ///   MLP activation input and output `2·2sbf` (gated: `3·2sbf`) — the `24·sbh/t` of Table 2
-    ///   when `g = a`, `f = 4h`;
-    /// * the attention core, sharded over `t`: softmax output `2as²b`, its dropout mask `as²b` and
-    ///   dropout output `2as²b` — the `5as²b/t` term; a fused kernel stores none of it (only the
-    ///   fp32 softmax statistics `4·a·s·b`), and selective recompute drops it.
-    ///
-    /// Full recompute keeps only the layer input `2sbh` (`/t` with sequence parallelism).
-    fn transformer_layer(&self, shard: &ShardSpec) -> LayerCost {
-        let d = self.dims(shard);
-        let (b, s, tok, h, t, e) = (d.b, d.s, d.tokens, d.h, d.t, d.e);
-        let a = self.num_attention_heads;
-        let kv = self.kv_width();
-        let f = self.ffn();
-        let s_k = self.seq_length;
-        let mlp_in_width = if self.gated_mlp { 2 * f } else { f };
-        let sbh = s * b * h;
-
-        // --- FLOPs, as GEMMs per GPU ---
-        let gemms = [
-            // QKV projection: [T × h]·[h × (h + 2kv)/t]
-            (tok, (h + 2 * kv) / t, h),
-            // output projection: [T × h/t]·[h/t × h]
-            (tok, h, h / t),
-            // MLP up (and gate): [T × h]·[h × f_in/t]
-            (tok, mlp_in_width / t, h),
-            // MLP down: [T × f/t]·[f/t × h]
-            (tok, h, f / t),
-        ];
-        let gemm_ops: Vec<Op> = gemms
-            .iter()
-            .map(|&(m, n, k)| Op::Gemm { m, n, k, count: 1 })
-            .collect();
-        let attn = |backward: bool| Op::Attention {
-            batch_heads: b * a / t,
-            seq_q: s,
-            seq_k: s_k,
-            head_dim: h / a,
-            causal: true,
-            backward,
-            fused: shard.flash_attention,
-        };
-        // Element-wise traffic (bytes read + written): two norms, two bias-dropout-adds, the
-        // activation function; unfused softmax traffic when the attention core is not fused.
-        let rows = tok / d.sp_div;
-        let norm_bytes = 2 * (2 * rows * h * e);
-        let residual_bytes = 2 * (3 * rows * h * e + rows * h);
-        let act_bytes = (mlp_in_width + f) / t * tok * e;
-        let softmax_bytes = if shard.flash_attention {
-            0
-        } else {
-            // read scores, write probabilities, dropout mask and output
-            (b * a / t) * s * s_k * (2 * e + 1 + e)
-        };
-        let elementwise_fwd = norm_bytes + residual_bytes + act_bytes + softmax_bytes;
-
-        let mut forward_ops = gemm_ops.clone();
-        forward_ops.insert(1, attn(false));
-        forward_ops.push(Op::Elementwise {
-            bytes: elementwise_fwd,
-        });
-        let mut backward_input_ops = gemm_ops.clone();
-        backward_input_ops.insert(1, attn(true));
-        backward_input_ops.push(Op::Elementwise {
-            bytes: 2 * elementwise_fwd,
-        });
-        let backward_weight_ops = gemm_ops;
-        let mut selective_recompute_ops = vec![attn(false)];
-        if softmax_bytes > 0 {
-            selective_recompute_ops.push(Op::Elementwise {
-                bytes: softmax_bytes,
-            });
-        }
-
-        // --- stored activations (bytes) ---
-        let mask = u64::from(self.dropout);
-        // norm inputs (2), QKV and MLP inputs (2) in `e` bytes; dropout masks (2) in 1 byte
-        let replicated = 4 * sbh * e + 2 * mask * sbh;
-        // Q, K, V; output-projection input; MLP activation input and output
-        let sharded = (s * b * (h + 2 * kv) + sbh + s * b * (mlp_in_width + f)) / t * e;
-        let scores = a * s * s_k * b / t;
-        let core = if shard.flash_attention {
-            4 * a * s * b / t
-        } else if self.dropout {
-            // softmax output, dropout mask (1 byte), dropout output
-            scores * (2 * e + 1)
-        } else {
-            scores * e
-        };
-        let replicated_local = replicated / d.sp_div;
-        let none = replicated_local + sharded + core;
-        let selective = replicated_local + sharded;
-        let full = sbh * e / d.sp_div;
-
-        // Weight-gradient working set (split backward): GEMM inputs and output gradients.
-        let gemm_inputs = (2 * sbh / d.sp_div + sbh / t + s * b * f / t) * e;
-        let out_grads =
-            (s * b * (h + 2 * kv) / t + 2 * sbh / d.sp_div + s * b * mlp_in_width / t) * e;
-
-        // Tensor-parallel collectives: 2 in forward, 2 in backward, each of a `2bsh` tensor
-        // (all-reduce; sequence parallel: all-gather + reduce-scatter of the same volume).
-        let act_bytes_full = tok * h * e;
-        let (tp_forward, tp_backward) = tp_pairs(t, shard.sequence_parallel, act_bytes_full);
-
-        let params = (self.layer_params() - 2 * self.norm_params()) / t + 2 * self.norm_params();
-        LayerCost {
-            name: String::from("layer"),
-            kind: LayerKind::Transformer,
-            params_total: self.layer_params(),
-            params,
-            tied_params: 0,
-            forward_ops,
-            backward_input_ops,
-            backward_weight_ops,
-            selective_recompute_ops,
-            tp_forward,
-            tp_backward,
-            activation_bytes: ActivationBytes {
-                none,
-                selective,
-                full,
-            },
-            weight_grad_bytes: gemm_inputs + out_grads,
-            output_bytes: tok * h * e / t,
-            recomputable: true,
-        }
-    }
-
-    /// The embedding layer on one GPU: a vocabulary-parallel table (padded vocabulary over `t`),
-    /// positions replicated. Keeps the token ids (int64) and the embedding dropout mask.
-    fn embedding_layer(&self, shard: &ShardSpec) -> LayerCost {
-        let d = self.dims(shard);
-        let (tok, h, t, e) = (d.tokens, d.h, d.t, d.e);
-        let v_pad = shard.padded_vocab(self.vocab_size);
-        let pos = self.embedding_params() - self.vocab_size * h;
-        let out_bytes = tok * h * e;
-        let kept = 8 * tok + if self.dropout { tok * h / d.sp_div } else { 0 };
-        let tp_forward = if t > 1 {
-            vec![Collective {
-                kind: if shard.sequence_parallel {
-                    CollectiveKind::ReduceScatter
-                } else {
-                    CollectiveKind::AllReduce
-                },
-                bytes: out_bytes,
-            }]
-        } else {
-            Vec::new()
-        };
-        LayerCost {
-            name: String::from("embedding"),
-            kind: LayerKind::Embedding,
-            params_total: self.embedding_params(),
-            params: v_pad * h / t + pos,
-            tied_params: 0,
-            forward_ops: vec![Op::Elementwise {
-                bytes: 2 * out_bytes,
-            }],
-            backward_input_ops: Vec::new(),
-            backward_weight_ops: vec![Op::Elementwise {
-                bytes: 3 * out_bytes,
-            }],
-            selective_recompute_ops: Vec::new(),
-            tp_forward,
-            tp_backward: Vec::new(),
-            activation_bytes: ActivationBytes {
-                none: kept,
-                selective: kept,
-                full: kept,
-            },
-            weight_grad_bytes: 8 * tok + out_bytes / d.sp_div,
-            output_bytes: out_bytes / t,
-            recomputable: false,
-        }
-    }
-
-    /// The head on one GPU: final norm, vocabulary-parallel LM head `[T × h]·[h × V/t]`, and the
-    /// cross-entropy in fp32. Keeps the norm input, the head input and the fp32 logits
-    /// `4·s·b·V/t` (Korthikanti et al. 2022, §4.3).
-    fn head_layer(&self, shard: &ShardSpec) -> LayerCost {
-        let d = self.dims(shard);
-        let (tok, h, t, e) = (d.tokens, d.h, d.t, d.e);
-        let v_pad = shard.padded_vocab(self.vocab_size);
-        let v_local = v_pad / t;
-        let logits_fp32 = 4 * tok * v_local;
-        let gemm = Op::Gemm {
-            m: tok,
-            n: v_local,
-            k: h,
-            count: 1,
-        };
-        let norm_bytes = 2 * tok * h * e / d.sp_div;
-        // cross-entropy: cast logits to fp32, max, exp-sum, and the gradient write
-        let ce_bytes = tok * v_local * e + 3 * logits_fp32;
-        // final-norm input and head input (sharded with sequence parallelism), fp32 logits
-        let kept = 2 * (tok * h * e / d.sp_div) + logits_fp32;
-        let head_input = tok * h * e;
-        let mut tp_forward = Vec::new();
-        let mut tp_backward = Vec::new();
-        if t > 1 {
-            if shard.sequence_parallel {
-                tp_forward.push(Collective {
-                    kind: CollectiveKind::AllGather,
-                    bytes: head_input,
-                });
-                tp_backward.push(Collective {
-                    kind: CollectiveKind::ReduceScatter,
-                    bytes: head_input,
-                });
-            } else {
-                tp_backward.push(Collective {
-                    kind: CollectiveKind::AllReduce,
-                    bytes: head_input,
-                });
-            }
-            // cross-entropy: max, sum of exponentials, target logit (fp32 per token)
-            for _ in 0..3 {
-                tp_forward.push(Collective {
-                    kind: CollectiveKind::AllReduce,
-                    bytes: 4 * tok,
-                });
-            }
-        }
-        let head_weights = v_pad * h / t;
-        LayerCost {
-            name: String::from("head"),
-            kind: LayerKind::Head,
-            params_total: self.head_params(),
-            params: self.norm_params() + if self.tied_embeddings { 0 } else { head_weights },
-            tied_params: if self.tied_embeddings { head_weights } else { 0 },
-            forward_ops: vec![
-                Op::Elementwise { bytes: norm_bytes },
-                gemm,
-                Op::Elementwise { bytes: ce_bytes },
-            ],
-            backward_input_ops: vec![
-                Op::Elementwise {
-                    bytes: 2 * logits_fp32,
-                },
-                gemm,
-                Op::Elementwise {
-                    bytes: 2 * norm_bytes,
-                },
-            ],
-            backward_weight_ops: vec![gemm],
-            selective_recompute_ops: Vec::new(),
-            tp_forward,
-            tp_backward,
-            activation_bytes: ActivationBytes {
-                none: kept,
-                selective: kept,
-                full: kept,
-            },
-            weight_grad_bytes: head_input / d.sp_div + tok * v_local * e,
-            output_bytes: 0,
-            recomputable: false,
-        }
-    }
-}
-
-/// Tensor-parallel collectives of one transformer block: forward and backward each have two of a
-/// `bytes`-sized activation (all-reduce, or with sequence parallelism an all-gather and a
-/// reduce-scatter per pair).
-fn tp_pairs(t: u64, sequence_parallel: bool, bytes: u64) -> (Vec<Collective>, Vec<Collective>) {
-    if t <= 1 {
-        return (Vec::new(), Vec::new());
-    }
-    let pair = |kind| Collective { kind, bytes };
-    if sequence_parallel {
-        let both = vec![
-            pair(CollectiveKind::AllGather),
-            pair(CollectiveKind::ReduceScatter),
-            pair(CollectiveKind::AllGather),
-            pair(CollectiveKind::ReduceScatter),
-        ];
-        (both.clone(), both)
-    } else {
-        let ar = vec![pair(CollectiveKind::AllReduce), pair(CollectiveKind::AllReduce)];
-        (ar.clone(), ar)
-    }
-}
-
-/// Local sizes shared by a model's layers.
-struct Dims {
-    b: u64,
-    s: u64,
-    tokens: u64,
-    h: u64,
-    t: u64,
-    sp_div: u64,
-    e: u64,
-}
-
-/// Rejects a shard spec with zero sizes.
-pub(crate) fn check_shard(shard: &ShardSpec) -> Result<(), ModelError> {
-    for (flag, v) in [
-        ("--mbs", shard.micro_batch_size),
-        ("--tp", shard.tp),
-        ("--cp", shard.cp),
-    ] {
-        if v == 0 {
-            return Err(ModelError::Shard(format!("{flag} must be at least 1")));
-        }
-    }
-    if shard.dtype_bytes == 0 {
-        return Err(ModelError::Shard("dtype must have at least one byte".into()));
-    }
-    Ok(())
 }

@@ -1,2 +1,21 @@
 //! # autopp-planner
+//!
+//! The cost and memory model, the schedule IR with its generators, checker and event simulator,
+//! and (next) the search. Given a model, a profile of the cluster and a full parallel
+//! configuration, [`estimate::evaluate`] predicts the iteration time with its breakdown and each
+//! rank's peak memory.
+//!
+//! This crate never runs kernels: it reads costs from the profiler and hands plans to the
+//! executor.
+
+pub mod config;
+pub mod estimate;
+pub mod memory;
+pub mod plan;
 pub mod schedule;
+pub mod split;
+pub mod stages;
+
+pub use config::{ParallelConfig, PlanError, DEFAULT_MEMORY_RESERVE_BYTES};
+pub use estimate::{evaluate, Estimate};
+pub use plan::{Breakdown, Plan, PlanAndPrediction, Predicted, RankPlan, FORMAT_VERSION};

@@ -1,2 +1,5 @@
-//! One module per subcommand.
+//! One module per subcommand, plus the flags and helpers they share.
+pub mod catalog;
+pub mod common;
+pub mod estimate;
 pub mod schedule;

@@ -1,1 +1,225 @@
-//! `autopp schedule` (placeholder).
+//! `autopp schedule`: generate, check, simulate and draw a pipeline schedule.
+
+use anyhow::{bail, Context, Result};
+use autopp_planner::schedule::{
+    self, ascii, check, generate, resolve_group_size, simulate, ScheduleKind, ScheduleSpec,
+    SimCosts,
+};
+use clap::Args;
+
+use super::common::write_atomic;
+
+/// Generate a pipeline schedule, check it, simulate it with uniform stage costs and draw it.
+///
+/// Example: autopp schedule interleaved-1f1b --pp 4 --microbatches 8 --virtual 2 --svg s.svg
+#[derive(Args, Debug)]
+pub struct ScheduleArgs {
+    /// Schedule: gpipe, 1f1b, interleaved-1f1b, looped-bfs.
+    #[arg(value_name = "KIND")]
+    pub kind: ScheduleKind,
+    /// Pipeline ranks.
+    #[arg(long, value_name = "P")]
+    pub pp: usize,
+    /// Micro-batches per iteration.
+    #[arg(long, value_name = "M")]
+    pub microbatches: usize,
+    /// Stages per rank (interleaved-1f1b and looped-bfs).
+    #[arg(long = "virtual", default_value_t = 1, value_name = "V")]
+    pub virtual_stages: usize,
+    /// Micro-batch group size of interleaved-1f1b: p <= G <= m, m a multiple of G
+    /// [default: pp, or PyTorch's regrouping m / floor(m/p) when pp does not divide m].
+    #[arg(long, value_name = "G")]
+    pub group_size: Option<usize>,
+    /// Per-stage durations of forward, backward, backward-input and backward-weight, in any
+    /// one time unit.
+    #[arg(
+        long,
+        default_value = "F=1,B=2,I=1,W=1",
+        value_name = "F=..,B=..,I=..,W=.."
+    )]
+    pub costs: String,
+    /// Time to send between two ranks, in the same unit.
+    #[arg(long, default_value_t = 0.0, value_name = "C")]
+    pub comm: f64,
+    /// Print one JSON object instead of the timeline.
+    #[arg(long)]
+    pub json: bool,
+    /// Write an SVG Gantt chart to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<String>,
+    /// Write a Chrome trace (opens in Perfetto) to FILE; one time unit is one millisecond.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<String>,
+}
+
+/// Uniform per-stage durations parsed from `--costs`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UniformCosts {
+    /// Forward.
+    pub f: f64,
+    /// Full backward.
+    pub b: f64,
+    /// Backward-input.
+    pub i: f64,
+    /// Backward-weight.
+    pub w: f64,
+}
+
+impl Default for UniformCosts {
+    fn default() -> Self {
+        UniformCosts {
+            f: 1.0,
+            b: 2.0,
+            i: 1.0,
+            w: 1.0,
+        }
+    }
+}
+
+/// Parses `F=1,B=2,I=1,W=1` (any subset, in any order; the rest keep their defaults).
+pub fn parse_costs(text: &str) -> Result<UniformCosts> {
+    let mut c = UniformCosts::default();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = part.split_once('=') else {
+            bail!("--costs: `{part}` is not KIND=TIME; write e.g. --costs F=1,B=2,I=1,W=1");
+        };
+        let value: f64 = value
+            .trim()
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--costs: `{part}` needs a finite time >= 0; write e.g. --costs F=1,B=2"
+                )
+            })?;
+        match key.trim().to_ascii_uppercase().as_str() {
+            "F" => c.f = value,
+            "B" => c.b = value,
+            "I" => c.i = value,
+            "W" => c.w = value,
+            other => bail!(
+                "--costs: unknown action `{other}` in `{part}`; the actions are F, B, I and W"
+            ),
+        }
+    }
+    Ok(c)
+}
+
+/// Runs `autopp schedule`.
+pub fn run(args: &ScheduleArgs) -> Result<()> {
+    let spec = ScheduleSpec {
+        kind: args.kind,
+        pp: args.pp,
+        virtual_stages: args.virtual_stages,
+        num_microbatches: args.microbatches,
+        group_size: args.group_size,
+    };
+    let group_size = resolve_group_size(&spec)?;
+    let s = generate(&spec)?;
+    check(&s).context("internal error: the generated schedule fails the checker")?;
+    let c = parse_costs(&args.costs)?;
+    if !args.comm.is_finite() || args.comm < 0.0 {
+        bail!("--comm must be a finite time >= 0 (got {})", args.comm);
+    }
+    let costs = SimCosts::uniform(s.num_stages(), c.f, c.b, c.i, c.w, args.comm);
+    let r = simulate(&s, &costs)?;
+
+    let title = format!(
+        "{} · pp {} · {} micro-batches{}",
+        s.kind,
+        s.pp,
+        s.num_microbatches,
+        if s.virtual_stages > 1 {
+            format!(" · {} stages per rank", s.virtual_stages)
+        } else {
+            String::new()
+        }
+    );
+    if let Some(path) = &args.svg {
+        write_atomic(path, schedule::svg::gantt(&s, &r, &title).as_bytes()).context("--svg")?;
+    }
+    if let Some(path) = &args.trace {
+        write_atomic(path, schedule::trace::chrome_trace(&s, &r, 1e3).as_bytes())
+            .context("--trace")?;
+    }
+
+    if args.json {
+        let out = serde_json::json!({
+            "schedule": s.kind,
+            "pp": s.pp,
+            "virtual_stages": s.virtual_stages,
+            "num_microbatches": s.num_microbatches,
+            "ranks": s.ranks_text(),
+            "metrics": {
+                "makespan": r.makespan_s,
+                "bubble_fraction": r.bubble_fraction,
+                "busy": r.busy_s,
+                "peak_inflight": r.peak_inflight,
+            },
+        });
+        println!("{out}");
+        return Ok(());
+    }
+
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{title}{}\ncosts per stage: F={} B={} I={} W={}, comm {}\n\n",
+        group_size
+            .map(|g| format!(" · micro-batch groups of {g}"))
+            .unwrap_or_default(),
+        c.f,
+        c.b,
+        c.i,
+        c.w,
+        args.comm
+    ));
+    out.push_str(&ascii::timeline(&s, &r));
+    out.push_str(&format!(
+        "\nmakespan {}   bubble fraction {:.4}\n",
+        fmt(r.makespan_s),
+        r.bubble_fraction
+    ));
+    out.push_str("rank   busy      idle      peak in-flight\n");
+    for (rank, busy) in r.busy_s.iter().enumerate() {
+        out.push_str(&format!(
+            "{rank:<6} {:<9} {:<9} {}\n",
+            fmt(*busy),
+            fmt(r.makespan_s - busy),
+            r.peak_inflight[rank]
+        ));
+    }
+    if let Some(path) = &args.svg {
+        out.push_str(&format!("wrote SVG to {path}\n"));
+    }
+    if let Some(path) = &args.trace {
+        out.push_str(&format!("wrote Chrome trace to {path}\n"));
+    }
+    print!("{out}");
+    Ok(())
+}
+
+/// A time with at most three decimals and no trailing zeros.
+fn fmt(t: f64) -> String {
+    let s = format!("{t:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn costs_parse_subsets_and_reject_bad_input() {
+        assert_eq!(
+            parse_costs("F=1,B=2,I=1,W=1").unwrap(),
+            UniformCosts::default()
+        );
+        let c = parse_costs("b=3, F=0.5").unwrap();
+        assert_eq!((c.f, c.b, c.i, c.w), (0.5, 3.0, 1.0, 1.0));
+        for bad in ["F=1,X=2", "F", "F=-1", "F=nan", "B=abc"] {
+            let e = parse_costs(bad).unwrap_err().to_string();
+            assert!(e.starts_with("--costs"), "{bad}: {e}");
+        }
+    }
+}

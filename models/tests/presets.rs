@@ -1,0 +1,211 @@
+//! Every bundled preset loads, has its published shape and batch, and is documented.
+
+use autopp_models::presets::{preset, preset_names};
+use autopp_models::{load, presets, Model, ShardSpec, TransformerSpec};
+
+fn spec(name: &str) -> TransformerSpec {
+    match load(name).unwrap() {
+        Model::Transformer(t) => t,
+        Model::Layers(_) => panic!("{name} is a transformer preset"),
+    }
+}
+
+#[test]
+fn every_preset_loads_and_expands() {
+    assert_eq!(presets().len(), 10);
+    for p in presets() {
+        let m = load(p.name).unwrap();
+        assert_eq!(m.name(), p.name, "a preset's name matches its file");
+        assert!(m.default_global_batch().is_some(), "{}", p.name);
+        assert!(!p.description.is_empty() && !p.description.contains('\n'));
+        let tp = if p.name == "tiny-gpt" { 4 } else { 8 };
+        let layers = m
+            .layers(&ShardSpec {
+                tp,
+                sequence_parallel: true,
+                ..ShardSpec::default()
+            })
+            .unwrap();
+        assert_eq!(layers.len(), m.num_layer_entries());
+    }
+    assert_eq!(
+        preset_names(),
+        "gpt3-175b, megatron-1t, mt-nlg-530b, bloom-176b, opt-175b, llama2-70b, llama3-8b, \
+         llama3-70b, llama3-405b, tiny-gpt"
+    );
+    assert!(preset("tiny-gpt").is_some() && preset("Tiny-GPT").is_none());
+}
+
+/// A preset's expected shape: name, L, h, a, g, f, V, s, global batch, billions of parameters.
+type Row = (&'static str, u64, u64, u64, u64, u64, u64, u64, u64, f64);
+
+#[test]
+fn published_shapes_and_batches() {
+    // (name, L, h, a, g, f, V, s, global batch, billions of parameters to one decimal)
+    let table: [Row; 9] = [
+        (
+            "gpt3-175b",
+            96,
+            12288,
+            96,
+            96,
+            49152,
+            50257,
+            2048,
+            1536,
+            174.6,
+        ),
+        (
+            "megatron-1t",
+            128,
+            25600,
+            160,
+            160,
+            102400,
+            51200,
+            2048,
+            3072,
+            1008.0,
+        ),
+        (
+            "mt-nlg-530b",
+            105,
+            20480,
+            128,
+            128,
+            81920,
+            50257,
+            2048,
+            1920,
+            529.6,
+        ),
+        (
+            "bloom-176b",
+            70,
+            14336,
+            112,
+            112,
+            57344,
+            250880,
+            2048,
+            2048,
+            176.2,
+        ),
+        (
+            "opt-175b", 96, 12288, 96, 96, 49152, 50272, 2048, 1024, 174.6,
+        ),
+        (
+            "llama2-70b",
+            80,
+            8192,
+            64,
+            8,
+            28672,
+            32000,
+            4096,
+            1024,
+            69.0,
+        ),
+        ("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 512, 8.0),
+        (
+            "llama3-70b",
+            80,
+            8192,
+            64,
+            8,
+            28672,
+            128256,
+            8192,
+            512,
+            70.6,
+        ),
+        (
+            "llama3-405b",
+            126,
+            16384,
+            128,
+            8,
+            53248,
+            128256,
+            8192,
+            2048,
+            405.9,
+        ),
+    ];
+    for (name, l, h, a, g, f, v, s, batch, billions) in table {
+        let t = spec(name);
+        assert_eq!(
+            (
+                t.num_layers,
+                t.hidden_size,
+                t.num_attention_heads,
+                t.kv_heads(),
+                t.ffn(),
+                t.vocab_size,
+                t.seq_length,
+                t.global_batch_size
+            ),
+            (l, h, a, g, f, v, s, Some(batch)),
+            "{name}"
+        );
+        let got = (t.num_params() as f64 / 1e8).round() / 10.0;
+        assert_eq!(got, billions, "{name}: {}", t.num_params());
+    }
+}
+
+#[test]
+fn consistent_with_the_calibration_rows() {
+    // Narayanan et al. 2021 Table 1 lists these models as 174.6 B ("GPT 174.6B", V 51200),
+    // 529.6 B and 1008.0 B; with the padded vocabulary 51200 the counts agree to 0.1 B.
+    for (name, published) in [
+        ("gpt3-175b", 174.6),
+        ("mt-nlg-530b", 529.6),
+        ("megatron-1t", 1008.0),
+    ] {
+        let mut t = spec(name);
+        t.vocab_size = 51200;
+        assert_eq!(
+            (t.num_params() as f64 / 1e8).round() / 10.0,
+            published,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn llama_presets_are_llama_shaped() {
+    for name in ["llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b"] {
+        let t = spec(name);
+        assert!(
+            t.gated_mlp && !t.tied_embeddings && !t.bias && !t.dropout,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn tiny_gpt_is_small_and_as_specified() {
+    let t = spec("tiny-gpt");
+    assert_eq!(
+        (
+            t.num_layers,
+            t.hidden_size,
+            t.num_attention_heads,
+            t.seq_length,
+            t.vocab_size
+        ),
+        (8, 128, 4, 128, 1024)
+    );
+    assert!(!t.gated_mlp && !t.tied_embeddings);
+    assert_eq!(t.position_embedding, autopp_models::PositionEmbedding::None);
+    assert_eq!(t.global_batch_size, Some(32));
+    assert!(t.num_params() < 2_000_000);
+}
+
+#[test]
+fn presets_readme_lists_every_preset() {
+    let readme = include_str!("../presets/README.md");
+    for p in presets() {
+        assert!(readme.contains(&format!("`{}`", p.name)), "{}", p.name);
+    }
+}

@@ -1,0 +1,97 @@
+//! A full parallel configuration and the errors that reject impossible ones.
+
+use autopp_models::{ModelError, Recompute};
+use autopp_profiler::{Precision, ProfilerError};
+use serde::{Deserialize, Serialize};
+
+use crate::schedule::ScheduleKind;
+
+/// Default reserve for the CUDA context, NCCL and allocator fragmentation, in bytes (2 GiB).
+pub const DEFAULT_MEMORY_RESERVE_BYTES: u64 = 2 << 30;
+
+/// Everything that fixes how one iteration runs: degrees, batching, schedule, recompute,
+/// sharding, and optionally the layer split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParallelConfig {
+    /// Tensor-parallel degree (`t`).
+    pub tp: u64,
+    /// Pipeline ranks (`p`).
+    pub pp: u64,
+    /// Data-parallel degree (`d`).
+    pub dp: u64,
+    /// Context-parallel degree.
+    pub cp: u64,
+    /// Stages per pipeline rank (`v`).
+    pub virtual_stages: u64,
+    /// Sequences per micro-batch (`b`).
+    pub micro_batch_size: u64,
+    /// Sequences per iteration over all data-parallel replicas (`B`).
+    pub global_batch_size: u64,
+    /// Pipeline schedule.
+    pub schedule: ScheduleKind,
+    /// Micro-batch group size of interleaved schedules (Megatron's default: `pp`).
+    pub group_size: Option<u64>,
+    /// Recompute mode of every transformer layer.
+    pub recompute: Recompute,
+    /// Megatron sequence parallelism.
+    pub sequence_parallel: bool,
+    /// ZeRO stage 0–3 (1 is Megatron's distributed optimizer).
+    pub zero_stage: u8,
+    /// Explicit split: number of layer-list entries in each stage, in global stage order
+    /// (`pp · virtual_stages` entries summing to the model's layer-list length). `None`: the
+    /// default (Megatron's even split).
+    pub split: Option<Vec<usize>>,
+    /// Math precision.
+    pub precision: Precision,
+    /// Bytes kept free on every GPU for the CUDA context, NCCL and fragmentation.
+    pub memory_reserve_bytes: u64,
+    /// A fused attention kernel (FlashAttention).
+    pub flash_attention: bool,
+}
+
+impl ParallelConfig {
+    /// Micro-batches per iteration per data-parallel replica: `B / (d · b)`.
+    pub fn num_microbatches(&self) -> u64 {
+        self.global_batch_size / (self.dp * self.micro_batch_size).max(1)
+    }
+    /// Number of stages: `pp · virtual_stages`.
+    pub fn num_stages(&self) -> u64 {
+        self.pp * self.virtual_stages
+    }
+    /// GPUs used: `tp · pp · dp · cp`.
+    pub fn num_gpus(&self) -> u64 {
+        self.tp * self.pp * self.dp * self.cp
+    }
+}
+
+/// Why a configuration cannot be evaluated. One line each, naming the flag and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A flag's value is impossible for this model and cluster.
+    #[error("{flag}: {message}")]
+    Invalid {
+        /// The flag at fault, e.g. `--dp`.
+        flag: String,
+        /// What is wrong and what would be right.
+        message: String,
+    },
+    /// The model cannot be loaded or sharded.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The cluster or profile cannot be built.
+    #[error(transparent)]
+    Profiler(#[from] ProfilerError),
+    /// The schedule cannot be generated for these inputs.
+    #[error("--schedule: {0}")]
+    Schedule(String),
+}
+
+impl PlanError {
+    /// A [`PlanError::Invalid`] for `flag`.
+    pub fn invalid(flag: &str, message: impl Into<String>) -> Self {
+        PlanError::Invalid {
+            flag: flag.to_string(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! Evaluating one full configuration: the iteration time with its breakdown and every rank's
+//! peak memory. `autopp estimate` prints this; the planner ranks candidates by it.
+
+use autopp_models::{LayerKind, Model, Recompute, ShardSpec};
+use autopp_profiler::{AnalyticProfile, Layout};
+use serde::Serialize;
+
+use crate::config::{ParallelConfig, PlanError};
+use crate::memory::{self, MemoryContext, RankMemory};
+use crate::plan::{Breakdown, Plan, PlanAndPrediction, Predicted, RankPlan, FORMAT_VERSION};
+use crate::schedule::{self, Schedule, ScheduleKind, ScheduleSpec, SimCosts, SimResult};
+use crate::split;
+use crate::stages::{self, StageContext, StageCost};
+
+/// Bytes of HBM traffic per optimizer-owned parameter in one Adam step: read the fp32 gradient
+/// (4), read and write master weight, m and v (24), write the 16-bit weight (2).
+pub const ADAM_BYTES_PER_PARAM: f64 = 30.0;
+
+/// Everything `estimate` knows about one configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Estimate {
+    /// The plan and its prediction, as printed by `--json`.
+    #[serde(flatten)]
+    pub result: PlanAndPrediction,
+    /// Memory per rank by kind.
+    pub memory: Vec<RankMemory>,
+    /// Per-stage costs.
+    pub stages: Vec<StageCost>,
+    /// The schedule that was simulated.
+    #[serde(skip)]
+    pub schedule: Schedule,
+    /// The simulation.
+    #[serde(skip)]
+    pub simulation: SimResult,
+    /// Exposed data-parallel communication per rank, seconds.
+    pub dp_comm_s: Vec<f64>,
+    /// Optimizer step per rank, seconds.
+    pub optimizer_s: Vec<f64>,
+    /// Things the user should know (e.g. a tensor-parallel group that leaves the node).
+    pub warnings: Vec<String>,
+}
+
+fn positive(flag: &str, value: u64) -> Result<(), PlanError> {
+    if value == 0 {
+        Err(PlanError::invalid(flag, "must be at least 1"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Rejects configurations that cannot run, naming the flag and the fix.
+pub fn check_config(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+) -> Result<(), PlanError> {
+    for (flag, value) in [
+        ("--tp", c.tp),
+        ("--pp", c.pp),
+        ("--dp", c.dp),
+        ("--cp", c.cp),
+        ("--virtual", c.virtual_stages),
+        ("--mbs", c.micro_batch_size),
+        ("--global-batch", c.global_batch_size),
+    ] {
+        positive(flag, value)?;
+    }
+    if c.zero_stage > 3 {
+        return Err(PlanError::invalid("--zero", "must be 0, 1, 2 or 3"));
+    }
+    let gpus = profile.cluster.num_gpus();
+    if c.num_gpus() != gpus {
+        return Err(PlanError::invalid(
+            "--dp",
+            format!(
+                "tp · pp · dp · cp = {} · {} · {} · {} = {} but --gpus is {gpus}: the degrees must multiply to the GPU count",
+                c.tp, c.pp, c.dp, c.cp, c.num_gpus()
+            ),
+        ));
+    }
+    let per_step = c.dp * c.micro_batch_size;
+    if c.global_batch_size % per_step != 0 {
+        return Err(PlanError::invalid(
+            "--global-batch",
+            format!(
+                "{} is not divisible by dp · mbs = {} · {} = {per_step}: use a multiple of {per_step}",
+                c.global_batch_size, c.dp, c.micro_batch_size
+            ),
+        ));
+    }
+    if let Some(heads) = model.num_attention_heads() {
+        if heads % c.tp != 0 {
+            return Err(PlanError::invalid(
+                "--tp",
+                format!(
+                    "{} does not divide the model's {heads} attention heads: use a divisor of {heads}",
+                    c.tp
+                ),
+            ));
+        }
+    } else if c.tp > 1 || c.cp > 1 || c.sequence_parallel {
+        return Err(PlanError::invalid(
+            if c.tp > 1 { "--tp" } else if c.cp > 1 { "--cp" } else { "--sequence-parallel" },
+            "a layer-list model has no attention heads to shard: use --tp 1 --cp 1 without --sequence-parallel",
+        ));
+    }
+    if c.sequence_parallel && c.tp == 1 {
+        return Err(PlanError::invalid(
+            "--sequence-parallel",
+            "needs --tp of 2 or more (it shards along the tensor-parallel group)",
+        ));
+    }
+    if c.virtual_stages > 1 && !supports_virtual_stages(c.schedule) {
+        return Err(PlanError::invalid(
+            "--virtual",
+            format!(
+                "{} places one stage per rank: use --virtual 1, or a schedule with virtual stages (interleaved-1f1b, looped-bfs)",
+                c.schedule
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Evaluates one configuration of `model` on `profile`'s cluster.
+pub fn evaluate(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+) -> Result<Estimate, PlanError> {
+    check_config(model, profile, c)?;
+    let cluster = &profile.cluster;
+    let shard = ShardSpec {
+        micro_batch_size: c.micro_batch_size,
+        tp: c.tp,
+        sequence_parallel: c.sequence_parallel,
+        cp: c.cp,
+        dtype_bytes: c.precision.bytes(),
+        flash_attention: c.flash_attention,
+        ..ShardSpec::default()
+    };
+    let layers = model.layers(&shard)?;
+    let kinds: Vec<LayerKind> = layers.iter().map(|l| l.kind).collect();
+    let num_stages = c.num_stages() as usize;
+    let counts = match &c.split {
+        Some(counts) => {
+            split::check_split(counts, layers.len(), num_stages)?;
+            counts.clone()
+        }
+        None => split::default_split(&kinds, num_stages)?,
+    };
+    let ranges = split::stage_ranges(&counts);
+
+    let m = c.num_microbatches();
+    let sched = schedule::generate(&ScheduleSpec {
+        kind: c.schedule,
+        pp: c.pp as usize,
+        virtual_stages: c.virtual_stages as usize,
+        num_microbatches: m as usize,
+        group_size: c.group_size.map(|g| g as usize),
+    })
+    .map_err(|e| PlanError::Schedule(e.to_string()))?;
+
+    let layout = Layout {
+        tp: c.tp,
+        cp: c.cp,
+        dp: c.dp,
+        pp: c.pp,
+    };
+    let tp_link = cluster.group_link(c.tp, layout.tp_stride());
+    let cp_link = cluster.group_link(c.cp, layout.cp_stride());
+    let dp_link = cluster.group_link(c.dp * c.cp, layout.tp_stride() * c.tp);
+    let mut warnings = Vec::new();
+    if tp_link.inter_node && c.tp > 1 {
+        warnings.push(format!(
+            "the tensor-parallel group ({} GPUs) leaves the node of {}: its all-reduces run over the NIC",
+            c.tp, cluster.gpus_per_node
+        ));
+    }
+    let cp_kv_bytes = match model {
+        Model::Transformer(t) if c.cp > 1 => {
+            let tokens = c.micro_batch_size * t.seq_length / c.cp;
+            2 * tokens * t.kv_width() * c.precision.bytes() / c.tp
+        }
+        _ => 0,
+    };
+    let ctx = StageContext {
+        profile,
+        tp: c.tp,
+        tp_link,
+        recompute: c.recompute,
+        cp: c.cp,
+        cp_link,
+        cp_kv_bytes,
+    };
+    let stage_costs = stages::stage_costs(&layers, &ranges, &ctx);
+
+    // Pipeline sends between consecutive stages that sit on different ranks.
+    let p2p_s: Vec<f64> = (0..num_stages.saturating_sub(1))
+        .map(|k| {
+            let (from, to) = (sched.rank_of(k), sched.rank_of(k + 1));
+            if from == to {
+                return 0.0;
+            }
+            let a = from as u64 * layout.pp_stride();
+            let b = to as u64 * layout.pp_stride();
+            let link = if cluster.node_of(a) == cluster.node_of(b) {
+                cluster.group_link(1, 1)
+            } else {
+                cluster.group_link(2, cluster.num_gpus())
+            };
+            profile.p2p_time_s(stage_costs[k].output_bytes, &link)
+        })
+        .collect();
+    let sim_costs = SimCosts {
+        stages: stage_costs
+            .iter()
+            .map(|s| schedule::StageCosts {
+                forward_s: s.forward_s(),
+                backward_s: s.backward_s(),
+                backward_input_s: s.backward_input_s(),
+                backward_weight_s: s.backward_weight_s(),
+                activation_bytes: s.activation_bytes,
+                weight_grad_bytes: s.weight_grad_bytes,
+            })
+            .collect(),
+        p2p_s,
+        overlap_factor: None,
+    };
+    let sim =
+        schedule::simulate(&sched, &sim_costs).map_err(|e| PlanError::Schedule(e.to_string()))?;
+    let no_comm = SimCosts {
+        p2p_s: vec![0.0; sim_costs.p2p_s.len()],
+        ..sim_costs.clone()
+    };
+    let makespan_no_comm_s = schedule::simulate(&sched, &no_comm)
+        .map_err(|e| PlanError::Schedule(e.to_string()))?
+        .makespan_s;
+
+    // Per rank: stages, memory, data-parallel tail.
+    let pp = c.pp as usize;
+    let mut rank_stages: Vec<Vec<usize>> = vec![Vec::new(); pp];
+    for k in 0..num_stages {
+        rank_stages[sched.rank_of(k)].push(k);
+    }
+    let groups = [c.tp, c.cp, c.dp, c.pp].iter().filter(|&&d| d > 1).count() as u64;
+    let mem_ctx = MemoryContext {
+        zero_stage: c.zero_stage,
+        zero_shard: c.dp * c.cp,
+        comm_groups: groups,
+        reserve_bytes: c.memory_reserve_bytes,
+    };
+    let zero_shard = (c.dp * c.cp).max(1);
+    let embedding_rank = sched.rank_of(0);
+    let head_rank = sched.rank_of(num_stages - 1);
+    let mut memory = Vec::with_capacity(pp);
+    let mut dp_comm_s = Vec::with_capacity(pp);
+    let mut optimizer_s = Vec::with_capacity(pp);
+    for (r, ks) in rank_stages.iter().enumerate() {
+        let st: Vec<&StageCost> = ks.iter().map(|&k| &stage_costs[k]).collect();
+        memory.push(memory::rank_memory(
+            &st,
+            sim.peak_activation_bytes[r],
+            &mem_ctx,
+        ));
+        let params = memory::rank_params(&st);
+        let grad_bytes = params * memory::GRAD_BYTES_PER_PARAM;
+        let weight_bytes = params * memory::WEIGHT_BYTES_PER_PARAM;
+        let n = c.dp * c.cp;
+        use autopp_models::CollectiveKind::*;
+        let mut dp = match c.zero_stage {
+            0 => profile.collective_time_s(AllReduce, grad_bytes, n, &dp_link),
+            1 | 2 => {
+                profile.collective_time_s(ReduceScatter, grad_bytes, n, &dp_link)
+                    + profile.collective_time_s(AllGather, weight_bytes, n, &dp_link)
+            }
+            _ => {
+                m as f64
+                    * (2.0 * profile.collective_time_s(AllGather, weight_bytes, n, &dp_link)
+                        + profile.collective_time_s(ReduceScatter, grad_bytes, n, &dp_link))
+            }
+        };
+        // Tied word embeddings: the first and last ranks all-reduce the shared gradient.
+        if embedding_rank != head_rank && (r == embedding_rank || r == head_rank) {
+            let tied: u64 = stage_costs.iter().map(|s| s.tied_params).sum();
+            let a = embedding_rank as u64 * layout.pp_stride();
+            let b = head_rank as u64 * layout.pp_stride();
+            let link = if cluster.node_of(a) == cluster.node_of(b) {
+                cluster.group_link(1, 1)
+            } else {
+                cluster.group_link(2, cluster.num_gpus())
+            };
+            dp +=
+                profile.collective_time_s(AllReduce, tied * memory::GRAD_BYTES_PER_PARAM, 2, &link);
+        }
+        dp_comm_s.push(dp);
+        let owned = if c.zero_stage >= 1 {
+            params.div_ceil(zero_shard)
+        } else {
+            params
+        };
+        optimizer_s.push(profile.memory_bound_time_s(ADAM_BYTES_PER_PARAM * owned as f64));
+    }
+
+    // The tail: the slowest rank's data-parallel communication and optimizer step.
+    let tail_rank = (0..pp)
+        .max_by(|&a, &b| {
+            (dp_comm_s[a] + optimizer_s[a]).total_cmp(&(dp_comm_s[b] + optimizer_s[b]))
+        })
+        .unwrap_or(0);
+    let iteration_time_s = sim.makespan_s + dp_comm_s[tail_rank] + optimizer_s[tail_rank];
+
+    // The busiest rank explains the pipeline part of the breakdown.
+    let busy_rank = (0..pp)
+        .max_by(|&a, &b| sim.busy_s[a].total_cmp(&sim.busy_s[b]))
+        .unwrap_or(0);
+    let comm_busy: f64 = rank_stages[busy_rank]
+        .iter()
+        .map(|&k| stage_costs[k].comm_s())
+        .sum::<f64>()
+        * m as f64;
+    let pp_comm = (sim.makespan_s - makespan_no_comm_s).max(0.0);
+    let compute = sim.busy_s[busy_rank] - comm_busy;
+    let bubble = (sim.makespan_s - sim.busy_s[busy_rank] - pp_comm).max(0.0);
+    let breakdown = Breakdown {
+        compute,
+        bubble,
+        tp_comm: comm_busy,
+        pp_comm: sim.makespan_s - compute - comm_busy - bubble,
+        dp_comm: dp_comm_s[tail_rank],
+        optimizer: optimizer_s[tail_rank],
+    };
+
+    let flops_per_iteration = model.model_flops_per_sequence()? * c.global_batch_size as f64;
+    let gpus = c.num_gpus() as f64;
+    let tflops_per_gpu = flops_per_iteration / (iteration_time_s * gpus) / 1e12;
+    let capacity = cluster.gpu.memory_bytes;
+    let peak_memory_bytes = memory
+        .iter()
+        .map(RankMemory::total_bytes)
+        .max()
+        .unwrap_or(0);
+    let predicted = Predicted {
+        iteration_time_s,
+        tokens_per_s: (c.global_batch_size * model.seq_length()) as f64 / iteration_time_s,
+        tflops_per_gpu,
+        mfu: tflops_per_gpu * 1e12 / profile.peak_flops,
+        bubble_fraction: sim.bubble_fraction,
+        peak_memory_bytes,
+        memory_capacity_bytes: capacity,
+        fits: peak_memory_bytes <= capacity,
+        breakdown_s: breakdown,
+    };
+    let ranks = rank_stages
+        .iter()
+        .enumerate()
+        .map(|(r, ks)| {
+            let transformer_layers: u64 = ks
+                .iter()
+                .map(|&k| stage_costs[k].num_transformer_layers)
+                .sum();
+            RankPlan {
+                rank: r as u64,
+                stages: ks.iter().map(|&k| ranges[k]).collect(),
+                recompute: c.recompute.to_string(),
+                recompute_num_layers: if c.recompute == Recompute::Full {
+                    transformer_layers
+                } else {
+                    0
+                },
+                memory_bytes: memory[r].total_bytes(),
+                compute_time_s: sim.busy_s[r],
+            }
+        })
+        .collect();
+    let plan = Plan {
+        format_version: FORMAT_VERSION,
+        model: model.name().to_string(),
+        gpus: c.num_gpus(),
+        gpu: cluster.gpu.name.clone(),
+        gpus_per_node: cluster.gpus_per_node,
+        tp: c.tp,
+        pp: c.pp,
+        dp: c.dp,
+        cp: c.cp,
+        virtual_stages: c.virtual_stages,
+        micro_batch_size: c.micro_batch_size,
+        num_microbatches: m,
+        global_batch_size: c.global_batch_size,
+        schedule: c.schedule.to_string(),
+        recompute: c.recompute.to_string(),
+        sequence_parallel: c.sequence_parallel,
+        zero_stage: c.zero_stage,
+        ranks,
+    };
+    Ok(Estimate {
+        result: PlanAndPrediction { plan, predicted },
+        memory,
+        stages: stage_costs,
+        schedule: sched,
+        simulation: sim,
+        dp_comm_s,
+        optimizer_s,
+        warnings,
+    })
+}
+
+/// Whether a schedule places more than one stage per rank.
+fn supports_virtual_stages(kind: ScheduleKind) -> bool {
+    matches!(
+        kind,
+        ScheduleKind::Interleaved1F1B | ScheduleKind::LoopedBfs
+    )
+}

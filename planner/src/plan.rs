@@ -1,0 +1,116 @@
+//! The `Plan` (what to run) and `Predicted` (what it will do) types, serialised exactly as
+//! `autopp estimate --json` prints them and as plan files store them.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the plan JSON format; bumped on any incompatible change.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One pipeline rank of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankPlan {
+    /// Pipeline rank, 0..pp−1.
+    pub rank: u64,
+    /// Inclusive `[first_layer, last_layer]` of each stage the rank holds, in stage order
+    /// (indices into the layer list: 0 is the embedding).
+    pub stages: Vec<[usize; 2]>,
+    /// Recompute mode of the rank's transformer layers.
+    pub recompute: String,
+    /// Transformer layers on the rank that are fully recomputed.
+    pub recompute_num_layers: u64,
+    /// Peak memory per GPU of the rank, bytes.
+    pub memory_bytes: u64,
+    /// Busy time per iteration of one GPU of the rank (compute and tensor-parallel
+    /// communication), seconds.
+    pub compute_time_s: f64,
+}
+
+/// What to run: degrees, batching, schedule, recompute, sharding and the layer split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// [`FORMAT_VERSION`].
+    pub format_version: u32,
+    /// Model name.
+    pub model: String,
+    /// GPUs used.
+    pub gpus: u64,
+    /// GPU kind.
+    pub gpu: String,
+    /// GPUs per node.
+    pub gpus_per_node: u64,
+    /// Tensor-parallel degree.
+    pub tp: u64,
+    /// Pipeline ranks.
+    pub pp: u64,
+    /// Data-parallel degree.
+    pub dp: u64,
+    /// Context-parallel degree.
+    pub cp: u64,
+    /// Stages per pipeline rank.
+    pub virtual_stages: u64,
+    /// Sequences per micro-batch.
+    pub micro_batch_size: u64,
+    /// Micro-batches per iteration per data-parallel replica.
+    pub num_microbatches: u64,
+    /// Sequences per iteration.
+    pub global_batch_size: u64,
+    /// Schedule name.
+    pub schedule: String,
+    /// Recompute mode when all ranks agree, else `per-rank`.
+    pub recompute: String,
+    /// Megatron sequence parallelism.
+    pub sequence_parallel: bool,
+    /// ZeRO stage.
+    pub zero_stage: u8,
+    /// The ranks, 0..pp−1.
+    pub ranks: Vec<RankPlan>,
+}
+
+/// Where the iteration time goes, seconds; the parts add up to the iteration time.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Breakdown {
+    /// Compute (including recomputation) of the busiest rank.
+    pub compute: f64,
+    /// Pipeline idle time of the busiest rank not caused by sends.
+    pub bubble: f64,
+    /// Tensor- and context-parallel communication of the busiest rank.
+    pub tp_comm: f64,
+    /// Pipeline sends on the critical path.
+    pub pp_comm: f64,
+    /// Exposed data-parallel gradient (and ZeRO parameter) communication.
+    pub dp_comm: f64,
+    /// Optimizer step.
+    pub optimizer: f64,
+}
+
+/// What a plan is predicted to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Predicted {
+    /// Seconds per iteration.
+    pub iteration_time_s: f64,
+    /// Tokens per second over the whole cluster.
+    pub tokens_per_s: f64,
+    /// Model FLOP/s per GPU (no recomputation counted), in TFLOP/s.
+    pub tflops_per_gpu: f64,
+    /// Model FLOPs utilisation: a fraction of the dense peak for the precision.
+    pub mfu: f64,
+    /// Pipeline idle time / (pp × pipeline makespan).
+    pub bubble_fraction: f64,
+    /// Largest memory per GPU over ranks, bytes.
+    pub peak_memory_bytes: u64,
+    /// Memory per GPU, bytes.
+    pub memory_capacity_bytes: u64,
+    /// Every rank fits in memory.
+    pub fits: bool,
+    /// Where the time goes.
+    pub breakdown_s: Breakdown,
+}
+
+/// `{"plan", "predicted"}`: what `estimate --json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanAndPrediction {
+    /// The plan.
+    pub plan: Plan,
+    /// Its prediction.
+    pub predicted: Predicted,
+}

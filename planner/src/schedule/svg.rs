@@ -1,0 +1,314 @@
+//! An SVG Gantt chart of a simulated schedule: one lane per rank with time running to the
+//! right; `F`, `B`, `I`, `W` and idle in distinct colours (later stages of a rank in lighter
+//! shades of the same colour), the micro-batch number in each cell, and under each lane a
+//! strip showing the activation bytes alive over time.
+
+use std::fmt::Write as _;
+
+use super::ir::{Action, ActionKind, Schedule};
+use super::simulator::SimResult;
+
+/// Fill colour of each action kind, and of idle time.
+pub const COLOR_F: &str = "#4e79a7";
+/// Fill colour of a full backward.
+pub const COLOR_B: &str = "#59a14f";
+/// Fill colour of a backward-input.
+pub const COLOR_I: &str = "#f28e2b";
+/// Fill colour of a backward-weight.
+pub const COLOR_W: &str = "#b07aa1";
+/// Fill colour of idle time.
+pub const COLOR_IDLE: &str = "#e4e4e4";
+/// Fill colour of the memory strip.
+pub const COLOR_MEMORY: &str = "#e15759";
+
+const LEFT_PX: f64 = 64.0;
+const RIGHT_PX: f64 = 86.0;
+const TOP_PX: f64 = 58.0;
+const LANE_PX: f64 = 26.0;
+const MEM_PX: f64 = 16.0;
+const GAP_PX: f64 = 10.0;
+const AXIS_PX: f64 = 34.0;
+
+/// Escapes text for XML.
+pub fn xml_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The base colour of `kind`.
+pub fn kind_color(kind: ActionKind) -> &'static str {
+    match kind {
+        ActionKind::F => COLOR_F,
+        ActionKind::B => COLOR_B,
+        ActionKind::I => COLOR_I,
+        ActionKind::W => COLOR_W,
+    }
+}
+
+/// `hex` mixed with white by `t` in `[0, 1)`.
+fn lighten(hex: &str, t: f64) -> String {
+    let channel =
+        |i: usize| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("80"), 16).unwrap_or(128);
+    let mix = |c: u8| (c as f64 + (255.0 - c as f64) * t).round() as u8;
+    format!(
+        "#{:02x}{:02x}{:02x}",
+        mix(channel(1)),
+        mix(channel(3)),
+        mix(channel(5))
+    )
+}
+
+/// Colour of `a` on a rank holding `v` stages: later chunks are lighter.
+fn action_color(s: &Schedule, a: Action) -> String {
+    let chunk = a.stage as usize / s.pp.max(1);
+    let v = s.virtual_stages.max(1);
+    if v == 1 {
+        kind_color(a.kind).to_string()
+    } else {
+        lighten(kind_color(a.kind), 0.5 * chunk as f64 / v as f64)
+    }
+}
+
+fn fmt_num(x: f64) -> String {
+    let s = format!("{x:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A "nice" tick step near `span / 10`.
+fn tick_step(span: f64) -> f64 {
+    if span <= 0.0 {
+        return 1.0;
+    }
+    let raw = span / 10.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|k| k * mag)
+        .find(|&x| x >= raw)
+        .unwrap_or(10.0 * mag)
+}
+
+/// Draws the simulated run `r` of `s` as a standalone SVG document titled `title`.
+pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
+    let makespan = if r.makespan_s > 0.0 {
+        r.makespan_s
+    } else {
+        1.0
+    };
+    let chart_px = (makespan / shortest_step(r) * 22.0).clamp(600.0, 1800.0);
+    let x_of = |t: f64| LEFT_PX + t / makespan * chart_px;
+    let row_px = LANE_PX + MEM_PX + GAP_PX;
+    let width = LEFT_PX + chart_px + RIGHT_PX;
+    let height = TOP_PX + row_px * r.timeline.len() as f64 + AXIS_PX;
+    let peak_bytes = r
+        .peak_activation_bytes
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1);
+
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="Helvetica, Arial, sans-serif" font-size="11">"#,
+        w = fmt_num(width),
+        h = fmt_num(height)
+    );
+    let _ = writeln!(
+        o,
+        r#"<rect x="0" y="0" width="{}" height="{}" fill="white"/>"#,
+        fmt_num(width),
+        fmt_num(height)
+    );
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="18" font-size="14" font-weight="bold">{}</text>"#,
+        LEFT_PX,
+        xml_escape(title)
+    );
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="18" text-anchor="end">makespan {} · bubble {:.1}%</text>"#,
+        fmt_num(LEFT_PX + chart_px),
+        fmt_num(r.makespan_s),
+        r.bubble_fraction * 100.0
+    );
+    // Legend.
+    let used = |k: ActionKind| {
+        r.timeline
+            .iter()
+            .flatten()
+            .any(|t| t.step.actions().any(|a| a.kind == k))
+    };
+    let mut lx = LEFT_PX;
+    let mut legend: Vec<(&str, &str)> = [
+        (ActionKind::F, "F forward"),
+        (ActionKind::B, "B backward"),
+        (ActionKind::I, "I backward-input"),
+        (ActionKind::W, "W backward-weight"),
+    ]
+    .into_iter()
+    .filter(|(k, _)| used(*k))
+    .map(|(k, name)| (kind_color(k), name))
+    .collect();
+    legend.push((COLOR_IDLE, "idle"));
+    legend.push((COLOR_MEMORY, "activations alive"));
+    for (color, name) in legend {
+        let _ = writeln!(
+            o,
+            r#"<rect x="{}" y="28" width="12" height="12" fill="{color}"/><text x="{}" y="38">{}</text>"#,
+            fmt_num(lx),
+            fmt_num(lx + 16.0),
+            xml_escape(name)
+        );
+        lx += 24.0 + 6.5 * name.len() as f64;
+    }
+
+    for (rank, steps) in r.timeline.iter().enumerate() {
+        let y = TOP_PX + rank as f64 * row_px;
+        let _ = writeln!(
+            o,
+            r#"<text x="{}" y="{}" text-anchor="end">rank {rank}</text>"#,
+            LEFT_PX - 8.0,
+            fmt_num(y + LANE_PX / 2.0 + 4.0)
+        );
+        let _ = writeln!(
+            o,
+            r#"<rect class="idle" x="{}" y="{}" width="{}" height="{}" fill="{COLOR_IDLE}"/>"#,
+            LEFT_PX,
+            fmt_num(y),
+            fmt_num(chart_px),
+            LANE_PX
+        );
+        for t in steps {
+            let (x0, x1) = (x_of(t.start_s), x_of(t.end_s));
+            let parts: Vec<Action> = t.step.actions().collect();
+            let h = LANE_PX / parts.len() as f64;
+            for (k, a) in parts.iter().enumerate() {
+                let yk = y + h * k as f64;
+                let _ = writeln!(
+                    o,
+                    r#"<rect class="{kind}" x="{}" y="{}" width="{}" height="{}" fill="{}" stroke="white" stroke-width="0.5"><title>{} [{}, {}]</title></rect>"#,
+                    fmt_num(x0),
+                    fmt_num(yk),
+                    fmt_num((x1 - x0).max(0.0)),
+                    fmt_num(h),
+                    action_color(s, *a),
+                    xml_escape(&t.step.to_string()),
+                    fmt_num(t.start_s),
+                    fmt_num(t.end_s),
+                    kind = a.kind.letter(),
+                );
+                let label = a.microbatch.to_string();
+                if x1 - x0 >= 6.5 * label.len() as f64 + 2.0 && h >= 10.0 {
+                    let _ = writeln!(
+                        o,
+                        r#"<text x="{}" y="{}" text-anchor="middle" fill="white" font-size="{}">{label}</text>"#,
+                        fmt_num((x0 + x1) / 2.0),
+                        fmt_num(yk + h / 2.0 + 4.0),
+                        if parts.len() > 1 { 9 } else { 11 }
+                    );
+                }
+            }
+        }
+        // Memory strip: a step area of the bytes alive.
+        let base = y + LANE_PX + MEM_PX;
+        let scale = |b: u64| base - (b as f64 / peak_bytes as f64) * (MEM_PX - 2.0);
+        let mut d = format!("M{} {}", fmt_num(x_of(0.0)), fmt_num(base));
+        let mut last = 0u64;
+        for &(t, b) in &r.memory[rank] {
+            let x = fmt_num(x_of(t));
+            let _ = write!(
+                d,
+                " L{x} {} L{x} {}",
+                fmt_num(scale(last)),
+                fmt_num(scale(b))
+            );
+            last = b;
+        }
+        let _ = write!(
+            d,
+            " L{} {} L{} {} Z",
+            fmt_num(x_of(r.makespan_s)),
+            fmt_num(scale(last)),
+            fmt_num(x_of(r.makespan_s)),
+            fmt_num(base)
+        );
+        let _ = writeln!(
+            o,
+            r##"<rect x="{}" y="{}" width="{}" height="{}" fill="#fbeaea"/><path class="memory" d="{d}" fill="{COLOR_MEMORY}" fill-opacity="0.75"/>"##,
+            LEFT_PX,
+            fmt_num(base - MEM_PX + 2.0),
+            fmt_num(chart_px),
+            fmt_num(MEM_PX - 2.0)
+        );
+        let _ = writeln!(
+            o,
+            r#"<text x="{}" y="{}" font-size="9">peak {} ({} in flight)</text>"#,
+            fmt_num(LEFT_PX + chart_px + 6.0),
+            fmt_num(base - 2.0),
+            r.peak_activation_bytes[rank],
+            r.peak_inflight[rank]
+        );
+    }
+
+    // Time axis.
+    let axis_y = TOP_PX + row_px * r.timeline.len() as f64;
+    let _ = writeln!(
+        o,
+        r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#333"/>"##,
+        LEFT_PX,
+        fmt_num(axis_y),
+        fmt_num(LEFT_PX + chart_px),
+        fmt_num(axis_y)
+    );
+    let step = tick_step(makespan);
+    let mut t = 0.0;
+    while t <= makespan + 1e-9 {
+        let x = fmt_num(x_of(t));
+        let _ = writeln!(
+            o,
+            r##"<line x1="{x}" y1="{}" x2="{x}" y2="{}" stroke="#333"/><text x="{x}" y="{}" text-anchor="middle">{}</text>"##,
+            fmt_num(axis_y),
+            fmt_num(axis_y + 4.0),
+            fmt_num(axis_y + 16.0),
+            fmt_num(t)
+        );
+        t += step;
+    }
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="{}" text-anchor="end">time</text>"#,
+        fmt_num(LEFT_PX + chart_px),
+        fmt_num(axis_y + 30.0)
+    );
+    o.push_str("</svg>\n");
+    o
+}
+
+/// The shortest positive step duration (1 if none).
+fn shortest_step(r: &SimResult) -> f64 {
+    let d = r
+        .timeline
+        .iter()
+        .flatten()
+        .map(|t| t.end_s - t.start_s)
+        .filter(|&d| d > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    if d.is_finite() {
+        d
+    } else {
+        r.makespan_s.max(1.0)
+    }
+}

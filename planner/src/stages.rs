@@ -1,0 +1,167 @@
+//! Per-stage costs: the times of one stage's F, B, I and W for one micro-batch and the bytes it
+//! holds, summed from its layers' costs and the profile.
+
+use autopp_models::{LayerCost, LayerKind, Recompute};
+use autopp_profiler::{AnalyticProfile, Link};
+use serde::Serialize;
+
+/// What one stage costs for one micro-batch on one GPU of its rank.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct StageCost {
+    /// Inclusive `[first, last]` layer indices.
+    pub layers: [usize; 2],
+    /// Pure compute of the forward, seconds.
+    pub forward_compute_s: f64,
+    /// Tensor- (and context-) parallel communication in the forward, seconds.
+    pub forward_comm_s: f64,
+    /// Pure compute of the backward-input part, seconds (recompute excluded).
+    pub backward_input_compute_s: f64,
+    /// Pure compute of the backward-weight part, seconds.
+    pub backward_weight_compute_s: f64,
+    /// Tensor- (and context-) parallel communication in the backward, seconds.
+    pub backward_comm_s: f64,
+    /// Recomputation done before the backward (compute and its communication), seconds.
+    pub recompute_s: f64,
+    /// The communication part of `recompute_s` (collectives of recomputed forwards), seconds.
+    pub recompute_comm_s: f64,
+    /// Activation bytes held from F to B per micro-batch.
+    pub activation_bytes: u64,
+    /// Bytes still held from I to W when the backward is split.
+    pub weight_grad_bytes: u64,
+    /// The largest transient working set of the backward (recomputed activations and gradient
+    /// buffers), bytes.
+    pub transient_bytes: u64,
+    /// Parameters owned by the stage on one GPU.
+    pub params: u64,
+    /// Parameters used but owned by another stage (tied LM head), on one GPU.
+    pub tied_params: u64,
+    /// Largest single layer's parameters on one GPU (ZeRO-3 gathers one layer at a time).
+    pub max_layer_params: u64,
+    /// Bytes sent to the next stage per micro-batch.
+    pub output_bytes: u64,
+    /// Transformer layers in the stage.
+    pub num_transformer_layers: u64,
+    /// The stage holds the embedding.
+    pub has_embedding: bool,
+    /// The stage holds the head.
+    pub has_head: bool,
+}
+
+impl StageCost {
+    /// Forward time including communication, seconds.
+    pub fn forward_s(&self) -> f64 {
+        self.forward_compute_s + self.forward_comm_s
+    }
+    /// Backward-input time (with recomputation and communication), seconds.
+    pub fn backward_input_s(&self) -> f64 {
+        self.backward_input_compute_s + self.backward_comm_s + self.recompute_s
+    }
+    /// Backward-weight time, seconds.
+    pub fn backward_weight_s(&self) -> f64 {
+        self.backward_weight_compute_s
+    }
+    /// Full backward time (B = I + W), seconds.
+    pub fn backward_s(&self) -> f64 {
+        self.backward_input_s() + self.backward_weight_s()
+    }
+    /// Communication inside F and B (tensor/context parallel, including recomputed forwards),
+    /// seconds.
+    pub fn comm_s(&self) -> f64 {
+        self.forward_comm_s + self.backward_comm_s + self.recompute_comm_s
+    }
+}
+
+/// Inputs that shape the per-stage costs besides the layers.
+#[derive(Debug, Clone, Copy)]
+pub struct StageContext<'a> {
+    /// The profile that times ops and collectives.
+    pub profile: &'a AnalyticProfile,
+    /// Tensor-parallel group size.
+    pub tp: u64,
+    /// The tensor-parallel group's link.
+    pub tp_link: Link,
+    /// Recompute mode of transformer layers.
+    pub recompute: Recompute,
+    /// Context-parallel group size and its link, with the bytes of K and V exchanged per
+    /// transformer layer per micro-batch (0 without context parallelism).
+    pub cp: u64,
+    /// The context-parallel group's link.
+    pub cp_link: Link,
+    /// Bytes of K and V each GPU contributes per transformer layer per micro-batch.
+    pub cp_kv_bytes: u64,
+}
+
+/// Sums the costs of `layers[first..=last]` for each stage range.
+pub fn stage_costs(
+    layers: &[LayerCost],
+    ranges: &[[usize; 2]],
+    ctx: &StageContext<'_>,
+) -> Vec<StageCost> {
+    let profile = ctx.profile;
+    // All transformer layers are alike: time each distinct layer once.
+    let timed: Vec<_> = layers.iter().map(|l| profile.layer_times(l)).collect();
+    let cp_fwd = if ctx.cp > 1 {
+        profile.collective_time_s(
+            autopp_models::CollectiveKind::AllGather,
+            ctx.cp_kv_bytes * ctx.cp,
+            ctx.cp,
+            &ctx.cp_link,
+        )
+    } else {
+        0.0
+    };
+    ranges
+        .iter()
+        .map(|&[first, last]| {
+            let mut st = StageCost {
+                layers: [first, last],
+                ..StageCost::default()
+            };
+            for (layer, times) in layers[first..=last].iter().zip(&timed[first..=last]) {
+                let is_block = layer.kind == LayerKind::Transformer;
+                let tp_f = profile.collectives_time_s(&layer.tp_forward, ctx.tp, &ctx.tp_link)
+                    + if is_block { cp_fwd } else { 0.0 };
+                let tp_b = profile.collectives_time_s(&layer.tp_backward, ctx.tp, &ctx.tp_link)
+                    + if is_block { cp_fwd } else { 0.0 };
+                st.forward_compute_s += times.forward_s;
+                st.forward_comm_s += tp_f;
+                st.backward_input_compute_s += times.backward_input_s;
+                st.backward_weight_compute_s += times.backward_weight_s;
+                st.backward_comm_s += tp_b;
+                let mode = if layer.recomputable {
+                    ctx.recompute
+                } else {
+                    Recompute::None
+                };
+                st.recompute_s += match mode {
+                    Recompute::None => 0.0,
+                    Recompute::Selective => times.selective_recompute_s,
+                    Recompute::Full => times.forward_s + tp_f,
+                };
+                if mode == Recompute::Full {
+                    st.recompute_comm_s += tp_f;
+                }
+                st.activation_bytes += layer.activation_bytes_for(ctx.recompute);
+                st.weight_grad_bytes += layer.weight_grad_bytes;
+                // Backward working set: under full recompute one layer's whole activations
+                // come back; always, the output gradient and the input gradient of one layer.
+                let regrown = if mode == Recompute::Full {
+                    layer.activation_bytes.none
+                } else {
+                    0
+                };
+                st.transient_bytes = st
+                    .transient_bytes
+                    .max(regrown + 2 * layer.output_bytes * ctx.tp);
+                st.params += layer.params;
+                st.tied_params += layer.tied_params;
+                st.max_layer_params = st.max_layer_params.max(layer.params + layer.tied_params);
+                st.output_bytes = layer.output_bytes;
+                st.num_transformer_layers += u64::from(is_block);
+                st.has_embedding |= layer.kind == LayerKind::Embedding;
+                st.has_head |= layer.kind == LayerKind::Head;
+            }
+            st
+        })
+        .collect()
+}

@@ -1,0 +1,267 @@
+//! The analytic profile: seconds for a layer's ops from a roofline with shape-dependent
+//! efficiency, and seconds for collectives and point-to-point sends from the ring model.
+//!
+//! Sources: the roofline `max(flops / (peak · eff), bytes / (hbm_bw · eff_mem))` and the ring
+//! collective costs (`2·(n−1)/n · S / bw + 2·(n−1)·α` for all-reduce, half of that for
+//! all-gather and reduce-scatter) as collected in autopp's COST_MODEL.md (Thakur et al. 2005
+//! for the ring; NCCL's bus-bandwidth convention).
+
+use autopp_models::{Collective, CollectiveKind, LayerCost, Op};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{Cluster, Link};
+use crate::hardware::Precision;
+use crate::ProfilerError;
+
+/// The efficiency factors of the analytic profile: what fraction of a peak each kind of work
+/// reaches. Calibrated on published runs (the validation issue); these defaults are the
+/// starting point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Efficiency {
+    /// Fraction of the tensor-core peak that a large GEMM reaches.
+    pub gemm_max: f64,
+    /// A GEMM dimension of this size reaches half of `gemm_max` along that dimension; the
+    /// efficiency is `gemm_max · Π x/(x + gemm_half_dim)` over `m`, `n`, `k`.
+    pub gemm_half_dim: f64,
+    /// Fraction of the peak a fused attention kernel reaches on long sequences.
+    pub attention_fused: f64,
+    /// Fraction of the HBM bandwidth that memory-bound kernels reach.
+    pub hbm: f64,
+    /// Fraction of NVLink bandwidth a collective reaches inside a node.
+    pub comm_intra: f64,
+    /// Fraction of NIC bandwidth a collective reaches across nodes.
+    pub comm_inter: f64,
+    /// Launch and scheduling overhead per kernel, seconds.
+    pub kernel_overhead_s: f64,
+}
+
+impl Default for Efficiency {
+    fn default() -> Self {
+        Efficiency {
+            gemm_max: 0.80,
+            gemm_half_dim: 64.0,
+            attention_fused: 0.55,
+            hbm: 0.70,
+            comm_intra: 0.75,
+            comm_inter: 0.85,
+            kernel_overhead_s: 4e-6,
+        }
+    }
+}
+
+impl Efficiency {
+    /// GEMM efficiency (fraction of peak) for an `[m × k]·[k × n]` product.
+    pub fn gemm(&self, m: u64, n: u64, k: u64) -> f64 {
+        let sat = |x: u64| x as f64 / (x as f64 + self.gemm_half_dim);
+        self.gemm_max * sat(m) * sat(n) * sat(k)
+    }
+}
+
+/// Times of one layer's passes on one GPU for one micro-batch, in seconds, compute only
+/// (tensor-parallel collectives are timed separately by the planner).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct LayerTimes {
+    /// Forward.
+    pub forward_s: f64,
+    /// Backward with respect to the input (`I`).
+    pub backward_input_s: f64,
+    /// Backward with respect to the weights (`W`).
+    pub backward_weight_s: f64,
+    /// Extra forward work under selective recompute.
+    pub selective_recompute_s: f64,
+}
+
+/// Per-layer and communication times computed from hardware figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnalyticProfile {
+    /// The cluster being modelled.
+    pub cluster: Cluster,
+    /// Math precision.
+    pub precision: Precision,
+    /// Dense tensor-core peak for `precision`, FLOP/s.
+    pub peak_flops: f64,
+    /// Efficiency factors.
+    pub efficiency: Efficiency,
+}
+
+impl AnalyticProfile {
+    /// A profile of `cluster` in `precision` with the default efficiency factors.
+    pub fn new(cluster: Cluster, precision: Precision) -> Result<Self, ProfilerError> {
+        let peak_flops = cluster.gpu.peak_flops(precision)?;
+        Ok(AnalyticProfile {
+            cluster,
+            precision,
+            peak_flops,
+            efficiency: Efficiency::default(),
+        })
+    }
+
+    /// Seconds for one op on one GPU.
+    pub fn op_time_s(&self, op: &Op) -> f64 {
+        let eff = &self.efficiency;
+        let e = self.precision.bytes() as f64;
+        let hbm = self.cluster.gpu.hbm_bw_bytes_per_s * eff.hbm;
+        match *op {
+            Op::Gemm { m, n, k, count } => {
+                let flops = op.flops();
+                let compute = flops / (self.peak_flops * eff.gemm(m, n, k));
+                let bytes = e * (m * k + k * n + m * n) as f64 * count as f64;
+                compute.max(bytes / hbm) + eff.kernel_overhead_s
+            }
+            Op::Attention {
+                batch_heads,
+                seq_q,
+                seq_k,
+                head_dim,
+                causal,
+                backward,
+                fused,
+            } => {
+                if fused {
+                    // A causal kernel skips the masked blocks: about half the work.
+                    let work = if causal { 0.5 } else { 1.0 } * op.flops();
+                    let sat = seq_q as f64 / (seq_q as f64 + 2.0 * eff.gemm_half_dim);
+                    let rate = self.peak_flops * eff.attention_fused * sat;
+                    work / rate + eff.kernel_overhead_s
+                } else {
+                    // Two batched GEMMs (Q·Kᵀ and P·V); the backward runs two of each.
+                    let scores = Op::Gemm {
+                        m: seq_q,
+                        n: seq_k,
+                        k: head_dim,
+                        count: batch_heads,
+                    };
+                    let values = Op::Gemm {
+                        m: seq_q,
+                        n: head_dim,
+                        k: seq_k,
+                        count: batch_heads,
+                    };
+                    let once = self.op_time_s(&scores) + self.op_time_s(&values);
+                    if backward {
+                        2.0 * once
+                    } else {
+                        once
+                    }
+                }
+            }
+            Op::Elementwise { bytes } => bytes as f64 / hbm + eff.kernel_overhead_s,
+        }
+    }
+
+    /// Seconds for a list of ops run one after another.
+    pub fn ops_time_s(&self, ops: &[Op]) -> f64 {
+        ops.iter().map(|op| self.op_time_s(op)).sum()
+    }
+
+    /// Compute times of one layer's passes.
+    pub fn layer_times(&self, layer: &LayerCost) -> LayerTimes {
+        LayerTimes {
+            forward_s: self.ops_time_s(&layer.forward_ops),
+            backward_input_s: self.ops_time_s(&layer.backward_input_ops),
+            backward_weight_s: self.ops_time_s(&layer.backward_weight_ops),
+            selective_recompute_s: self.ops_time_s(&layer.selective_recompute_ops),
+        }
+    }
+
+    /// Effective bandwidth of a link for collectives, bytes/s.
+    fn effective_bw(&self, link: &Link) -> f64 {
+        let eff = if link.inter_node {
+            self.efficiency.comm_inter
+        } else {
+            self.efficiency.comm_intra
+        };
+        link.bw_bytes_per_s * eff
+    }
+
+    /// Seconds for a ring collective of a `bytes`-sized (whole) tensor over `n` GPUs:
+    /// all-reduce `2·(n−1)/n · S / bw + 2·(n−1)·α`; all-gather and reduce-scatter
+    /// `(n−1)/n · S / bw + (n−1)·α`.
+    pub fn collective_time_s(&self, kind: CollectiveKind, bytes: u64, n: u64, link: &Link) -> f64 {
+        if n <= 1 || bytes == 0 {
+            return 0.0;
+        }
+        let steps = match kind {
+            CollectiveKind::AllReduce => 2.0,
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => 1.0,
+        };
+        let frac = (n - 1) as f64 / n as f64;
+        steps * (frac * bytes as f64 / self.effective_bw(link) + (n - 1) as f64 * link.latency_s)
+    }
+
+    /// Seconds for a list of tensor-parallel collectives over `n` GPUs.
+    pub fn collectives_time_s(&self, list: &[Collective], n: u64, link: &Link) -> f64 {
+        list.iter()
+            .map(|c| self.collective_time_s(c.kind, c.bytes, n, link))
+            .sum()
+    }
+
+    /// Seconds to send `bytes` point to point over `link`.
+    pub fn p2p_time_s(&self, bytes: u64, link: &Link) -> f64 {
+        if bytes == 0 {
+            return 0.0;
+        }
+        bytes as f64 / self.effective_bw(link) + link.latency_s
+    }
+
+    /// Seconds for a memory-bound pass over `bytes` of HBM traffic (e.g. the optimizer step).
+    pub fn memory_bound_time_s(&self, bytes: f64) -> f64 {
+        bytes / (self.cluster.gpu.hbm_bw_bytes_per_s * self.efficiency.hbm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware;
+
+    fn profile() -> AnalyticProfile {
+        let c = Cluster::new(hardware::gpu("a100-80g").unwrap(), 16, 8, None).unwrap();
+        AnalyticProfile::new(c, Precision::Bf16).unwrap()
+    }
+
+    #[test]
+    fn ring_all_reduce_hand_worked() {
+        // 1 GB over 8 GPUs inside a node: 2·7/8·1e9 / (300e9·0.75) + 2·7·6µs
+        let p = profile();
+        let link = p.cluster.group_link(8, 1);
+        let t = p.collective_time_s(CollectiveKind::AllReduce, 1_000_000_000, 8, &link);
+        let expect = 2.0 * 7.0 / 8.0 * 1e9 / (300e9 * 0.75) + 14.0 * 6e-6;
+        assert!((t - expect).abs() < 1e-12, "{t} vs {expect}");
+        let ag = p.collective_time_s(CollectiveKind::AllGather, 1_000_000_000, 8, &link);
+        assert!((2.0 * ag - t).abs() < 1e-12);
+        assert_eq!(
+            p.collective_time_s(CollectiveKind::AllReduce, 10, 1, &link),
+            0.0
+        );
+    }
+
+    #[test]
+    fn gemm_efficiency_grows_with_shape() {
+        let e = Efficiency::default();
+        assert!(e.gemm(8192, 8192, 8192) > e.gemm(8192, 1536, 8192));
+        assert!(e.gemm(8192, 8192, 8192) < e.gemm_max);
+        assert!(e.gemm(8192, 8192, 8192) > 0.95 * e.gemm_max * 0.98);
+    }
+
+    #[test]
+    fn large_gemm_is_compute_bound_hand_worked() {
+        let p = profile();
+        let (m, n, k) = (8192u64, 12288u64, 12288u64);
+        let t = p.op_time_s(&Op::Gemm { m, n, k, count: 1 });
+        let flops = 2.0 * (m * n * k) as f64;
+        let expect = flops / (312e12 * p.efficiency.gemm(m, n, k)) + 4e-6;
+        assert!((t - expect).abs() / expect < 1e-12);
+    }
+
+    #[test]
+    fn skinny_gemm_is_memory_bound() {
+        let p = profile();
+        let (m, n, k) = (1u64, 12288u64, 12288u64);
+        let t = p.op_time_s(&Op::Gemm { m, n, k, count: 1 });
+        let bytes = 2.0 * (m * k + k * n + m * n) as f64;
+        let expect = bytes / (2039e9 * 0.70) + 4e-6;
+        assert!((t - expect).abs() / expect < 1e-12);
+    }
+}

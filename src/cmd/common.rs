@@ -1,0 +1,113 @@
+//! Arguments and helpers shared by subcommands: the cluster flags, model loading, formatting.
+
+use anyhow::{Context, Result};
+use autopp_models::Model;
+use autopp_profiler::{hardware, Cluster};
+use clap::Args;
+
+/// The cluster flags shared by `estimate` and `plan`.
+#[derive(Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// GPU kind (see `autopp gpus`).
+    #[arg(long, default_value = "h100-sxm", value_name = "KIND")]
+    pub gpu: String,
+    /// GPUs per node (one NVLink domain).
+    #[arg(long, default_value_t = 8, value_name = "K")]
+    pub gpus_per_node: u64,
+    /// NIC bandwidth per GPU in Gbit/s [default: 200 for A100, 400 for H100/H200, 100 for V100].
+    #[arg(long, value_name = "X")]
+    pub nic_gbps: Option<f64>,
+    /// A cluster.json describing the machine (replaces --gpu, --gpus-per-node, --nic-gbps).
+    #[arg(long, value_name = "FILE")]
+    pub cluster: Option<String>,
+}
+
+impl ClusterArgs {
+    /// The cluster of `gpus` GPUs these flags describe.
+    pub fn build(&self, gpus: Option<u64>) -> Result<Cluster> {
+        if let Some(path) = &self.cluster {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--cluster: cannot read '{path}'"))?;
+            let cluster = Cluster::from_json(&text, path)?;
+            return Ok(match gpus {
+                Some(n) => cluster.with_gpus(n)?,
+                None => cluster,
+            });
+        }
+        let gpus = gpus.ok_or_else(|| anyhow::anyhow!("--gpus: give the number of GPUs"))?;
+        let gpu = hardware::gpu(&self.gpu)?;
+        Ok(Cluster::new(gpu, gpus, self.gpus_per_node, self.nic_gbps)?)
+    }
+}
+
+/// Loads a model by preset name or path.
+pub fn load_model(name_or_path: &str) -> Result<Model> {
+    Ok(autopp_models::load(name_or_path)?)
+}
+
+/// Bytes as GiB with one decimal.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// A duration in seconds with a unit that keeps three significant figures.
+pub fn secs(t_s: f64) -> String {
+    if t_s >= 1.0 {
+        format!("{t_s:.2} s")
+    } else if t_s >= 1e-3 {
+        format!("{:.1} ms", t_s * 1e3)
+    } else {
+        format!("{:.1} µs", t_s * 1e6)
+    }
+}
+
+/// A large count with thousands separators.
+pub fn thousands(x: f64) -> String {
+    let n = x.round() as u64;
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, then a rename,
+/// so a failure never leaves a partial file.
+pub fn write_atomic(path: &str, bytes: &[u8]) -> Result<()> {
+    let target = std::path::Path::new(path);
+    let dir = target
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| std::path::Path::new("."));
+    let name = target
+        .file_name()
+        .ok_or_else(|| anyhow::anyhow!("'{path}' is not a file path"))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write '{path}'"))?;
+    std::fs::rename(&tmp, target).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::anyhow!("cannot write '{path}': {e}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formatting() {
+        assert_eq!(thousands(1234567.4), "1,234,567");
+        assert_eq!(thousands(12.0), "12");
+        assert_eq!(secs(2.5), "2.50 s");
+        assert_eq!(secs(0.0125), "12.5 ms");
+        assert_eq!(gib(3 << 29), "1.5");
+    }
+}

@@ -1,0 +1,304 @@
+//! `autopp estimate`: time and memory of one full configuration.
+
+use anyhow::{bail, Result};
+use autopp_models::{Model, Recompute};
+use autopp_planner::schedule::ScheduleKind;
+use autopp_planner::{evaluate, Estimate, ParallelConfig};
+use autopp_profiler::{AnalyticProfile, Precision};
+use clap::Args;
+
+use super::common::{gib, load_model, secs, thousands, ClusterArgs};
+
+/// Predict the iteration time and per-GPU memory of one parallel configuration.
+///
+/// Example: autopp estimate gpt3-175b --gpus 1024 --tp 8 --pp 16 --mbs 1 --global-batch 1536
+/// --gpu a100-80g --recompute full
+#[derive(Args, Debug)]
+pub struct EstimateArgs {
+    /// A preset name (see `autopp models`) or a path to a model.json, a Hugging Face
+    /// config.json or a layer list.
+    pub model: String,
+    /// Number of GPUs [default with --cluster: all of the cluster's].
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<u64>,
+    /// Tensor-parallel degree (within a node, normally).
+    #[arg(long, default_value_t = 1, value_name = "T")]
+    pub tp: u64,
+    /// Pipeline-parallel degree: the number of pipeline ranks.
+    #[arg(long, default_value_t = 1, value_name = "P")]
+    pub pp: u64,
+    /// Data-parallel degree [default: GPUs / (tp · pp · cp)].
+    #[arg(long, value_name = "D")]
+    pub dp: Option<u64>,
+    /// Context-parallel degree (the sequence split over GPUs).
+    #[arg(long, default_value_t = 1, value_name = "C")]
+    pub cp: u64,
+    /// Micro-batch size in sequences.
+    #[arg(long, default_value_t = 1, value_name = "B")]
+    pub mbs: u64,
+    /// Global batch in sequences [default: the model's published batch].
+    #[arg(long, value_name = "G")]
+    pub global_batch: Option<u64>,
+    /// Stages (model chunks) per pipeline rank; more than 1 needs an interleaved schedule.
+    #[arg(long = "virtual", default_value_t = 1, value_name = "V")]
+    pub virtual_stages: u64,
+    /// Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, looped-bfs [default: 1f1b, or
+    /// interleaved-1f1b with --virtual > 1].
+    #[arg(long, value_name = "KIND")]
+    pub schedule: Option<ScheduleKind>,
+    /// Micro-batch group size of interleaved schedules [default: pp].
+    #[arg(long, value_name = "G")]
+    pub group_size: Option<u64>,
+    /// Activation recomputation of transformer layers: none, selective (attention core) or
+    /// full (keep only each layer's input).
+    #[arg(long, default_value = "none", value_name = "MODE")]
+    pub recompute: Recompute,
+    /// Megatron sequence parallelism (needs --tp ≥ 2).
+    #[arg(long)]
+    pub sequence_parallel: bool,
+    /// ZeRO stage: 0 none, 1 optimizer states (Megatron's distributed optimizer), 2 +
+    /// gradients, 3 + weights.
+    #[arg(long = "zero", default_value_t = 0, value_name = "0|1|2|3")]
+    pub zero_stage: u8,
+    /// An explicit layer split: layer-list entries per stage, comma-separated, in stage order
+    /// (the embedding and the head count as one entry each).
+    #[arg(long, value_delimiter = ',', value_name = "N,N,…")]
+    pub split: Option<Vec<usize>>,
+    /// Math precision: bf16 or fp16.
+    #[arg(long, default_value = "bf16", value_name = "P")]
+    pub precision: Precision,
+    /// Memory kept free per GPU for the CUDA context, NCCL and fragmentation, GiB.
+    #[arg(long, default_value_t = 2.0, value_name = "R")]
+    pub memory_reserve_gib: f64,
+    /// Model the attention core without a fused (FlashAttention) kernel.
+    #[arg(long)]
+    pub no_flash_attention: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Print one JSON object {"plan", "predicted"} instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl EstimateArgs {
+    /// The configuration these flags describe, for `gpus` GPUs.
+    fn config(&self, model: &Model, gpus: u64) -> Result<ParallelConfig> {
+        for (flag, v) in [
+            ("--tp", self.tp),
+            ("--pp", self.pp),
+            ("--cp", self.cp),
+            ("--mbs", self.mbs),
+            ("--virtual", self.virtual_stages),
+        ] {
+            if v == 0 {
+                bail!("{flag}: must be at least 1");
+            }
+        }
+        let dp = match self.dp {
+            Some(d) => d,
+            None => {
+                let per_replica = self.tp * self.pp * self.cp;
+                if gpus % per_replica != 0 {
+                    bail!(
+                        "--gpus: {gpus} is not divisible by tp · pp · cp = {per_replica}: use a multiple of {per_replica}, or other degrees"
+                    );
+                }
+                gpus / per_replica
+            }
+        };
+        let global_batch_size = match self.global_batch.or(model.default_global_batch()) {
+            Some(g) => g,
+            None => bail!("--global-batch: the model names no default batch; give one"),
+        };
+        let schedule = self.schedule.unwrap_or(if self.virtual_stages > 1 {
+            ScheduleKind::Interleaved1F1B
+        } else {
+            ScheduleKind::OneFOneB
+        });
+        if !(self.memory_reserve_gib.is_finite() && self.memory_reserve_gib >= 0.0) {
+            bail!("--memory-reserve-gib: must be zero or a positive number of GiB");
+        }
+        Ok(ParallelConfig {
+            tp: self.tp,
+            pp: self.pp,
+            dp,
+            cp: self.cp,
+            virtual_stages: self.virtual_stages,
+            micro_batch_size: self.mbs,
+            global_batch_size,
+            schedule,
+            group_size: self.group_size,
+            recompute: self.recompute,
+            sequence_parallel: self.sequence_parallel,
+            zero_stage: self.zero_stage,
+            split: self.split.clone(),
+            precision: self.precision,
+            memory_reserve_bytes: (self.memory_reserve_gib * (1u64 << 30) as f64) as u64,
+            flash_attention: !self.no_flash_attention,
+        })
+    }
+}
+
+/// Runs `autopp estimate`.
+pub fn run(args: &EstimateArgs) -> Result<()> {
+    let model = load_model(&args.model)?;
+    let cluster = args.cluster.build(args.gpus)?;
+    let config = args.config(&model, cluster.num_gpus())?;
+    let profile = AnalyticProfile::new(cluster, config.precision)?;
+    let estimate = evaluate(&model, &profile, &config)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&estimate.result)?);
+    } else {
+        print!("{}", render(&model, &profile, &config, &estimate));
+    }
+    for w in &estimate.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(())
+}
+
+/// The human-readable report.
+pub fn render(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    e: &Estimate,
+) -> String {
+    use std::fmt::Write;
+    let (plan, pred) = (&e.result.plan, &e.result.predicted);
+    let cl = &profile.cluster;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} ({:.1} B parameters) on {} × {} ({} node{} × {}, NIC {:.0} Gb/s per GPU)",
+        model.name(),
+        model.num_params() as f64 / 1e9,
+        plan.gpus,
+        plan.gpu,
+        cl.nodes,
+        if cl.nodes == 1 { "" } else { "s" },
+        cl.gpus_per_node,
+        cl.nic_bw_bytes_per_s * 8.0 / 1e9,
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "  parallelism   tp {} · pp {} · dp {} · cp {}    schedule {}, {} stage{} per rank",
+        c.tp,
+        c.pp,
+        c.dp,
+        c.cp,
+        plan.schedule,
+        c.virtual_stages,
+        if c.virtual_stages == 1 { "" } else { "s" }
+    );
+    let tokens = c.global_batch_size * model.seq_length();
+    let _ = writeln!(
+        o,
+        "  batching      {} micro-batch{} of {} per replica → global batch {} ({} tokens)",
+        plan.num_microbatches,
+        if plan.num_microbatches == 1 { "" } else { "es" },
+        c.micro_batch_size,
+        c.global_batch_size,
+        thousands(tokens as f64)
+    );
+    let _ = writeln!(
+        o,
+        "  memory        recompute {} · sequence parallel {} · ZeRO {} · {}{}",
+        c.recompute,
+        if c.sequence_parallel { "on" } else { "off" },
+        c.zero_stage,
+        c.precision,
+        if c.flash_attention {
+            " · flash attention"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(o);
+    let t = pred.iteration_time_s;
+    let b = &pred.breakdown_s;
+    let _ = writeln!(o, "  iteration     {}", secs(t));
+    for (name, v) in [
+        ("compute", b.compute),
+        ("bubble", b.bubble),
+        ("tp comm", b.tp_comm),
+        ("pp comm", b.pp_comm),
+        ("dp comm", b.dp_comm),
+        ("optimizer", b.optimizer),
+    ] {
+        let _ = writeln!(o, "    {name:<11} {:>10}  {:>5.1}%", secs(v), 100.0 * v / t);
+    }
+    let _ = writeln!(
+        o,
+        "  throughput    {} tokens/s · {:.1} TFLOP/s per GPU · MFU {:.1}% · bubble {:.1}%",
+        thousands(pred.tokens_per_s),
+        pred.tflops_per_gpu,
+        100.0 * pred.mfu,
+        100.0 * pred.bubble_fraction
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "  memory per GPU, GiB   weights  grads  optim  activ  transient  buffers  reserve   total"
+    );
+    let pp = plan.ranks.len();
+    let peak_rank = (0..pp)
+        .max_by_key(|&r| plan.ranks[r].memory_bytes)
+        .unwrap_or(0);
+    let shown: Vec<usize> = if pp <= 16 {
+        (0..pp).collect()
+    } else {
+        let mut v: Vec<usize> = (0..4).chain(pp - 3..pp).collect();
+        if !v.contains(&peak_rank) {
+            v.push(peak_rank);
+            v.sort_unstable();
+        }
+        v
+    };
+    let mut last = None;
+    for r in shown {
+        if let Some(l) = last {
+            if r != l + 1 {
+                let _ = writeln!(o, "    …");
+            }
+        }
+        last = Some(r);
+        let m = &e.memory[r];
+        let layers = plan.ranks[r]
+            .stages
+            .iter()
+            .map(|[a, b]| format!("{a}–{b}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let _ = writeln!(
+            o,
+            "    rank {r:<3} {layers:<10} {:>7} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>7}",
+            gib(m.weights_bytes),
+            gib(m.grads_bytes),
+            gib(m.optimizer_bytes),
+            gib(m.activations_bytes),
+            gib(m.transient_bytes),
+            gib(m.buffers_bytes),
+            gib(m.reserve_bytes),
+            gib(m.total_bytes()),
+        );
+    }
+    let _ = writeln!(o);
+    if pred.fits {
+        let _ = writeln!(
+            o,
+            "  FITS: peak {} GiB of {} GiB per GPU (rank {peak_rank})",
+            gib(pred.peak_memory_bytes),
+            gib(pred.memory_capacity_bytes)
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "  DOES NOT FIT (rank {peak_rank} needs {} GiB of {} GiB)",
+            gib(pred.peak_memory_bytes),
+            gib(pred.memory_capacity_bytes)
+        );
+    }
+    o
+}
