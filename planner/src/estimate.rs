@@ -1,7 +1,7 @@
 //! Evaluating one full configuration: the iteration time with its breakdown and every rank's
 //! peak memory. `autopp estimate` prints this; the planner ranks candidates by it.
 
-use autopp_models::{LayerKind, Model, Recompute, ShardSpec};
+use autopp_models::{LayerCost, LayerKind, Model, Recompute, ShardSpec};
 use autopp_profiler::{AnalyticProfile, Layout};
 use serde::Serialize;
 
@@ -129,8 +129,13 @@ pub fn evaluate(
     c: &ParallelConfig,
 ) -> Result<Estimate, PlanError> {
     check_config(model, profile, c)?;
-    let cluster = &profile.cluster;
-    let shard = ShardSpec {
+    let layers = model.layers(&shard_spec(c))?;
+    evaluate_layers(model, profile, c, &layers)
+}
+
+/// The layer sharding a configuration implies.
+pub fn shard_spec(c: &ParallelConfig) -> ShardSpec {
+    ShardSpec {
         micro_batch_size: c.micro_batch_size,
         tp: c.tp,
         sequence_parallel: c.sequence_parallel,
@@ -138,8 +143,18 @@ pub fn evaluate(
         dtype_bytes: c.precision.bytes(),
         flash_attention: c.flash_attention,
         ..ShardSpec::default()
-    };
-    let layers = model.layers(&shard)?;
+    }
+}
+
+/// [`evaluate`] for a configuration already checked with [`check_config`], given the model's
+/// layers under [`shard_spec`]`(c)` (the planner caches them across configurations).
+pub fn evaluate_layers(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: &[LayerCost],
+) -> Result<Estimate, PlanError> {
+    let cluster = &profile.cluster;
     let kinds: Vec<LayerKind> = layers.iter().map(|l| l.kind).collect();
     let num_stages = c.num_stages() as usize;
     let counts = match &c.split {
@@ -193,7 +208,7 @@ pub fn evaluate(
         cp_link,
         cp_kv_bytes,
     };
-    let stage_costs = stages::stage_costs(&layers, &ranges, &ctx);
+    let stage_costs = stages::stage_costs(layers, &ranges, &ctx);
 
     // Pipeline sends between consecutive stages that sit on different ranks.
     let p2p_s: Vec<f64> = (0..num_stages.saturating_sub(1))
