@@ -18,6 +18,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Find the fastest plan that fits, explain it, and list the alternatives.
+    Plan(cmd::plan::PlanArgs),
     /// Predict time and memory of one parallel configuration.
     Estimate(cmd::estimate::EstimateArgs),
     /// Generate, check, simulate and draw a pipeline schedule.
@@ -49,6 +51,7 @@ fn main() {
         }
     };
     let result = match &cli.command {
+        Command::Plan(args) => cmd::plan::run(args),
         Command::Estimate(args) => cmd::estimate::run(args),
         Command::Schedule(args) => cmd::schedule::run(args),
         Command::Models { json } => cmd::catalog::models(*json),

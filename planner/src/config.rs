@@ -47,6 +47,35 @@ pub struct ParallelConfig {
     pub memory_reserve_bytes: u64,
     /// A fused attention kernel (FlashAttention).
     pub flash_attention: bool,
+    /// How the framework runs data parallelism and mixed precision (default: Megatron-LM with
+    /// fp32 main gradients and no overlapped gradient reduction).
+    #[serde(default)]
+    pub runtime: Runtime,
+}
+
+/// Framework behaviour that changes time or memory but not the parallel layout. The default is
+/// Megatron-LM's: fp32 main gradients, gradient reduction after the backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Runtime {
+    /// The data-parallel gradient reduction overlaps the last micro-batch's backward (PyTorch
+    /// DDP's buckets, FSDP, Megatron's `--overlap-grad-reduce`). ZeRO-3 always overlaps its
+    /// parameter gathers and gradient reduce-scatters with compute.
+    pub overlap_grad_reduce: bool,
+    /// Gradients are kept and reduced in fp32 (Megatron's main gradients: 4 B/param). `false`:
+    /// 16-bit gradients (2 B/param) reduced in 16 bits, and an fp32 copy made for the optimizer
+    /// (4 B/param more, sharded like the optimizer states) — Megatron-LM 2021 in fp16 and
+    /// DeepSpeed's fp16 optimizers.
+    pub fp32_main_grads: bool,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime {
+            overlap_grad_reduce: false,
+            fp32_main_grads: true,
+        }
+    }
 }
 
 impl ParallelConfig {
@@ -84,6 +113,9 @@ pub enum PlanError {
     /// The schedule cannot be generated for these inputs.
     #[error("--schedule: {0}")]
     Schedule(String),
+    /// No configuration fits in memory; the message says what the leanest one needs.
+    #[error("{0}")]
+    NothingFits(String),
 }
 
 impl PlanError {

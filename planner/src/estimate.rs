@@ -406,6 +406,7 @@ pub fn evaluate_layers(
         recompute: c.recompute.to_string(),
         sequence_parallel: c.sequence_parallel,
         zero_stage: c.zero_stage,
+        megatron_layout: split::megatron_layout(&kinds, &ranges),
         ranks,
     };
     Ok(Estimate {

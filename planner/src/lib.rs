@@ -12,10 +12,13 @@ pub mod config;
 pub mod estimate;
 pub mod memory;
 pub mod plan;
+pub mod planfile;
 pub mod schedule;
+pub mod search;
 pub mod split;
 pub mod stages;
 
 pub use config::{ParallelConfig, PlanError, DEFAULT_MEMORY_RESERVE_BYTES};
 pub use estimate::{evaluate, Estimate};
 pub use plan::{Breakdown, Plan, PlanAndPrediction, Predicted, RankPlan, FORMAT_VERSION};
+pub use planfile::PlanFile;

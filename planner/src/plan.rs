@@ -62,6 +62,9 @@ pub struct Plan {
     pub sequence_parallel: bool,
     /// ZeRO stage.
     pub zero_stage: u8,
+    /// The split in Megatron-LM's `--pipeline-model-parallel-layout` grammar (`Et*3|t*4|…|t*3L`);
+    /// null for layer-list models.
+    pub megatron_layout: Option<String>,
     /// The ranks, 0..pp−1.
     pub ranks: Vec<RankPlan>,
 }

@@ -37,6 +37,7 @@ fn config(tp: u64, pp: u64, dp: u64) -> ParallelConfig {
         precision: Precision::Bf16,
         memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
         flash_attention: true,
+        runtime: autopp_planner::config::Runtime::default(),
     }
 }
 

@@ -92,7 +92,7 @@ proptest! {
                 // divides m.
                 prop_assert!(v >= 2);
                 let rounds = (m / p).max(1);
-                prop_assert!(m < p || (m % p != 0 && m % rounds != 0), "{}", e);
+                prop_assert!(m < p || (!m.is_multiple_of(p) && !m.is_multiple_of(rounds)), "{}", e);
                 prop_assert!(e.to_string().contains("--microbatches"));
             }
         }
@@ -103,7 +103,7 @@ proptest! {
         let spec = ScheduleSpec::new(ScheduleKind::Interleaved1F1B, p, m)
             .with_virtual_stages(v)
             .with_group_size(g);
-        let ok = p <= g && g <= m && m % g == 0;
+        let ok = p <= g && g <= m && m.is_multiple_of(g);
         match generate(&spec) {
             Ok(s) => { prop_assert!(ok); check(&s).unwrap(); }
             Err(e) => { prop_assert!(!ok); prop_assert!(e.to_string().contains("--group-size")); }

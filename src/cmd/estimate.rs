@@ -135,6 +135,7 @@ impl EstimateArgs {
             precision: self.precision,
             memory_reserve_bytes: (self.memory_reserve_gib * (1u64 << 30) as f64) as u64,
             flash_attention: !self.no_flash_attention,
+            runtime: autopp_planner::config::Runtime::default(),
         })
     }
 }
@@ -240,7 +241,7 @@ pub fn render(
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "  memory per GPU, GiB   weights  grads  optim  activ  transient  buffers  reserve   total"
+        "  memory per GPU, GiB                 weights  grads  optim  activ  transient  buffers  reserve   total"
     );
     let pp = plan.ranks.len();
     let peak_rank = (0..pp)
@@ -265,15 +266,10 @@ pub fn render(
         }
         last = Some(r);
         let m = &e.memory[r];
-        let layers = plan.ranks[r]
-            .stages
-            .iter()
-            .map(|[a, b]| format!("{a}–{b}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let layers = stage_list(&plan.ranks[r].stages);
         let _ = writeln!(
             o,
-            "    rank {r:<3} {layers:<10} {:>7} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>7}",
+            "    rank {r:<3} {layers:<24} {:>7} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>7}",
             gib(m.weights_bytes),
             gib(m.grads_bytes),
             gib(m.optimizer_bytes),
@@ -301,4 +297,26 @@ pub fn render(
         );
     }
     o
+}
+
+/// A rank's stages as layer ranges, shortened when there are many: `0–6`, `3,19,35`,
+/// `0–1,17,…,81 (6 stages)`.
+fn stage_list(stages: &[[usize; 2]]) -> String {
+    let one = |&[a, b]: &[usize; 2]| {
+        if a == b {
+            a.to_string()
+        } else {
+            format!("{a}–{b}")
+        }
+    };
+    if stages.len() <= 3 {
+        return stages.iter().map(one).collect::<Vec<_>>().join(",");
+    }
+    format!(
+        "{},{},…,{} ({} stages)",
+        one(&stages[0]),
+        one(&stages[1]),
+        one(&stages[stages.len() - 1]),
+        stages.len()
+    )
 }

@@ -2,4 +2,5 @@
 pub mod catalog;
 pub mod common;
 pub mod estimate;
+pub mod plan;
 pub mod schedule;

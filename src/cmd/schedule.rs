@@ -106,6 +106,26 @@ pub fn parse_costs(text: &str) -> Result<UniformCosts> {
     Ok(c)
 }
 
+/// What `--json` prints, in this key order.
+#[derive(serde::Serialize)]
+struct JsonOut<'a> {
+    schedule: ScheduleKind,
+    pp: usize,
+    virtual_stages: usize,
+    num_microbatches: usize,
+    ranks: Vec<Vec<String>>,
+    metrics: JsonMetrics<'a>,
+}
+
+/// The `metrics` object of `--json`.
+#[derive(serde::Serialize)]
+struct JsonMetrics<'a> {
+    makespan: f64,
+    bubble_fraction: f64,
+    busy: &'a [f64],
+    peak_inflight: &'a [u32],
+}
+
 /// Runs `autopp schedule`.
 pub fn run(args: &ScheduleArgs) -> Result<()> {
     let spec = ScheduleSpec {
@@ -145,20 +165,20 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     }
 
     if args.json {
-        let out = serde_json::json!({
-            "schedule": s.kind,
-            "pp": s.pp,
-            "virtual_stages": s.virtual_stages,
-            "num_microbatches": s.num_microbatches,
-            "ranks": s.ranks_text(),
-            "metrics": {
-                "makespan": r.makespan_s,
-                "bubble_fraction": r.bubble_fraction,
-                "busy": r.busy_s,
-                "peak_inflight": r.peak_inflight,
+        let out = JsonOut {
+            schedule: s.kind,
+            pp: s.pp,
+            virtual_stages: s.virtual_stages,
+            num_microbatches: s.num_microbatches,
+            ranks: s.ranks_text(),
+            metrics: JsonMetrics {
+                makespan: r.makespan_s,
+                bubble_fraction: r.bubble_fraction,
+                busy: &r.busy_s,
+                peak_inflight: &r.peak_inflight,
             },
-        });
-        println!("{out}");
+        };
+        println!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
 

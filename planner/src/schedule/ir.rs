@@ -310,7 +310,7 @@ impl Placement {
         let (chunk, pos) = (stage / pp, stage % pp);
         match self {
             Placement::Looped => pos,
-            Placement::V if chunk % 2 == 0 => pos,
+            Placement::V if chunk.is_multiple_of(2) => pos,
             Placement::V => pp - 1 - pos,
         }
     }
@@ -319,7 +319,7 @@ impl Placement {
     pub fn stage_of(self, rank: usize, chunk: usize, pp: usize) -> usize {
         match self {
             Placement::Looped => chunk * pp + rank,
-            Placement::V if chunk % 2 == 0 => chunk * pp + rank,
+            Placement::V if chunk.is_multiple_of(2) => chunk * pp + rank,
             Placement::V => chunk * pp + (pp - 1 - rank),
         }
     }

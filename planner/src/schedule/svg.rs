@@ -22,7 +22,7 @@ pub const COLOR_IDLE: &str = "#e4e4e4";
 pub const COLOR_MEMORY: &str = "#e15759";
 
 const LEFT_PX: f64 = 64.0;
-const RIGHT_PX: f64 = 86.0;
+const RIGHT_PX: f64 = 70.0;
 const TOP_PX: f64 = 58.0;
 const LANE_PX: f64 = 26.0;
 const MEM_PX: f64 = 16.0;
@@ -82,6 +82,24 @@ fn action_color(s: &Schedule, a: Action) -> String {
 fn fmt_num(x: f64) -> String {
     let s = format!("{x:.2}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Bytes in a short human form (plain below 1 KiB: uniform costs count activations).
+fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if b < 1024 {
+        return b.to_string();
+    }
+    let mut x = b as f64;
+    let mut unit = "B";
+    for u in UNITS {
+        if x < 1024.0 {
+            break;
+        }
+        x /= 1024.0;
+        unit = u;
+    }
+    format!("{x:.1} {unit}")
 }
 
 /// A "nice" tick step near `span / 10`.
@@ -164,6 +182,9 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
     .collect();
     legend.push((COLOR_IDLE, "idle"));
     legend.push((COLOR_MEMORY, "activations alive"));
+    if s.virtual_stages > 1 {
+        legend.push(("#ffffff", "lighter shade: later stage of the rank"));
+    }
     for (color, name) in legend {
         let _ = writeln!(
             o,
@@ -255,11 +276,10 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
         );
         let _ = writeln!(
             o,
-            r#"<text x="{}" y="{}" font-size="9">peak {} ({} in flight)</text>"#,
+            r#"<text x="{}" y="{}" font-size="9">peak {}</text>"#,
             fmt_num(LEFT_PX + chart_px + 6.0),
             fmt_num(base - 2.0),
-            r.peak_activation_bytes[rank],
-            r.peak_inflight[rank]
+            fmt_bytes(r.peak_activation_bytes[rank])
         );
     }
 

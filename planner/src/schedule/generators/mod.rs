@@ -143,7 +143,7 @@ pub enum ScheduleError {
 /// Group sizes `G` with `p ≤ G ≤ m` and `m mod G = 0`, as a hint for an error message.
 fn group_size_hint(pp: usize, m: usize) -> String {
     let ok: Vec<String> = (pp.max(1)..=m)
-        .filter(|g| m % g == 0)
+        .filter(|&g| m.is_multiple_of(g))
         .take(8)
         .map(|g| g.to_string())
         .collect();
@@ -167,7 +167,7 @@ pub fn resolve_group_size(spec: &ScheduleSpec) -> Result<Option<usize>, Schedule
         return Ok(None);
     }
     if let Some(g) = spec.group_size {
-        if g < p || g > m || m % g != 0 {
+        if g < p || g > m || !m.is_multiple_of(g) {
             return Err(ScheduleError::BadGroupSize {
                 pp: p,
                 group_size: g,
@@ -177,11 +177,11 @@ pub fn resolve_group_size(spec: &ScheduleSpec) -> Result<Option<usize>, Schedule
         }
         return Ok(Some(g));
     }
-    if m % p == 0 {
+    if m.is_multiple_of(p) {
         return Ok(Some(p));
     }
     let rounds = (m / p).max(1);
-    if m >= p && m % rounds == 0 {
+    if m >= p && m.is_multiple_of(rounds) {
         return Ok(Some(m / rounds));
     }
     let why = if m < p {

@@ -1,0 +1,450 @@
+//! The simulator's dependency engine: one pass over the actions.
+//!
+//! Each rank has a cursor into its list. A rank runs steps while their inputs are done; when
+//! an input is missing it parks on that input's slot (an intrusive list: the slot holds the
+//! first parked rank, each rank the next one) and is woken when the input finishes. Every
+//! action is started once and every input finishes once, so the run is O(total actions).
+//!
+//! End times live in one flat vector, micro-batch major, so an action and its inputs share
+//! cache lines: slot `2·(i·S + s)` holds the end of `F(s,i)`, slot `2·(i·S + s) + 1` the end
+//! of `B(s,i)` or `I(s,i)`. The scratch vectors are kept per thread between runs.
+
+use std::cell::RefCell;
+
+use super::{SimCosts, SimError, SimResult, TimedStep};
+use crate::schedule::ir::{Action, ActionKind, Schedule, Step};
+
+const NONE: u32 = u32::MAX;
+
+thread_local! {
+    /// (end times, parked-rank heads) reused between runs on this thread.
+    static SCRATCH: RefCell<(Vec<f64>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+pub(super) struct Engine<'a> {
+    s: &'a Schedule,
+    m: usize,
+    num_stages: usize,
+    /// Per stage, the durations of F, B, I, W.
+    dur: Vec<[f64; 4]>,
+    /// Per stage `s`, the hop time from stage `s−1` (0 on the same rank or for stage 0).
+    comm_prev: Vec<f64>,
+    /// Per stage `s`, the hop time from stage `s+1` (0 on the same rank or for the last).
+    comm_next: Vec<f64>,
+    /// Per stage, activation bytes and weight-gradient bytes.
+    bytes: Vec<(u64, u64)>,
+    /// Overlap factor of pairs.
+    overlap: f64,
+}
+
+fn kind_index(k: ActionKind) -> usize {
+    match k {
+        ActionKind::F => 0,
+        ActionKind::B => 1,
+        ActionKind::I => 2,
+        ActionKind::W => 3,
+    }
+}
+
+/// Mutable state of one run.
+struct State<'v> {
+    done: &'v mut [f64],
+    wait_head: &'v mut [u32],
+    wait_next: Vec<u32>,
+    parked_on: Vec<usize>,
+    ready: Vec<u32>,
+}
+
+impl State<'_> {
+    fn park(&mut self, rank: usize, slot: usize) {
+        self.wait_next[rank] = self.wait_head[slot];
+        self.wait_head[slot] = rank as u32;
+        self.parked_on[rank] = slot;
+    }
+
+    fn finish(&mut self, slot: usize, end: f64) {
+        self.done[slot] = end;
+        let mut r = std::mem::replace(&mut self.wait_head[slot], NONE);
+        while r != NONE {
+            self.ready.push(r);
+            r = std::mem::replace(&mut self.wait_next[r as usize], NONE);
+        }
+    }
+}
+
+impl<'a> Engine<'a> {
+    pub(super) fn new(s: &'a Schedule, costs: &'a SimCosts) -> Result<Self, SimError> {
+        if s.pp == 0 || s.virtual_stages == 0 {
+            return Err(SimError::InvalidSchedule(
+                "pp and virtual_stages must be at least 1".into(),
+            ));
+        }
+        if s.ranks.len() != s.pp {
+            return Err(SimError::InvalidSchedule(format!(
+                "it has {} rank lists but pp = {}",
+                s.ranks.len(),
+                s.pp
+            )));
+        }
+        let num_stages = s.num_stages();
+        if costs.stages.len() != num_stages {
+            return Err(SimError::CostsLength {
+                what: "stages",
+                expected: num_stages,
+                got: costs.stages.len(),
+            });
+        }
+        if costs.p2p_s.len() != num_stages - 1 {
+            return Err(SimError::CostsLength {
+                what: "p2p_s",
+                expected: num_stages - 1,
+                got: costs.p2p_s.len(),
+            });
+        }
+        let bad = |x: f64| !x.is_finite() || x < 0.0;
+        let dur: Vec<[f64; 4]> = costs
+            .stages
+            .iter()
+            .map(|c| {
+                [
+                    c.forward_s,
+                    c.backward_s,
+                    c.backward_input_s,
+                    c.backward_weight_s,
+                ]
+            })
+            .collect();
+        if let Some(k) = dur.iter().position(|d| d.iter().any(|&x| bad(x))) {
+            return Err(SimError::InvalidCost(format!(
+                "stage {k} has a negative or non-finite time ({:?})",
+                costs.stages[k]
+            )));
+        }
+        if let Some(k) = costs.p2p_s.iter().position(|&x| bad(x)) {
+            return Err(SimError::InvalidCost(format!(
+                "p2p time between stages {k} and {} is {}",
+                k + 1,
+                costs.p2p_s[k]
+            )));
+        }
+        let overlap = costs.overlap_factor.unwrap_or(0.0);
+        if !(0.0..=1.0).contains(&overlap) {
+            return Err(SimError::InvalidCost(format!(
+                "overlap factor {overlap} is outside [0, 1]"
+            )));
+        }
+        let rank: Vec<usize> = (0..num_stages).map(|k| s.rank_of(k)).collect();
+        let comm_prev = (0..num_stages)
+            .map(|k| match k {
+                0 => 0.0,
+                _ if rank[k - 1] == rank[k] => 0.0,
+                _ => costs.p2p_s[k - 1],
+            })
+            .collect();
+        let comm_next = (0..num_stages)
+            .map(|k| match k {
+                _ if k + 1 == num_stages => 0.0,
+                _ if rank[k + 1] == rank[k] => 0.0,
+                _ => costs.p2p_s[k],
+            })
+            .collect();
+        Ok(Engine {
+            s,
+            m: s.num_microbatches,
+            num_stages,
+            dur,
+            comm_prev,
+            comm_next,
+            bytes: costs
+                .stages
+                .iter()
+                .map(|c| (c.activation_bytes, c.weight_grad_bytes))
+                .collect(),
+            overlap,
+        })
+    }
+
+    /// Runs with the scratch vectors of this thread (fresh ones if they are in use).
+    pub(super) fn run<const RECORD: bool>(self) -> Result<SimResult, SimError> {
+        let n = 2 * self.num_stages * self.m;
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => {
+                let (done, heads) = &mut *scratch;
+                done.clear();
+                done.resize(n, f64::NAN);
+                heads.clear();
+                heads.resize(n, NONE);
+                self.run_with::<RECORD>(done, heads)
+            }
+            Err(_) => self.run_with::<RECORD>(&mut vec![f64::NAN; n], &mut vec![NONE; n]),
+        })
+    }
+
+    /// The end-time slot of `F(s,i)`; the `B`-or-`I` slot is one higher.
+    fn slot(&self, stage: usize, mb: usize) -> usize {
+        2 * (mb * self.num_stages + stage)
+    }
+
+    /// When `a` can start on its inputs, or the slot it waits for. `a` must be in range.
+    #[inline]
+    fn ready_s(&self, a: Action, done: &[f64]) -> Result<f64, usize> {
+        let (s, i) = (a.stage as usize, a.microbatch as usize);
+        let base = self.slot(s, i);
+        match a.kind {
+            ActionKind::F if s == 0 => Ok(0.0),
+            ActionKind::F => {
+                let t = done[base - 2];
+                if t.is_nan() {
+                    Err(base - 2)
+                } else {
+                    Ok(t + self.comm_prev[s])
+                }
+            }
+            ActionKind::B | ActionKind::I => {
+                let t = done[base];
+                if t.is_nan() {
+                    return Err(base);
+                }
+                if s + 1 == self.num_stages {
+                    return Ok(t);
+                }
+                let g = done[base + 3];
+                if g.is_nan() {
+                    Err(base + 3)
+                } else {
+                    Ok(t.max(g + self.comm_next[s]))
+                }
+            }
+            ActionKind::W => {
+                let t = done[base + 1];
+                if t.is_nan() {
+                    Err(base + 1)
+                } else {
+                    Ok(t)
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn in_range(&self, a: Action, rank: usize, idx: usize, step: &Step) -> Result<(), SimError> {
+        if (a.stage as usize) < self.num_stages && (a.microbatch as usize) < self.m {
+            Ok(())
+        } else {
+            Err(self.out_of_range(a, rank, idx, step))
+        }
+    }
+
+    #[cold]
+    fn out_of_range(&self, a: Action, rank: usize, idx: usize, step: &Step) -> SimError {
+        let reason = if a.stage as usize >= self.num_stages {
+            format!("stage {} is outside 0..{}", a.stage, self.num_stages)
+        } else if a.microbatch as usize >= self.m {
+            format!("micro-batch {} is outside 0..{}", a.microbatch, self.m)
+        } else {
+            "is out of range".to_string()
+        };
+        SimError::InvalidAction {
+            rank,
+            step_index: idx,
+            step: step.to_string(),
+            reason,
+        }
+    }
+
+    fn slot_text(&self, slot: usize) -> String {
+        let (pair, backward) = (slot / 2, slot % 2 == 1);
+        let (i, s) = (pair / self.num_stages, pair % self.num_stages);
+        if backward {
+            format!("{s}B{i} (or {s}I{i})")
+        } else {
+            format!("{s}F{i}")
+        }
+    }
+
+    fn run_with<const RECORD: bool>(
+        &self,
+        done: &mut [f64],
+        wait_head: &mut [u32],
+    ) -> Result<SimResult, SimError> {
+        let s = self.s;
+        let pp = s.pp;
+        let mut st = State {
+            done,
+            wait_head,
+            wait_next: vec![NONE; pp],
+            parked_on: vec![0; pp],
+            ready: (0..pp as u32).rev().collect(),
+        };
+        let mut pos = vec![0usize; pp];
+        let mut free_s = vec![0.0f64; pp];
+        let mut busy_s = vec![0.0f64; pp];
+        let mut inflight = vec![0i64; pp];
+        let mut peak_inflight = vec![0i64; pp];
+        let mut alive = vec![0u64; pp];
+        let mut peak_bytes = vec![0u64; pp];
+        let mut timeline: Vec<Vec<TimedStep>> = Vec::new();
+        let mut memory: Vec<Vec<(f64, u64)>> = Vec::new();
+        if RECORD {
+            timeline = s
+                .ranks
+                .iter()
+                .map(|l| Vec::with_capacity(l.len()))
+                .collect();
+            memory = s
+                .ranks
+                .iter()
+                .map(|l| Vec::with_capacity(l.len()))
+                .collect();
+        }
+
+        while let Some(r) = st.ready.pop() {
+            let r = r as usize;
+            let list = &s.ranks[r];
+            let mut free = free_s[r];
+            let mut busy = busy_s[r];
+            while pos[r] < list.len() {
+                let idx = pos[r];
+                let step = list[idx];
+                let (start, end) = match step {
+                    Step::One(a) => {
+                        self.in_range(a, r, idx, &step)?;
+                        let ready = match self.ready_s(a, st.done) {
+                            Ok(t) => t,
+                            Err(slot) => {
+                                st.park(r, slot);
+                                break;
+                            }
+                        };
+                        let d = self.dur[a.stage as usize][kind_index(a.kind)];
+                        let start = ready.max(free);
+                        busy += d;
+                        (start, start + d)
+                    }
+                    Step::Overlapped(a, b) => {
+                        self.in_range(a, r, idx, &step)?;
+                        self.in_range(b, r, idx, &step)?;
+                        let ready = match (self.ready_s(a, st.done), self.ready_s(b, st.done)) {
+                            (Ok(x), Ok(y)) => x.max(y),
+                            (Err(slot), _) | (_, Err(slot)) => {
+                                st.park(r, slot);
+                                break;
+                            }
+                        };
+                        let da = self.dur[a.stage as usize][kind_index(a.kind)];
+                        let db = self.dur[b.stage as usize][kind_index(b.kind)];
+                        let d = da + db - self.overlap * da.min(db);
+                        let start = ready.max(free);
+                        busy += d;
+                        (start, start + d)
+                    }
+                };
+                free = end;
+                pos[r] += 1;
+
+                // In-flight and bytes: increments at the start, decrements at the end.
+                let (first, second) = match step {
+                    Step::One(a) => (a, None),
+                    Step::Overlapped(a, b) => (a, Some(b)),
+                };
+                let mut grew = false;
+                for x in std::iter::once(first).chain(second) {
+                    if x.kind == ActionKind::F {
+                        inflight[r] += 1;
+                        alive[r] += self.bytes[x.stage as usize].0;
+                        grew = true;
+                    }
+                }
+                if grew {
+                    peak_inflight[r] = peak_inflight[r].max(inflight[r]);
+                    peak_bytes[r] = peak_bytes[r].max(alive[r]);
+                    if RECORD {
+                        memory[r].push((start, alive[r]));
+                    }
+                }
+                let mut shrank = false;
+                for x in std::iter::once(first).chain(second) {
+                    let base = self.slot(x.stage as usize, x.microbatch as usize);
+                    match x.kind {
+                        ActionKind::F => st.finish(base, end),
+                        ActionKind::B => {
+                            let (act, _) = self.bytes[x.stage as usize];
+                            inflight[r] -= 1;
+                            alive[r] = alive[r].saturating_sub(act);
+                            shrank = true;
+                            st.finish(base + 1, end);
+                        }
+                        ActionKind::I => {
+                            let (act, wgb) = self.bytes[x.stage as usize];
+                            alive[r] = (alive[r] + wgb).saturating_sub(act);
+                            peak_bytes[r] = peak_bytes[r].max(alive[r]);
+                            shrank = true;
+                            st.finish(base + 1, end);
+                        }
+                        ActionKind::W => {
+                            let (_, wgb) = self.bytes[x.stage as usize];
+                            inflight[r] -= 1;
+                            alive[r] = alive[r].saturating_sub(wgb);
+                            shrank = true;
+                        }
+                    }
+                }
+                if RECORD {
+                    if shrank {
+                        memory[r].push((end, alive[r]));
+                    }
+                    timeline[r].push(TimedStep {
+                        step,
+                        start_s: start,
+                        end_s: end,
+                    });
+                }
+            }
+            free_s[r] = free;
+            busy_s[r] = busy;
+        }
+
+        let stuck: Vec<usize> = (0..pp).filter(|&r| pos[r] < s.ranks[r].len()).collect();
+        if let Some(&first) = stuck.first() {
+            let describe = |r: usize| {
+                (
+                    pos[r],
+                    s.ranks[r][pos[r]].to_string(),
+                    self.slot_text(st.parked_on[r]),
+                )
+            };
+            let (step_index, step, waits_for) = describe(first);
+            let others: Vec<String> = stuck[1..]
+                .iter()
+                .map(|&r| {
+                    let (i, text, w) = describe(r);
+                    format!("; rank {r} at step {i} ({text}) waits for {w}")
+                })
+                .collect();
+            return Err(SimError::Deadlock {
+                rank: first,
+                step_index,
+                step,
+                waits_for,
+                others: others.concat(),
+            });
+        }
+
+        let makespan_s = free_s.iter().copied().fold(0.0, f64::max);
+        let total_busy: f64 = busy_s.iter().sum();
+        let bubble_fraction = if makespan_s > 0.0 {
+            ((pp as f64 * makespan_s - total_busy) / (pp as f64 * makespan_s)).max(0.0)
+        } else {
+            0.0
+        };
+        Ok(SimResult {
+            makespan_s,
+            busy_s,
+            bubble_fraction,
+            peak_inflight: peak_inflight.iter().map(|&x| x.max(0) as u32).collect(),
+            peak_activation_bytes: peak_bytes,
+            timeline,
+            memory,
+        })
+    }
+}

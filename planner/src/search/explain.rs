@@ -1,0 +1,153 @@
+//! Why a plan won: what binds it and what would buy the next step, in a few sentences.
+
+use crate::estimate::Estimate;
+use crate::search::{key_of, SearchResult};
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", 100.0 * x)
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+/// A short paragraph: what the time goes to, what binds, how the runner-up differs, and what
+/// would make it faster.
+pub fn explain(result: &SearchResult) -> String {
+    let best = &result.best;
+    let p = &best.result.predicted;
+    let plan = &best.result.plan;
+    let t = p.iteration_time_s;
+    let b = &p.breakdown_s;
+    let mut out = Vec::new();
+
+    // Where the time goes.
+    let mut parts = [
+        ("compute", b.compute),
+        ("the pipeline bubble", b.bubble),
+        ("tensor-parallel communication", b.tp_comm),
+        ("pipeline sends", b.pp_comm),
+        ("the data-parallel gradient reduction", b.dp_comm),
+        ("the optimizer step", b.optimizer),
+    ];
+    parts.sort_by(|a, c| c.1.total_cmp(&a.1));
+    let overheads: Vec<String> = parts
+        .iter()
+        .filter(|(name, v)| *name != "compute" && *v / t >= 0.03)
+        .map(|(name, v)| format!("{name} {}", pct(v / t)))
+        .collect();
+    out.push(format!(
+        "Compute is {} of the iteration{}.",
+        pct(b.compute / t),
+        if overheads.is_empty() {
+            String::from("; no overhead reaches 3%")
+        } else {
+            format!("; the rest is {}", overheads.join(", "))
+        }
+    ));
+
+    // Memory.
+    let headroom = 1.0 - p.peak_memory_bytes as f64 / p.memory_capacity_bytes as f64;
+    let peak_rank = plan
+        .ranks
+        .iter()
+        .max_by_key(|r| r.memory_bytes)
+        .map(|r| r.rank)
+        .unwrap_or(0);
+    if headroom < 0.10 {
+        out.push(format!(
+            "Memory binds: rank {peak_rank} needs {} of {}, which is why it uses recompute {}{}{}.",
+            gib(p.peak_memory_bytes),
+            gib(p.memory_capacity_bytes),
+            plan.recompute,
+            if plan.zero_stage > 0 {
+                format!(", ZeRO {}", plan.zero_stage)
+            } else {
+                String::new()
+            },
+            if plan.micro_batch_size == 1 {
+                " and micro-batches of 1"
+            } else {
+                ""
+            }
+        ));
+    } else {
+        out.push(format!(
+            "Memory does not bind: the fullest rank ({peak_rank}) uses {} of {}.",
+            gib(p.peak_memory_bytes),
+            gib(p.memory_capacity_bytes)
+        ));
+    }
+
+    // The runner-up.
+    if let Some(next) = result.alternatives.first() {
+        let d = next.result.predicted.iteration_time_s / t - 1.0;
+        out.push(format!(
+            "The runner-up ({}) is {:.1}% slower.",
+            differences(best, next),
+            100.0 * d
+        ));
+    }
+
+    // The next step.
+    if let Some(u) = &result.fastest_unfit {
+        let gain = 1.0 - u.result.predicted.iteration_time_s / t;
+        let up = &u.result.plan;
+        out.push(format!(
+            "More memory would buy the next step: {} (recompute {}, micro-batch {}) would be {:.1}% faster but needs {} per GPU.",
+            degrees(up),
+            up.recompute,
+            up.micro_batch_size,
+            100.0 * gain,
+            gib(u.result.predicted.peak_memory_bytes)
+        ));
+    } else if b.bubble / t >= 0.05 {
+        out.push(format!(
+            "A larger global batch (more micro-batches per pipeline) would shrink the bubble: it is {} of the pipeline now.",
+            pct(p.bubble_fraction)
+        ));
+    } else if b.dp_comm / t >= 0.05 {
+        out.push(String::from(
+            "A faster network between nodes would cut the data-parallel reduction, which this plan cannot hide.",
+        ));
+    }
+    out.join(" ")
+}
+
+fn degrees(p: &crate::plan::Plan) -> String {
+    format!("tp {} · pp {} · dp {}", p.tp, p.pp, p.dp)
+}
+
+/// How two plans differ, in a few words.
+fn differences(a: &Estimate, b: &Estimate) -> String {
+    let (ka, kb) = (key_of(a), key_of(b));
+    let mut d = Vec::new();
+    if (ka.tp, ka.pp, ka.dp, ka.cp) != (kb.tp, kb.pp, kb.dp, kb.cp) {
+        d.push(degrees(&b.result.plan));
+    }
+    if ka.virtual_stages != kb.virtual_stages || ka.schedule != kb.schedule {
+        d.push(format!(
+            "{} with {} stages per rank",
+            kb.schedule, kb.virtual_stages
+        ));
+    }
+    if ka.micro_batch_size != kb.micro_batch_size {
+        d.push(format!("micro-batch {}", kb.micro_batch_size));
+    }
+    if ka.recompute != kb.recompute {
+        d.push(format!("recompute {}", kb.recompute));
+    }
+    if ka.sequence_parallel != kb.sequence_parallel {
+        d.push(format!(
+            "sequence parallel {}",
+            if kb.sequence_parallel { "on" } else { "off" }
+        ));
+    }
+    if ka.zero_stage != kb.zero_stage {
+        d.push(format!("ZeRO {}", kb.zero_stage));
+    }
+    if d.is_empty() {
+        d.push(String::from("the same configuration with another split"));
+    }
+    d.join(", ")
+}

@@ -1,0 +1,302 @@
+//! The discrete search space: every configuration the planner considers, in a fixed order.
+
+use autopp_models::{Model, Recompute};
+use serde::{Deserialize, Serialize};
+
+use crate::schedule::ScheduleKind;
+
+/// One discrete configuration (everything but the layer split). Field order is the tie-break
+/// order: equal predicted times go to the configuration that sorts first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Key {
+    /// Tensor-parallel degree.
+    pub tp: u64,
+    /// Pipeline ranks.
+    pub pp: u64,
+    /// Data-parallel degree.
+    pub dp: u64,
+    /// Context-parallel degree.
+    pub cp: u64,
+    /// Stages per rank.
+    pub virtual_stages: u64,
+    /// Sequences per micro-batch.
+    pub micro_batch_size: u64,
+    /// Schedule.
+    pub schedule: ScheduleKind,
+    /// Recompute mode.
+    pub recompute: Recompute,
+    /// Sequence parallelism.
+    pub sequence_parallel: bool,
+    /// ZeRO stage.
+    pub zero_stage: u8,
+}
+
+/// Pins for some of a configuration's fields (`--fix KEY=VALUE`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Fixed {
+    /// Tensor-parallel degree.
+    pub tp: Option<u64>,
+    /// Pipeline ranks.
+    pub pp: Option<u64>,
+    /// Data-parallel degree.
+    pub dp: Option<u64>,
+    /// Context-parallel degree.
+    pub cp: Option<u64>,
+    /// Stages per rank.
+    pub virtual_stages: Option<u64>,
+    /// Sequences per micro-batch.
+    pub micro_batch_size: Option<u64>,
+    /// Schedule.
+    pub schedule: Option<ScheduleKind>,
+    /// Recompute mode.
+    pub recompute: Option<Recompute>,
+    /// ZeRO stage.
+    pub zero_stage: Option<u8>,
+    /// Sequence parallelism.
+    pub sequence_parallel: Option<bool>,
+}
+
+impl Fixed {
+    /// Parses `KEY=VALUE,KEY=VALUE`; errors name the key and list the valid ones.
+    pub fn parse(text: &str) -> Result<Fixed, String> {
+        let mut f = Fixed::default();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| format!("'{item}' is not KEY=VALUE"))?;
+            let (key, value) = (key.trim(), value.trim());
+            let num = || {
+                value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&v| v > 0)
+                    .ok_or_else(|| format!("{key}={value}: expected a positive whole number"))
+            };
+            match key {
+                "tp" => f.tp = Some(num()?),
+                "pp" => f.pp = Some(num()?),
+                "dp" => f.dp = Some(num()?),
+                "cp" => f.cp = Some(num()?),
+                "virtual_stages" | "virtual" => f.virtual_stages = Some(num()?),
+                "micro_batch_size" | "mbs" => f.micro_batch_size = Some(num()?),
+                "schedule" => f.schedule = Some(value.parse()?),
+                "recompute" => f.recompute = Some(value.parse()?),
+                "zero_stage" | "zero" => {
+                    let z = value
+                        .parse::<u8>()
+                        .ok()
+                        .filter(|&z| z <= 3)
+                        .ok_or_else(|| format!("{key}={value}: expected 0, 1, 2 or 3"))?;
+                    f.zero_stage = Some(z);
+                }
+                "sequence_parallel" | "sp" => {
+                    f.sequence_parallel = Some(match value {
+                        "true" | "on" | "1" => true,
+                        "false" | "off" | "0" => false,
+                        _ => return Err(format!("{key}={value}: expected true or false")),
+                    })
+                }
+                other => {
+                    return Err(format!(
+                        "unknown key '{other}': use tp, pp, dp, cp, virtual_stages, micro_batch_size, schedule, recompute, zero_stage, sequence_parallel"
+                    ))
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// Limits of the space.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpaceLimits {
+    /// Largest tensor-parallel degree (default: GPUs per node).
+    pub max_tp: u64,
+    /// Largest micro-batch size tried.
+    pub max_micro_batch_size: u64,
+    /// Largest number of stages per rank tried.
+    pub max_virtual_stages: u64,
+    /// Schedules allowed.
+    pub schedules: Vec<ScheduleKind>,
+}
+
+fn divisors(n: u64) -> Vec<u64> {
+    (1..=n).filter(|d| n % d == 0).collect()
+}
+
+/// Every configuration of `model` on `gpus` GPUs with `global_batch` sequences that the limits
+/// and pins allow, in [`Key`] order.
+pub fn enumerate(
+    model: &Model,
+    gpus: u64,
+    global_batch: u64,
+    limits: &SpaceLimits,
+    fixed: &Fixed,
+) -> Vec<Key> {
+    let heads = model.num_attention_heads();
+    let body_layers = match model {
+        Model::Transformer(t) => t.num_layers,
+        Model::Layers(l) => l.layers.len() as u64,
+    };
+    let long_context = model.seq_length() >= 32_768;
+    let pick = |fixed: Option<u64>, all: Vec<u64>| -> Vec<u64> {
+        match fixed {
+            Some(v) => all.into_iter().filter(|&x| x == v).collect(),
+            None => all,
+        }
+    };
+    let mut out = Vec::new();
+    let tps = pick(
+        fixed.tp,
+        divisors(gpus)
+            .into_iter()
+            .filter(|&t| {
+                (t <= limits.max_tp || fixed.tp == Some(t))
+                    && heads.is_none_or(|h| h % t == 0)
+                    && (heads.is_some() || t == 1)
+            })
+            .collect(),
+    );
+    for tp in tps {
+        let cps = pick(
+            fixed.cp,
+            divisors(gpus / tp)
+                .into_iter()
+                .filter(|&c| {
+                    c == 1
+                        || (heads.is_some()
+                            && model.seq_length() % c == 0
+                            && (long_context || fixed.cp == Some(c)))
+                })
+                .collect(),
+        );
+        for cp in cps {
+            let pps = pick(
+                fixed.pp,
+                divisors(gpus / (tp * cp))
+                    .into_iter()
+                    .filter(|&p| p <= body_layers)
+                    .collect(),
+            );
+            for pp in pps {
+                let dp = gpus / (tp * cp * pp);
+                if fixed.dp.is_some_and(|d| d != dp) || global_batch % dp != 0 {
+                    continue;
+                }
+                let per_replica = global_batch / dp;
+                let mbss = pick(
+                    fixed.micro_batch_size,
+                    divisors(per_replica)
+                        .into_iter()
+                        .filter(|&b| {
+                            b <= limits.max_micro_batch_size || fixed.micro_batch_size == Some(b)
+                        })
+                        .collect(),
+                );
+                for mbs in mbss {
+                    let m = per_replica / mbs;
+                    let base = Key {
+                        tp,
+                        pp,
+                        dp,
+                        cp,
+                        virtual_stages: 1,
+                        micro_batch_size: mbs,
+                        schedule: ScheduleKind::OneFOneB,
+                        recompute: Recompute::None,
+                        sequence_parallel: false,
+                        zero_stage: 0,
+                    };
+                    push_schedules(&mut out, base, m, body_layers, limits, fixed);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Adds every schedule, stage count, recompute mode, sequence-parallel and ZeRO choice for the
+/// degrees and micro-batching in `base` (whose other fields are ignored).
+fn push_schedules(
+    out: &mut Vec<Key>,
+    base: Key,
+    m: u64,
+    body_layers: u64,
+    limits: &SpaceLimits,
+    fixed: &Fixed,
+) {
+    let Key { tp, pp, dp, cp, .. } = base;
+    for &schedule in &limits.schedules {
+        if fixed.schedule.is_some_and(|s| s != schedule) {
+            continue;
+        }
+        let vs: Vec<u64> = match schedule {
+            ScheduleKind::Gpipe | ScheduleKind::OneFOneB => vec![1],
+            // interleaving needs pp ≥ 2, v ≥ 2 and m a multiple of the group size (pp)
+            ScheduleKind::Interleaved1F1B => (2..=limits.max_virtual_stages)
+                .filter(|&v| pp >= 2 && pp * v <= body_layers && m % pp == 0 && m >= pp)
+                .collect(),
+            ScheduleKind::LoopedBfs => (2..=limits.max_virtual_stages)
+                .filter(|&v| pp >= 2 && pp * v <= body_layers)
+                .collect(),
+        };
+        for v in vs {
+            if fixed.virtual_stages.is_some_and(|f| f != v) {
+                continue;
+            }
+            for recompute in Recompute::ALL {
+                if fixed.recompute.is_some_and(|r| r != recompute) {
+                    continue;
+                }
+                let sps: &[bool] = if tp > 1 { &[false, true] } else { &[false] };
+                for &sequence_parallel in sps {
+                    if fixed
+                        .sequence_parallel
+                        .is_some_and(|s| s != sequence_parallel)
+                    {
+                        continue;
+                    }
+                    // Pipeline engines pair with ZeRO ≤ 1 (Megatron-LM, DeepSpeed); without a
+                    // pipeline every stage is open. A pinned stage is always tried.
+                    let zeros: Vec<u8> = match fixed.zero_stage {
+                        Some(z) => vec![z],
+                        None if dp == 1 && cp == 1 => vec![0],
+                        None if pp == 1 => vec![0, 1, 2, 3],
+                        None => vec![0, 1],
+                    };
+                    for zero_stage in zeros {
+                        out.push(Key {
+                            virtual_stages: v,
+                            schedule,
+                            recompute,
+                            sequence_parallel,
+                            zero_stage,
+                            ..base
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fix_parses_and_rejects_unknown_keys() {
+        let f = Fixed::parse("tp=8, pp=16,recompute=full,schedule=1f1b,sp=true,zero=1").unwrap();
+        assert_eq!(f.tp, Some(8));
+        assert_eq!(f.pp, Some(16));
+        assert_eq!(f.recompute, Some(Recompute::Full));
+        assert_eq!(f.schedule, Some(ScheduleKind::OneFOneB));
+        assert_eq!(f.sequence_parallel, Some(true));
+        assert_eq!(f.zero_stage, Some(1));
+        assert!(Fixed::parse("tensor=8")
+            .unwrap_err()
+            .contains("unknown key 'tensor'"));
+        assert!(Fixed::parse("tp=0").unwrap_err().contains("tp=0"));
+        assert!(Fixed::parse("zero=5").is_err());
+    }
+}

@@ -1,0 +1,271 @@
+//! Choosing a configuration's layer split: dynamic programming over contiguous layer ranges.
+//!
+//! Stages are filled in pipeline order. `best[k][j]` is the smallest achievable *bottleneck*
+//! (the largest per-micro-batch F+B time of any stage) when layers `0..=j` fill stages `0..=k`,
+//! subject to every stage's memory budget:
+//!
+//! `best[k][j] = min over i of max(best[k−1][i], cost(i+1..=j))`, over the `i` whose range
+//! `i+1..=j` fits stage `k`'s budget.
+//!
+//! `best[k−1][i]` never decreases as `i` grows (more layers in the same stages) and
+//! `cost(i+1..=j)` never increases, so the minimum sits where the two cross: a binary search
+//! finds it, and the whole table costs `O(S · n · log n)` for `S` stages and `n` layers. Memory
+//! needs grow with the range, so the feasible `i` form an interval found the same way.
+
+/// Per-layer figures the DP needs, with prefix sums for O(1) range queries.
+#[derive(Debug, Clone)]
+pub struct LayerSums {
+    time_s: Vec<f64>,
+    fixed_bytes: Vec<f64>,
+    act_bytes: Vec<f64>,
+}
+
+impl LayerSums {
+    /// Builds prefix sums from per-layer F+B seconds, per-layer fixed bytes (model states) and
+    /// per-layer activation bytes per in-flight micro-batch.
+    pub fn new(time_s: &[f64], fixed_bytes: &[f64], act_bytes: &[f64]) -> Self {
+        let prefix = |v: &[f64]| {
+            let mut p = Vec::with_capacity(v.len() + 1);
+            p.push(0.0);
+            let mut acc = 0.0;
+            for x in v {
+                acc += x;
+                p.push(acc);
+            }
+            p
+        };
+        LayerSums {
+            time_s: prefix(time_s),
+            fixed_bytes: prefix(fixed_bytes),
+            act_bytes: prefix(act_bytes),
+        }
+    }
+
+    /// Number of layers.
+    pub fn len(&self) -> usize {
+        self.time_s.len() - 1
+    }
+
+    /// Whether there are no layers.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// F+B seconds of layers `first..=last`.
+    pub fn time_s(&self, first: usize, last: usize) -> f64 {
+        self.time_s[last + 1] - self.time_s[first]
+    }
+
+    /// Memory of layers `first..=last` holding `inflight` micro-batches, bytes.
+    pub fn mem_bytes(&self, first: usize, last: usize, inflight: f64) -> f64 {
+        (self.fixed_bytes[last + 1] - self.fixed_bytes[first])
+            + inflight * (self.act_bytes[last + 1] - self.act_bytes[first])
+    }
+}
+
+/// What each stage may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct StageBudget {
+    /// Bytes available to the stage's layers.
+    pub bytes: f64,
+    /// Micro-batches of the stage in flight at the rank's peak.
+    pub inflight: f64,
+    /// Bytes the stage holds beyond its layers when it holds the last layer (a tied head copy).
+    pub extra_if_last_bytes: f64,
+}
+
+/// The split with the smallest bottleneck under the budgets: layer-list entries per stage, and
+/// the bottleneck in seconds. `None` when no split fits.
+pub fn best_split(sums: &LayerSums, budgets: &[StageBudget]) -> Option<(Vec<usize>, f64)> {
+    let n = sums.len();
+    let s = budgets.len();
+    if s == 0 || n < s {
+        return None;
+    }
+    let inf = f64::INFINITY;
+    let fits = |k: usize, first: usize, last: usize| {
+        let b = &budgets[k];
+        let extra = if last == n - 1 {
+            b.extra_if_last_bytes
+        } else {
+            0.0
+        };
+        sums.mem_bytes(first, last, b.inflight) + extra <= b.bytes
+    };
+    // best[k][j], choice[k][j] = the i of stage k's range i+1..=j (usize::MAX for k = 0)
+    let mut best = vec![vec![inf; n]; s];
+    let mut choice = vec![vec![usize::MAX; n]; s];
+    for j in 0..n {
+        if fits(0, 0, j) {
+            best[0][j] = sums.time_s(0, j);
+        }
+    }
+    for k in 1..s {
+        // stage k needs at least one layer, and the stages after it one each
+        for j in k..=(n - s + k) {
+            // feasible i: range i+1..=j fits; memory grows as i shrinks, so i ≥ i_min
+            if !fits(k, j, j) {
+                continue;
+            }
+            let (mut lo, mut hi) = (k - 1, j - 1);
+            // smallest i in [k-1, j-1] with fits(k, i+1, j)
+            let i_min = {
+                let (mut a, mut b) = (lo, hi);
+                while a < b {
+                    let mid = (a + b) / 2;
+                    if fits(k, mid + 1, j) {
+                        b = mid;
+                    } else {
+                        a = mid + 1;
+                    }
+                }
+                a
+            };
+            lo = lo.max(i_min);
+            // crossing point: first i where best[k-1][i] >= cost(i+1..=j)
+            let (mut a, mut b) = (lo, hi + 1);
+            while a < b {
+                let mid = (a + b) / 2;
+                if best[k - 1][mid] >= sums.time_s(mid + 1, j) {
+                    b = mid;
+                } else {
+                    a = mid + 1;
+                }
+            }
+            let mut pick = (inf, usize::MAX);
+            for i in [a.saturating_sub(1), a] {
+                if i < lo || i > hi {
+                    continue;
+                }
+                let v = best[k - 1][i].max(sums.time_s(i + 1, j));
+                if v < pick.0 {
+                    pick = (v, i);
+                }
+            }
+            hi = hi.min(j - 1);
+            let _ = hi;
+            best[k][j] = pick.0;
+            choice[k][j] = pick.1;
+        }
+    }
+    let bottleneck = best[s - 1][n - 1];
+    if !bottleneck.is_finite() {
+        return None;
+    }
+    let mut counts = vec![0; s];
+    let mut j = n - 1;
+    for k in (1..s).rev() {
+        let i = choice[k][j];
+        counts[k] = j - i;
+        j = i;
+    }
+    counts[0] = j + 1;
+    Some((counts, bottleneck))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budgets(s: usize, bytes: f64) -> Vec<StageBudget> {
+        vec![
+            StageBudget {
+                bytes,
+                inflight: 1.0,
+                extra_if_last_bytes: 0.0,
+            };
+            s
+        ]
+    }
+
+    /// Every contiguous split of `n` layers into `s` non-empty stages.
+    fn all_splits(n: usize, s: usize) -> Vec<Vec<usize>> {
+        if s == 1 {
+            return vec![vec![n]];
+        }
+        let mut out = Vec::new();
+        for first in 1..=(n - (s - 1)) {
+            for mut rest in all_splits(n - first, s - 1) {
+                rest.insert(0, first);
+                out.push(rest);
+            }
+        }
+        out
+    }
+
+    fn brute(sums: &LayerSums, b: &[StageBudget]) -> Option<f64> {
+        let n = sums.len();
+        let mut best: Option<f64> = None;
+        for split in all_splits(n, b.len()) {
+            let mut first = 0;
+            let mut worst: f64 = 0.0;
+            let mut ok = true;
+            for (k, &c) in split.iter().enumerate() {
+                let last = first + c - 1;
+                let extra = if last == n - 1 {
+                    b[k].extra_if_last_bytes
+                } else {
+                    0.0
+                };
+                ok &= sums.mem_bytes(first, last, b[k].inflight) + extra <= b[k].bytes;
+                worst = worst.max(sums.time_s(first, last));
+                first = last + 1;
+            }
+            if ok {
+                best = Some(best.map_or(worst, |x: f64| x.min(worst)));
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn matches_brute_force_on_small_cases() {
+        // deterministic pseudo-random costs
+        let mut seed = 12345u64;
+        let mut rnd = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) % 1000) as f64 / 100.0 + 0.1
+        };
+        for n in 1..=10 {
+            for s in 1..=n.min(5) {
+                for trial in 0..12 {
+                    let t: Vec<f64> = (0..n).map(|_| rnd()).collect();
+                    let f: Vec<f64> = (0..n).map(|_| rnd()).collect();
+                    let a: Vec<f64> = (0..n).map(|_| rnd()).collect();
+                    let sums = LayerSums::new(&t, &f, &a);
+                    let cap = if trial % 2 == 0 {
+                        1e9
+                    } else {
+                        25.0 + 3.0 * trial as f64
+                    };
+                    let mut b = budgets(s, cap);
+                    for (k, bk) in b.iter_mut().enumerate() {
+                        bk.inflight = (s - k) as f64;
+                    }
+                    b[s - 1].extra_if_last_bytes = (trial as f64) * 2.0;
+                    let dp = best_split(&sums, &b);
+                    let bf = brute(&sums, &b);
+                    match (dp, bf) {
+                        (None, None) => {}
+                        (Some((counts, v)), Some(w)) => {
+                            assert!((v - w).abs() < 1e-9, "n {n} s {s}: dp {v} brute {w}");
+                            assert_eq!(counts.iter().sum::<usize>(), n);
+                            assert!(counts.iter().all(|&c| c >= 1));
+                        }
+                        other => panic!("n {n} s {s} trial {trial}: {other:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn uniform_layers_split_evenly() {
+        let sums = LayerSums::new(&[1.0; 12], &[0.0; 12], &[0.0; 12]);
+        let (counts, v) = best_split(&sums, &budgets(4, 1.0)).unwrap();
+        assert_eq!(counts, vec![3, 3, 3, 3]);
+        assert_eq!(v, 3.0);
+    }
+}

@@ -1,0 +1,209 @@
+//! The published-runs file: one JSON array of measured training runs, in the format of the
+//! project's `validation/published-runs.json` (a copy of `shared/data/published-runs`).
+//!
+//! Only the fields validation reads are declared; the others (sources, verification notes,
+//! derived figures) are kept in the file for people and ignored here. A field of the wrong type
+//! is an error that names the file, the line and the column.
+
+use serde::Deserialize;
+
+use super::ValidateError;
+
+/// What a row measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowKind {
+    /// A whole training iteration: seconds per iteration (and often peak memory).
+    EndToEndTrainingThroughput,
+    /// The forward and backward time of one transformer layer (times in the row's `notes`).
+    PerLayerTimeMs,
+}
+
+/// One published, measured run. Sizes are the model's; degrees are the run's.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct PublishedRow {
+    /// Unique row id, e.g. `megatron2021_t1_1.7B`.
+    pub id: String,
+    /// What the row measured.
+    pub kind: RowKind,
+    /// The source the row belongs to (`Narayanan2021`, `BLOOM-prelaunch-benchmarks`, …): the
+    /// unit of leave-one-group-out calibration.
+    pub source_group: String,
+    /// The model's name in the source.
+    #[serde(default)]
+    pub model_name: Option<String>,
+    /// Transformer layers.
+    #[serde(default)]
+    pub num_layers: Option<u64>,
+    /// Hidden size.
+    #[serde(default)]
+    pub hidden_size: Option<u64>,
+    /// Attention heads.
+    #[serde(default)]
+    pub num_attention_heads: Option<u64>,
+    /// Key/value heads (`null`: as many as attention heads).
+    #[serde(default)]
+    pub num_kv_heads: Option<u64>,
+    /// FFN hidden size (`null`: `4·hidden_size`).
+    #[serde(default)]
+    pub ffn_hidden_size: Option<u64>,
+    /// Sequence length in tokens.
+    #[serde(default)]
+    pub seq_length: Option<u64>,
+    /// Vocabulary size (unpadded).
+    #[serde(default)]
+    pub vocab_size: Option<u64>,
+    /// Global batch in sequences.
+    #[serde(default)]
+    pub global_batch_size: Option<u64>,
+    /// Micro-batch size in sequences.
+    #[serde(default)]
+    pub micro_batch_size: Option<u64>,
+    /// Tensor-parallel degree.
+    #[serde(default)]
+    pub tp: Option<u64>,
+    /// Pipeline-parallel degree.
+    #[serde(default)]
+    pub pp: Option<u64>,
+    /// Data-parallel degree.
+    #[serde(default)]
+    pub dp: Option<u64>,
+    /// Context-parallel degree.
+    #[serde(default)]
+    pub cp: Option<u64>,
+    /// Virtual pipeline stages (model chunks) per rank.
+    #[serde(default)]
+    pub virtual_pipeline_stages: Option<u64>,
+    /// Pipeline schedule as the source names it.
+    #[serde(default)]
+    pub pipeline_schedule: Option<String>,
+    /// Recompute as the source names it (`full`, `selective`, `none`, or a longer phrase).
+    #[serde(default)]
+    pub activation_recomputation: Option<String>,
+    /// Megatron sequence parallelism.
+    #[serde(default)]
+    pub sequence_parallel: Option<bool>,
+    /// ZeRO stage or distributed optimizer, as the source names it.
+    #[serde(default)]
+    pub zero_or_distributed_optimizer: Option<String>,
+    /// Training framework, as the source names it.
+    #[serde(default)]
+    pub framework: Option<String>,
+    /// GPU model, e.g. `A100-SXM4-80GB`.
+    #[serde(default)]
+    pub gpu_type: Option<String>,
+    /// GPUs in the run.
+    #[serde(default)]
+    pub num_gpus: Option<u64>,
+    /// GPUs per node.
+    #[serde(default)]
+    pub gpus_per_node: Option<u64>,
+    /// Network between nodes, as the source describes it.
+    #[serde(default)]
+    pub inter_node_interconnect: Option<String>,
+    /// Precision, as the source names it.
+    #[serde(default)]
+    pub precision: Option<String>,
+    /// Whether the run succeeded (`ok`).
+    #[serde(default)]
+    pub result_status: Option<String>,
+    /// Reported TFLOP/s per GPU under `tflops_definition`.
+    #[serde(default)]
+    pub tflops_per_gpu: Option<f64>,
+    /// How the source counts FLOPs.
+    #[serde(default)]
+    pub tflops_definition: Option<String>,
+    /// Seconds per iteration (measured or derived; see `derived_fields`).
+    #[serde(default)]
+    pub seconds_per_iteration: Option<f64>,
+    /// Peak memory per GPU as the source prints it, e.g. `"47GB"` (PyTorch's peak / 2^30).
+    #[serde(default)]
+    pub peak_memory_per_gpu_gb: Option<String>,
+    /// `high`, `medium` or `low`.
+    #[serde(default)]
+    pub confidence: Option<String>,
+    /// Fields computed from other read values.
+    #[serde(default)]
+    pub derived_fields: Vec<String>,
+    /// Fields set to framework defaults the source did not state.
+    #[serde(default)]
+    pub unverified_fields: Vec<String>,
+    /// Free text; per-layer rows carry their times here.
+    #[serde(default)]
+    pub notes: Option<String>,
+}
+
+/// Parses a published-runs file; `origin` names it in errors (with line and column).
+pub fn parse_rows(text: &str, origin: &str) -> Result<Vec<PublishedRow>, ValidateError> {
+    let rows: Vec<PublishedRow> = serde_json::from_str(text).map_err(|e| ValidateError::Json {
+        origin: origin.to_string(),
+        message: e.to_string(),
+    })?;
+    let mut seen = std::collections::HashSet::new();
+    for (i, r) in rows.iter().enumerate() {
+        if !seen.insert(r.id.as_str()) {
+            return Err(ValidateError::Json {
+                origin: origin.to_string(),
+                message: format!("row {i}: id '{}' appears twice; ids must be unique", r.id),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// Peak memory in GiB from a string such as `"47GB"` or `"47.5 GiB"` (sources print PyTorch's
+/// figure divided by 2^30 and call it GB). `None` when it is not a number of GB / GiB.
+pub fn parse_gib(text: &str) -> Option<f64> {
+    let t = text.trim();
+    let lower = t.to_ascii_lowercase();
+    let number = ["gib", "gb", "g"]
+        .iter()
+        .find_map(|unit| lower.strip_suffix(unit))?
+        .trim();
+    let v: f64 = number.parse().ok()?;
+    (v.is_finite() && v > 0.0).then_some(v)
+}
+
+/// A number of milliseconds that follows `label` in `text` (`"forward 7.7 ms"` → 7.7).
+pub fn ms_after(text: &str, label: &str) -> Option<f64> {
+    let lower = text.to_ascii_lowercase();
+    let start = lower.find(&format!("{label} "))? + label.len() + 1;
+    let rest = lower[start..].trim_start();
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let v: f64 = rest[..end].parse().ok()?;
+    rest[end..].trim_start().starts_with("ms").then_some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gib_strings() {
+        assert_eq!(parse_gib("47GB"), Some(47.0));
+        assert_eq!(parse_gib(" 47.5 GiB"), Some(47.5));
+        assert_eq!(parse_gib("OOM"), None);
+        assert_eq!(parse_gib("-3GB"), None);
+    }
+
+    #[test]
+    fn per_layer_times_from_notes() {
+        let n = "Baseline no recompute: forward 7.7 ms, backward 11.9 ms, combined 19.6 ms per layer.";
+        assert_eq!(ms_after(n, "forward"), Some(7.7));
+        assert_eq!(ms_after(n, "backward"), Some(11.9));
+        assert_eq!(ms_after(n, "sideways"), None);
+    }
+
+    #[test]
+    fn malformed_file_names_the_position() {
+        let err = parse_rows("[{\"id\": 3}]", "runs.json").unwrap_err().to_string();
+        assert!(err.starts_with("runs.json: "), "{err}");
+        assert!(err.contains("line 1"), "{err}");
+        let dup = r#"[{"id": "a", "kind": "per_layer_time_ms", "source_group": "g"},
+                     {"id": "a", "kind": "per_layer_time_ms", "source_group": "g"}]"#;
+        let err = parse_rows(dup, "runs.json").unwrap_err().to_string();
+        assert!(err.contains("appears twice"), "{err}");
+    }
+}

@@ -1,0 +1,231 @@
+//! `autopp plan`: the best plan, why, and the alternatives.
+
+use std::io::IsTerminal;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use autopp_planner::schedule::ScheduleKind;
+use autopp_planner::search::{self, explain, Fixed, SearchOptions, SpaceLimits};
+use autopp_planner::{PlanFile, ParallelConfig};
+use autopp_profiler::{AnalyticProfile, Precision};
+use clap::Args;
+
+use super::common::{gib, load_model, secs, thousands, write_atomic, ClusterArgs};
+use super::estimate;
+
+/// Find the fastest plan that fits: degrees, schedule, micro-batching, recompute, sharding and
+/// the layer split, searched jointly, with the reasons and the runner-ups.
+///
+/// Example: autopp plan gpt3-175b --gpus 1024 --gpu a100-80g --global-batch 1536
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// A preset name (see `autopp models`) or a path to a model.json, a Hugging Face
+    /// config.json or a layer list.
+    pub model: String,
+    /// Number of GPUs [default with --cluster: all of the cluster's].
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<u64>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Global batch in sequences [default: the model's published batch].
+    #[arg(long, value_name = "G")]
+    pub global_batch: Option<u64>,
+    /// Sequence length in tokens [default: the model's].
+    #[arg(long, value_name = "S")]
+    pub seq_len: Option<u64>,
+    /// Schedules to consider, comma-separated [default: all: gpipe, 1f1b, interleaved-1f1b,
+    /// looped-bfs].
+    #[arg(long, value_delimiter = ',', value_name = "A,B,…")]
+    pub schedules: Option<Vec<ScheduleKind>>,
+    /// Largest tensor-parallel degree [default: GPUs per node].
+    #[arg(long, value_name = "T")]
+    pub max_tp: Option<u64>,
+    /// Largest micro-batch size to try.
+    #[arg(long, default_value_t = 16, value_name = "B")]
+    pub max_mbs: u64,
+    /// Largest number of stages per rank to try for interleaved schedules.
+    #[arg(long, default_value_t = 8, value_name = "V")]
+    pub max_virtual: u64,
+    /// Pin fields: KEY=VALUE pairs, comma-separated; keys tp, pp, dp, cp, virtual_stages,
+    /// micro_batch_size, schedule, recompute, zero_stage, sequence_parallel.
+    #[arg(long, value_name = "KEY=VALUE,…")]
+    pub fix: Option<String>,
+    /// Alternatives to list.
+    #[arg(long, default_value_t = 5, value_name = "K")]
+    pub top: usize,
+    /// Math precision: bf16 or fp16.
+    #[arg(long, default_value = "bf16", value_name = "P")]
+    pub precision: Precision,
+    /// Memory kept free per GPU for the CUDA context, NCCL and fragmentation, GiB.
+    #[arg(long, default_value_t = 2.0, value_name = "R")]
+    pub memory_reserve_gib: f64,
+    /// Model the attention core without a fused (FlashAttention) kernel.
+    #[arg(long)]
+    pub no_flash_attention: bool,
+    /// Print one JSON object: plan, predicted, search, alternatives.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the plan file (plan, prediction, model, cluster) here; `estimate --plan` and
+    /// `schedule --plan` read it.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<String>,
+}
+
+/// Runs `autopp plan`.
+pub fn run(args: &PlanArgs) -> Result<()> {
+    let mut model = load_model(&args.model)?;
+    if let Some(s) = args.seq_len {
+        model = model.with_seq_length(s).context("--seq-len")?;
+    }
+    let cluster = args.cluster.build(args.gpus)?;
+    let global_batch_size = match args.global_batch.or(model.default_global_batch()) {
+        Some(g) if g > 0 => g,
+        Some(_) => bail!("--global-batch: must be at least 1"),
+        None => bail!("--global-batch: the model names no default batch; give one"),
+    };
+    if !(args.memory_reserve_gib.is_finite() && args.memory_reserve_gib >= 0.0) {
+        bail!("--memory-reserve-gib: must be zero or a positive number of GiB");
+    }
+    for (flag, v) in [("--max-mbs", args.max_mbs), ("--max-virtual", args.max_virtual)] {
+        if v == 0 {
+            bail!("{flag}: must be at least 1");
+        }
+    }
+    let fixed = match &args.fix {
+        Some(text) => Fixed::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
+        None => Fixed::default(),
+    };
+    let opts = SearchOptions {
+        global_batch_size,
+        limits: SpaceLimits {
+            max_tp: args.max_tp.unwrap_or(cluster.gpus_per_node),
+            max_micro_batch_size: args.max_mbs,
+            max_virtual_stages: args.max_virtual,
+            schedules: args
+                .schedules
+                .clone()
+                .unwrap_or_else(|| ScheduleKind::ALL.to_vec()),
+        },
+        fixed,
+        top_k: args.top,
+        precision: args.precision,
+        memory_reserve_bytes: (args.memory_reserve_gib * (1u64 << 30) as f64) as u64,
+        flash_attention: !args.no_flash_attention,
+    };
+    let profile = AnalyticProfile::new(cluster.clone(), args.precision)?;
+
+    // A progress bar on a terminal, once the search has run for a second.
+    let started = Instant::now();
+    let bar: OnceLock<indicatif::ProgressBar> = OnceLock::new();
+    let show = std::io::stderr().is_terminal();
+    let progress = |done: usize, total: usize| {
+        if show && started.elapsed().as_secs_f64() > 1.0 {
+            let b = bar.get_or_init(|| {
+                let b = indicatif::ProgressBar::new(total as u64);
+                b.set_message("configurations");
+                b
+            });
+            b.set_position(done as u64);
+        }
+    };
+    let result = search::search(&model, &profile, &opts, &progress)?;
+    if let Some(b) = bar.get() {
+        b.finish_and_clear();
+    }
+
+    let best = &result.best;
+    let config = config_of(best, &opts)?;
+    if let Some(path) = &args.out {
+        let file = PlanFile::new(best, &model, &cluster, &config)?;
+        write_atomic(path, serde_json::to_string_pretty(&file)?.as_bytes())?;
+    }
+    if args.json {
+        let alternatives: Vec<_> = result.alternatives.iter().map(|e| &e.result).collect();
+        let out = serde_json::json!({
+            "plan": best.result.plan,
+            "predicted": best.result.predicted,
+            "search": {
+                "elapsed_s": result.elapsed_s,
+                "candidates": result.candidates,
+                "simulated": result.simulated,
+            },
+            "alternatives": alternatives,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "searched {} configurations in {} ({} simulated exactly)\n",
+        thousands(result.candidates as f64),
+        secs(result.elapsed_s),
+        result.simulated
+    );
+    print!("{}", estimate::render(&model, &profile, &config, best));
+    if let Some(layout) = &best.result.plan.megatron_layout {
+        println!("  layout        {layout}");
+    }
+    println!("\nwhy");
+    for line in wrap(&explain::explain(&result), 92) {
+        println!("  {line}");
+    }
+    if !result.alternatives.is_empty() {
+        println!("\nalternatives");
+        println!(
+            "  {:>2}  {:>3} {:>3} {:>4} {:>2} {:>3}  {:<17} {:<10} {:>3} {:>4}  {:>10} {:>6} {:>8}",
+            "#", "tp", "pp", "dp", "v", "mbs", "schedule", "recompute", "sp", "zero", "time", "MFU", "peak GiB"
+        );
+        for (i, e) in std::iter::once(best).chain(&result.alternatives).enumerate() {
+            let (p, pr) = (&e.result.plan, &e.result.predicted);
+            println!(
+                "  {:>2}  {:>3} {:>3} {:>4} {:>2} {:>3}  {:<17} {:<10} {:>3} {:>4}  {:>10} {:>5.1}% {:>8}",
+                i + 1,
+                p.tp,
+                p.pp,
+                p.dp,
+                p.virtual_stages,
+                p.micro_batch_size,
+                p.schedule,
+                p.recompute,
+                if p.sequence_parallel { "on" } else { "off" },
+                p.zero_stage,
+                secs(pr.iteration_time_s),
+                100.0 * pr.mfu,
+                gib(pr.peak_memory_bytes)
+            );
+        }
+    }
+    if let Some(path) = &args.out {
+        println!("\nplan written to {path}");
+    }
+    Ok(())
+}
+
+/// The configuration of an evaluated plan, with its exact split.
+fn config_of(e: &autopp_planner::Estimate, opts: &SearchOptions) -> Result<ParallelConfig> {
+    let split = e
+        .stages
+        .iter()
+        .map(|s| s.layers[1] - s.layers[0] + 1)
+        .collect();
+    Ok(search::config_of(&search::key_of(e), opts, Some(split)))
+}
+
+/// Greedy word wrap.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
