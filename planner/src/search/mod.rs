@@ -18,7 +18,6 @@ pub mod space;
 pub mod split_dp;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use autopp_models::{LayerCost, Model, Recompute};
@@ -26,7 +25,9 @@ use autopp_profiler::{AnalyticProfile, Layout, Precision};
 use rayon::prelude::*;
 
 use crate::config::{ParallelConfig, PlanError};
-use crate::estimate::{check_config, evaluate_layers, shard_spec, Estimate};
+use crate::estimate::{
+    check_config, dp_comm_time_s, evaluate_layers, optimizer_time_s, shard_spec, Estimate,
+};
 use crate::memory::{self, NCCL_BUFFER_BYTES_PER_GROUP};
 use crate::schedule::{self, ScheduleSpec};
 use crate::split;
@@ -145,30 +146,81 @@ pub fn search(
         return Err(no_candidates(model, gpus, opts));
     }
 
-    // Group by layer sharding; each group shares its layer table.
-    let mut groups: Vec<((u64, u64, u64, bool), Vec<Key>)> = Vec::new();
-    for k in &keys {
-        let g = (k.tp, k.cp, k.micro_batch_size, k.sequence_parallel);
-        match groups.last_mut() {
-            Some((last, list)) if *last == g => list.push(*k),
-            _ => groups.push((g, vec![*k])),
-        }
-    }
-    let done = AtomicUsize::new(0);
-    let total = keys.len();
-    let scored: Vec<Scored> = groups
+    // Layer tables, one per layer sharding (tp, cp, micro-batch size, sequence parallelism).
+    let mut group_keys: Vec<GroupKey> = keys.iter().map(group_of).collect();
+    group_keys.sort_unstable();
+    group_keys.dedup();
+    let tables: HashMap<GroupKey, LayerTable> = group_keys
         .par_iter()
-        .map(|(_, list)| {
-            let out = score_group(model, profile, opts, list);
-            let d = done.fetch_add(list.len(), Ordering::Relaxed) + list.len();
-            progress(d, total);
-            out
+        .filter_map(|&g| {
+            let key = keys.iter().find(|k| group_of(k) == g)?;
+            match layer_table(model, profile, opts, key) {
+                Ok(t) => Some(Ok((g, t))),
+                // a sharding the model cannot take (e.g. kv heads vs tp): no candidates there
+                Err(PlanError::Model(_)) => None,
+                Err(e) => Some(Err(e)),
+            }
         })
-        .collect::<Result<Vec<Vec<Scored>>, PlanError>>()?
-        .into_iter()
-        .flatten()
+        .collect::<Result<_, PlanError>>()?;
+
+    // Each distinct schedule's in-flight counts, once.
+    let mut shapes: Vec<ScheduleShape> = keys.iter().map(|k| shape_of(k, opts)).collect();
+    shapes.sort_unstable();
+    shapes.dedup();
+    let inflight: HashMap<ScheduleShape, Option<Vec<u32>>> = shapes
+        .par_iter()
+        .map(|&(kind, pp, v, m)| {
+            let counts = schedule::generate(&ScheduleSpec {
+                kind,
+                pp: pp as usize,
+                virtual_stages: v as usize,
+                num_microbatches: m as usize,
+                group_size: None,
+            })
+            .ok()
+            .map(|s| s.peak_inflight());
+            ((kind, pp, v, m), counts)
+        })
         .collect();
 
+    // A lower bound on each key's closed-form time, whatever its split: the work spread
+    // perfectly over the ranks, plus the fill of perfectly even stages.
+    let mut bounded: Vec<(f64, Key)> = keys
+        .iter()
+        .filter_map(|k| {
+            let table = tables.get(&group_of(k))?;
+            Some((lower_bound_s(k, table, opts), *k))
+        })
+        .collect();
+    bounded.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+
+    // Score in bound order, a fixed-size chunk at a time, until no later key can enter the
+    // shortlist. Chunks are fixed, so the keys scored do not depend on the thread count.
+    let shortlist = (4 * opts.top_k).max(24);
+    let total = bounded.len();
+    let mut scored: Vec<Scored> = Vec::new();
+    let mut fit_times: Vec<f64> = Vec::new();
+    for (i, chunk) in bounded.chunks(SCORE_CHUNK).enumerate() {
+        if fit_times.len() >= shortlist {
+            let cutoff = fit_times[shortlist - 1];
+            if chunk[0].0 > cutoff {
+                break;
+            }
+        }
+        let part: Vec<Scored> = chunk
+            .par_iter()
+            .filter_map(|(_, key)| {
+                let shape = shape_of(key, opts);
+                let inflight = inflight.get(&shape)?.as_ref()?;
+                check_config(model, profile, &config_of(key, opts, None)).ok()?;
+                score(profile, opts, key, &tables[&group_of(key)], inflight, shape.3)
+            })
+            .collect();
+        fit_times.extend(part.iter().filter(|s| s.fits).map(|s| s.approx_s));
+        fit_times.sort_by(f64::total_cmp);
+        scored.extend(part);
+        progress(((i + 1) * SCORE_CHUNK).min(total), total);
+    }
     let mut fitting: Vec<&Scored> = scored.iter().filter(|s| s.fits).collect();
     fitting.sort_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)));
     if fitting.is_empty() {
@@ -176,13 +228,6 @@ pub fn search(
     }
 
     // Simulate the best-ranked candidates exactly, with the DP split and the even split.
-    let shortlist = (4 * opts.top_k).max(24);
-    let tables = table_cache(
-        model,
-        profile,
-        opts,
-        fitting.iter().take(shortlist).map(|s| &s.key),
-    )?;
     let mut exact: Vec<Estimate> = fitting
         .par_iter()
         .take(shortlist)
@@ -190,7 +235,9 @@ pub fn search(
             let table = &tables[&group_of(&s.key)];
             let dp = evaluate_split(model, profile, opts, &s.key, table, Some(s.split.clone()));
             let even = evaluate_split(model, profile, opts, &s.key, table, None);
-            [dp, even]
+            let isolated = isolate_ends(&table.layers, &s.split)
+                .and_then(|split| evaluate_split(model, profile, opts, &s.key, table, Some(split)));
+            [dp, even, isolated]
                 .into_iter()
                 .flatten()
                 .filter(|e| e.result.predicted.fits)
@@ -200,7 +247,7 @@ pub fn search(
         .into_iter()
         .flatten()
         .collect();
-    let mut simulated = 2 * shortlist.min(fitting.len());
+    let mut simulated = 3 * shortlist.min(fitting.len());
     exact.sort_by(|a, b| {
         time_of(a)
             .total_cmp(&time_of(b))
@@ -210,13 +257,15 @@ pub fn search(
         return Err(nothing_fits(model, profile, opts, &scored));
     }
 
-    // Refine the leaders' splits by single-layer moves.
-    let leaders = exact.len().min(3);
-    for est in exact.iter_mut().take(leaders) {
-        let table = &tables[&group_of(&key_of(est))];
-        let (better, n) = refine(model, profile, opts, est, table);
+    // Refine the leaders' splits by moving layers across stage boundaries.
+    let leaders = exact.len().min(REFINED_LEADERS);
+    let refined: Vec<(Estimate, usize)> = exact[..leaders]
+        .par_iter()
+        .map(|est| refine(model, profile, opts, est, &tables[&group_of(&key_of(est))]))
+        .collect();
+    for (slot, (better, n)) in exact.iter_mut().zip(refined) {
         simulated += n;
-        *est = better;
+        *slot = better;
     }
     exact.sort_by(|a, b| {
         time_of(a)
@@ -249,7 +298,7 @@ pub fn search(
         best,
         alternatives,
         fastest_unfit,
-        candidates: total,
+        candidates: keys.len(),
         simulated,
         elapsed_s: start.elapsed().as_secs_f64(),
     })
@@ -281,25 +330,11 @@ pub fn key_of(e: &Estimate) -> Key {
 
 type GroupKey = (u64, u64, u64, bool);
 
+/// A schedule's shape: kind, pipeline ranks, stages per rank, micro-batches.
+type ScheduleShape = (schedule::ScheduleKind, u64, u64, u64);
+
 fn group_of(k: &Key) -> GroupKey {
     (k.tp, k.cp, k.micro_batch_size, k.sequence_parallel)
-}
-
-/// Builds the layer tables of the groups the keys belong to.
-fn table_cache<'a>(
-    model: &Model,
-    profile: &AnalyticProfile,
-    opts: &SearchOptions,
-    keys: impl Iterator<Item = &'a Key>,
-) -> Result<HashMap<GroupKey, LayerTable>, PlanError> {
-    let mut out = HashMap::new();
-    for k in keys {
-        let g = group_of(k);
-        if let std::collections::hash_map::Entry::Vacant(slot) = out.entry(g) {
-            slot.insert(layer_table(model, profile, opts, k)?);
-        }
-    }
-    Ok(out)
 }
 
 /// Per-layer costs for a key's sharding under every recompute mode.
@@ -344,50 +379,32 @@ fn layer_table(
     Ok(LayerTable { layers, per_mode })
 }
 
-/// Scores every key of one layer-sharding group.
-fn score_group(
-    model: &Model,
-    profile: &AnalyticProfile,
-    opts: &SearchOptions,
-    keys: &[Key],
-) -> Result<Vec<Scored>, PlanError> {
-    let Some(first) = keys.first() else {
-        return Ok(Vec::new());
+/// Keys scored per parallel chunk (see [`search`]).
+const SCORE_CHUNK: usize = 256;
+
+/// The schedule shape of a key.
+fn shape_of(k: &Key, opts: &SearchOptions) -> ScheduleShape {
+    let m = opts.global_batch_size / (k.dp * k.micro_batch_size);
+    (k.schedule, k.pp, k.virtual_stages, m)
+}
+
+/// A lower bound on [`score`]'s closed-form time for any split: with `T` the F+B seconds of
+/// all layers for one micro-batch, the busiest rank does at least `m·T/pp` and the fill takes
+/// at least `(pp−1)·T/(pp·v)` (`v` times that for looped BFS).
+fn lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -> f64 {
+    let total: f64 = table.per_mode[mode_index(k.recompute)]
+        .iter()
+        .map(|c| c.forward_s() + c.backward_s())
+        .sum();
+    let (pp, v) = (k.pp as f64, k.virtual_stages as f64);
+    let m = (opts.global_batch_size / (k.dp * k.micro_batch_size)) as f64;
+    let fill = (pp - 1.0) * total / (pp * v);
+    let fill = if k.schedule == schedule::ScheduleKind::LoopedBfs {
+        fill * v
+    } else {
+        fill
     };
-    let table = match layer_table(model, profile, opts, first) {
-        Ok(t) => t,
-        // a sharding the model cannot take (e.g. kv heads vs tp): no candidates here
-        Err(PlanError::Model(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut inflight_cache: HashMap<(schedule::ScheduleKind, u64, u64, u64), Option<Vec<u32>>> =
-        HashMap::new();
-    let mut out = Vec::with_capacity(keys.len());
-    for key in keys {
-        let m = opts.global_batch_size / (key.dp * key.micro_batch_size);
-        let inflight = inflight_cache
-            .entry((key.schedule, key.pp, key.virtual_stages, m))
-            .or_insert_with(|| {
-                schedule::generate(&ScheduleSpec {
-                    kind: key.schedule,
-                    pp: key.pp as usize,
-                    virtual_stages: key.virtual_stages as usize,
-                    num_microbatches: m as usize,
-                    group_size: None,
-                })
-                .ok()
-                .map(|s| s.peak_inflight())
-            })
-            .clone();
-        let Some(inflight) = inflight else { continue };
-        if check_config(model, profile, &config_of(key, opts, None)).is_err() {
-            continue;
-        }
-        if let Some(s) = score(profile, opts, key, &table, &inflight, m) {
-            out.push(s);
-        }
-    }
-    Ok(out)
+    m * total / pp + fill
 }
 
 /// The DP split and closed-form time of one key.
@@ -462,15 +479,20 @@ fn score(
             (split_dp::best_split(&sums, &open)?.0, false)
         }
     };
-    // Closed form: the busiest rank's work plus the pipeline fill and drain, plus the tail.
+    // Closed form: the busiest rank's work plus the pipeline fill and drain, plus the tail
+    // (the same data-parallel and optimizer terms as `estimate`).
     let ranges = split::stage_ranges(&split);
     let stage_time: Vec<f64> = ranges.iter().map(|&[a, b]| sums.time_s(a, b)).collect();
+    let stages: Vec<StageCost> = ranges
+        .iter()
+        .map(|&[a, b]| stages::combine(&costs[a..=b]))
+        .collect();
     let mut busy = vec![0.0; pp];
-    let mut params = vec![0.0; pp];
-    for (k, &[a, b]) in ranges.iter().enumerate() {
+    let mut rank_stages: Vec<Vec<&StageCost>> = vec![Vec::new(); pp];
+    for (k, st) in stages.iter().enumerate() {
         let r = placement.rank_of(k, pp);
         busy[r] += stage_time[k];
-        params[r] += costs[a..=b].iter().map(|c| c.params as f64).sum::<f64>();
+        rank_stages[r].push(st);
     }
     let busiest = busy.iter().cloned().fold(0.0, f64::max) * m as f64;
     let slowest_stage = stage_time.iter().cloned().fold(0.0, f64::max);
@@ -478,7 +500,6 @@ fn score(
         schedule::ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
         _ => (pp - 1) as f64 * slowest_stage,
     };
-    let max_params = params.iter().cloned().fold(0.0, f64::max);
     let layout = Layout {
         tp: key.tp,
         cp: key.cp,
@@ -488,19 +509,18 @@ fn score(
     let dp_link = profile
         .cluster
         .group_link(key.dp * key.cp, layout.tp_stride() * key.tp);
-    let grad_bytes = (max_params * memory::GRAD_BYTES_PER_PARAM as f64) as u64;
-    let n_dp = key.dp * key.cp;
-    use autopp_models::CollectiveKind::AllReduce;
-    let dp_comm = profile.collective_time_s(AllReduce, grad_bytes, n_dp, &dp_link)
-        * if key.zero_stage >= 3 {
-            1.5 * m as f64
-        } else {
-            1.0
-        };
+    let c = config_of(key, opts, None);
+    let tail = rank_stages
+        .iter()
+        .map(|st| {
+            dp_comm_time_s(profile, &c, st, &dp_link, m)
+                + optimizer_time_s(profile, &c, memory::rank_params(st))
+        })
+        .fold(0.0, f64::max);
     Some(Scored {
         key: *key,
         split,
-        approx_s: busiest + fill + dp_comm,
+        approx_s: busiest + fill + tail,
         fits,
     })
 }
@@ -518,8 +538,14 @@ fn evaluate_split(
     evaluate_layers(model, profile, &c, &table.layers).ok()
 }
 
-/// Hill-climbs a plan's split: move one layer across one stage boundary at a time while that
-/// makes the simulated iteration faster and still fits. Returns the plan and the simulations run.
+/// Plans whose splits [`refine`] improves.
+const REFINED_LEADERS: usize = 2;
+/// Simulations [`refine`] may spend on one plan.
+const REFINE_BUDGET: usize = 160;
+
+/// Hill-climbs a plan's split: move one or two layers across one stage boundary at a time while
+/// that makes the simulated iteration faster and still fits, within [`REFINE_BUDGET`]
+/// simulations. Returns the plan and the simulations run.
 fn refine(
     model: &Model,
     profile: &AnalyticProfile,
@@ -535,29 +561,28 @@ fn refine(
         .map(|s| s.layers[1] - s.layers[0] + 1)
         .collect();
     let mut runs = 0;
-    for _round in 0..16 {
+    'rounds: loop {
         let mut improved = false;
         for boundary in 0..counts.len().saturating_sub(1) {
-            for dir in [-1i64, 1] {
-                let mut trial = counts.clone();
-                let (from, to) = if dir < 0 {
-                    (boundary, boundary + 1)
-                } else {
-                    (boundary + 1, boundary)
-                };
-                if trial[from] <= 1 {
-                    continue;
-                }
-                trial[from] -= 1;
-                trial[to] += 1;
-                runs += 1;
-                if let Some(e) =
-                    evaluate_split(model, profile, opts, &key, table, Some(trial.clone()))
-                {
-                    if e.result.predicted.fits && time_of(&e) < time_of(&best) * (1.0 - 1e-9) {
-                        best = e;
-                        counts = trial;
-                        improved = true;
+            for (from, to) in [(boundary, boundary + 1), (boundary + 1, boundary)] {
+                for size in 1..=2 {
+                    if counts[from] <= size {
+                        continue;
+                    }
+                    if runs >= REFINE_BUDGET {
+                        break 'rounds;
+                    }
+                    let mut trial = counts.clone();
+                    trial[from] -= size;
+                    trial[to] += size;
+                    runs += 1;
+                    let split = Some(trial.clone());
+                    if let Some(e) = evaluate_split(model, profile, opts, &key, table, split) {
+                        if e.result.predicted.fits && time_of(&e) < time_of(&best) * (1.0 - 1e-9) {
+                            best = e;
+                            counts = trial;
+                            improved = true;
+                        }
                     }
                 }
             }
@@ -567,6 +592,27 @@ fn refine(
         }
     }
     (best, runs)
+}
+
+/// A split with the embedding alone in the first stage and the head alone in the last, the
+/// transformer layers spread evenly over the stages between (`E|t*4|t*4|L`): with several
+/// stages per rank this often balances the ranks best. `None` when there are too few stages.
+fn isolate_ends(layers: &[LayerCost], split: &[usize]) -> Option<Vec<usize>> {
+    use autopp_models::LayerKind;
+    let s = split.len();
+    let n = layers.len();
+    let ends =
+        layers.first()?.kind == LayerKind::Embedding && layers.last()?.kind == LayerKind::Head;
+    if !ends || s < 3 || n - 2 < s - 2 {
+        return None;
+    }
+    let body = n - 2;
+    let middle = s - 2;
+    let mut out = vec![1; s];
+    for (i, c) in out.iter_mut().enumerate().skip(1).take(middle) {
+        *c = body / middle + usize::from(i - 1 < body % middle);
+    }
+    Some(out)
 }
 
 /// The error when no configuration can even be formed.

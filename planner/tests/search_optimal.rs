@@ -1,0 +1,143 @@
+//! The planner against brute force: every configuration of the search space and every
+//! contiguous split, each evaluated through `estimate`'s code path; the planner's plan must be
+//! within 0.5% of the best of them.
+
+use autopp_models::{load_str, Model};
+use autopp_planner::estimate::{evaluate_layers, shard_spec};
+use autopp_planner::schedule::ScheduleKind;
+use autopp_planner::search::{self, config_of, space, Fixed, SearchOptions, SpaceLimits};
+use autopp_planner::DEFAULT_MEMORY_RESERVE_BYTES;
+use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
+
+/// Every way to cut `n` entries into `s` non-empty contiguous stages.
+fn splits(n: usize, s: usize) -> Vec<Vec<usize>> {
+    if s == 1 {
+        return vec![vec![n]];
+    }
+    let mut out = Vec::new();
+    for first in 1..=(n - (s - 1)) {
+        for mut rest in splits(n - first, s - 1) {
+            rest.insert(0, first);
+            out.push(rest);
+        }
+    }
+    out
+}
+
+fn options(global_batch: u64, precision: Precision) -> SearchOptions {
+    SearchOptions {
+        global_batch_size: global_batch,
+        limits: SpaceLimits {
+            max_tp: 8,
+            max_micro_batch_size: 2,
+            max_virtual_stages: 2,
+            schedules: ScheduleKind::ALL.to_vec(),
+        },
+        fixed: Fixed::default(),
+        top_k: 3,
+        precision,
+        memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
+        flash_attention: true,
+    }
+}
+
+/// The fastest fitting (time, description) over the whole space, by brute force.
+fn brute_force(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+) -> (Option<(f64, String)>, usize, usize) {
+    let keys = space::enumerate(
+        model,
+        profile.cluster.num_gpus(),
+        opts.global_batch_size,
+        &opts.limits,
+        &opts.fixed,
+    );
+    let entries = model.num_layer_entries();
+    let mut best: Option<(f64, String)> = None;
+    let (mut evaluated, mut unfit) = (0, 0);
+    for key in keys {
+        let base = config_of(&key, opts, None);
+        let Ok(layers) = model.layers(&shard_spec(&base)) else {
+            continue;
+        };
+        let stages = (key.pp * key.virtual_stages) as usize;
+        if stages > entries {
+            continue;
+        }
+        for split in splits(entries, stages) {
+            let c = config_of(&key, opts, Some(split.clone()));
+            if autopp_planner::estimate::check_config(model, profile, &c).is_err() {
+                continue;
+            }
+            let Ok(e) = evaluate_layers(model, profile, &c, &layers) else {
+                continue;
+            };
+            evaluated += 1;
+            if !e.result.predicted.fits {
+                unfit += 1;
+                continue;
+            }
+            let t = e.result.predicted.iteration_time_s;
+            if best.as_ref().is_none_or(|(b, _)| t < *b) {
+                best = Some((t, format!("{key:?} split {split:?}")));
+            }
+        }
+    }
+    (best, evaluated, unfit)
+}
+
+fn check(model_json: &str, gpu: &str, gpus: u64, global_batch: u64, precision: Precision) {
+    let model = load_str(model_json, "test").unwrap();
+    let cluster = Cluster::new(hardware::gpu(gpu).unwrap(), gpus, 8, None).unwrap();
+    let profile = AnalyticProfile::new(cluster, precision).unwrap();
+    let opts = options(global_batch, precision);
+    let (brute, evaluated, unfit) = brute_force(&model, &profile, &opts);
+    // the case must be a real test: many candidates, some that do not fit
+    assert!(
+        evaluated > 1000,
+        "{gpu} × {gpus}: only {evaluated} candidates"
+    );
+    assert!(unfit > 0, "{gpu} × {gpus}: memory never binds");
+    let planned = search::search(&model, &profile, &opts, &|_, _| {});
+    match (brute, planned) {
+        (None, Err(_)) => {}
+        (Some((t, what)), Ok(r)) => {
+            let got = r.best.result.predicted.iteration_time_s;
+            assert!(
+                got <= t * 1.005,
+                "{gpu} × {gpus}: planner {got} s vs brute force {t} s ({what})"
+            );
+            assert!(r.best.result.predicted.fits);
+        }
+        (b, p) => panic!(
+            "{gpu} × {gpus}: brute force {b:?} but planner {:?}",
+            p.map(|r| r.best.result.predicted.iteration_time_s)
+        ),
+    }
+}
+
+#[test]
+fn planner_matches_brute_force_on_a100_40g() {
+    // 6 transformer layers, big enough that memory binds on a few GPUs
+    let model = r#"{"name": "small", "num_layers": 6, "hidden_size": 4096, "num_attention_heads": 32,
+                    "vocab_size": 50000, "seq_length": 2048}"#;
+    check(model, "a100-40g", 4, 16, Precision::Bf16);
+}
+
+#[test]
+fn planner_matches_brute_force_with_ten_layers_on_eight_gpus() {
+    let model = r#"{"name": "ten", "num_layers": 10, "hidden_size": 5120, "num_attention_heads": 40,
+                    "vocab_size": 50000, "seq_length": 2048}"#;
+    check(model, "a100-40g", 8, 16, Precision::Bf16);
+}
+
+#[test]
+fn planner_matches_brute_force_on_v100() {
+    let model = r#"{"name": "small-gqa", "num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32,
+                    "num_kv_heads": 8, "ffn_hidden_size": 11008, "gated_mlp": true, "tied_embeddings": false,
+                    "vocab_size": 32000, "seq_length": 1024, "norm": "rmsnorm", "bias": false}"#;
+    check(model, "v100-32g", 8, 32, Precision::Fp16);
+    check(model, "v100-32g", 16, 32, Precision::Fp16);
+}
