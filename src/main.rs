@@ -24,6 +24,8 @@ enum Command {
     Estimate(cmd::estimate::EstimateArgs),
     /// Generate, check, simulate and draw a pipeline schedule.
     Schedule(cmd::schedule::ScheduleArgs),
+    /// Compare predictions with published, measured training runs.
+    Validate(cmd::validate::ValidateArgs),
     /// List the bundled model presets.
     Models {
         /// Print JSON.
@@ -54,6 +56,7 @@ fn main() {
         Command::Plan(args) => cmd::plan::run(args),
         Command::Estimate(args) => cmd::estimate::run(args),
         Command::Schedule(args) => cmd::schedule::run(args),
+        Command::Validate(args) => cmd::validate::run(args),
         Command::Models { json } => cmd::catalog::models(*json),
         Command::Gpus { json } => cmd::catalog::gpus(*json),
     };

@@ -1,9 +1,9 @@
 //! `autopp estimate`: time and memory of one full configuration.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use autopp_models::{Model, Recompute};
 use autopp_planner::schedule::ScheduleKind;
-use autopp_planner::{evaluate, Estimate, ParallelConfig};
+use autopp_planner::{evaluate, Estimate, ParallelConfig, PlanFile};
 use autopp_profiler::{AnalyticProfile, Precision};
 use clap::Args;
 
@@ -17,7 +17,17 @@ use super::common::{gib, load_model, secs, thousands, ClusterArgs};
 pub struct EstimateArgs {
     /// A preset name (see `autopp models`) or a path to a model.json, a Hugging Face
     /// config.json or a layer list.
-    pub model: String,
+    #[arg(required_unless_present = "plan")]
+    pub model: Option<String>,
+    /// A plan file from `autopp plan --out`: evaluates exactly that plan (model, cluster,
+    /// configuration and split); configuration flags are not allowed with it.
+    #[arg(long, value_name = "FILE", conflicts_with_all = [
+        "model", "gpus", "tp", "pp", "dp", "cp", "mbs", "global_batch", "virtual_stages",
+        "schedule", "group_size", "recompute", "sequence_parallel", "zero_stage", "split",
+        "precision", "memory_reserve_gib", "no_flash_attention", "gpu", "gpus_per_node",
+        "nic_gbps", "cluster",
+    ])]
+    pub plan: Option<String>,
     /// Number of GPUs [default with --cluster: all of the cluster's].
     #[arg(long, value_name = "N")]
     pub gpus: Option<u64>,
@@ -67,7 +77,8 @@ pub struct EstimateArgs {
     /// Math precision: bf16 or fp16.
     #[arg(long, default_value = "bf16", value_name = "P")]
     pub precision: Precision,
-    /// Memory kept free per GPU for the CUDA context, NCCL and fragmentation, GiB.
+    /// Headroom kept free per GPU, GiB, beyond the modelled CUDA context, NCCL, framework
+    /// buffers and allocator fragmentation (the "runtime" column).
     #[arg(long, default_value_t = 2.0, value_name = "R")]
     pub memory_reserve_gib: f64,
     /// Model the attention core without a fused (FlashAttention) kernel.
@@ -142,9 +153,21 @@ impl EstimateArgs {
 
 /// Runs `autopp estimate`.
 pub fn run(args: &EstimateArgs) -> Result<()> {
-    let model = load_model(&args.model)?;
-    let cluster = args.cluster.build(args.gpus)?;
-    let config = args.config(&model, cluster.num_gpus())?;
+    let (model, cluster, config) = match (&args.plan, &args.model) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--plan: cannot read '{path}'"))?;
+            let file = PlanFile::from_json(&text, path)?;
+            (file.model()?, file.cluster.clone(), file.config()?)
+        }
+        (None, Some(name)) => {
+            let model = load_model(name)?;
+            let cluster = args.cluster.build(args.gpus)?;
+            let config = args.config(&model, cluster.num_gpus())?;
+            (model, cluster, config)
+        }
+        (None, None) => bail!("MODEL: give a model, or --plan FILE"),
+    };
     let profile = AnalyticProfile::new(cluster, config.precision)?;
     let estimate = evaluate(&model, &profile, &config)?;
     if args.json {
@@ -241,7 +264,7 @@ pub fn render(
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "  memory per GPU, GiB                 weights  grads  optim  activ  transient  buffers  reserve   total"
+        "  memory per GPU, GiB                 weights  grads  optim  activ  transient  buffers  runtime  reserve   total"
     );
     let pp = plan.ranks.len();
     let peak_rank = (0..pp)
@@ -269,13 +292,14 @@ pub fn render(
         let layers = stage_list(&plan.ranks[r].stages);
         let _ = writeln!(
             o,
-            "    rank {r:<3} {layers:<24} {:>7} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>7}",
+            "    rank {r:<3} {layers:<24} {:>7} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8} {:>7}",
             gib(m.weights_bytes),
             gib(m.grads_bytes),
             gib(m.optimizer_bytes),
             gib(m.activations_bytes),
             gib(m.transient_bytes),
             gib(m.buffers_bytes),
+            gib(m.context_bytes + m.fragmentation_bytes),
             gib(m.reserve_bytes),
             gib(m.total_bytes()),
         );

@@ -4,3 +4,4 @@ pub mod common;
 pub mod estimate;
 pub mod plan;
 pub mod schedule;
+pub mod validate;

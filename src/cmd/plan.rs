@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::search::{self, explain, Fixed, SearchOptions, SpaceLimits};
-use autopp_planner::{PlanFile, ParallelConfig};
+use autopp_planner::{ParallelConfig, PlanFile};
 use autopp_profiler::{AnalyticProfile, Precision};
 use clap::Args;
 
@@ -87,7 +87,10 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     if !(args.memory_reserve_gib.is_finite() && args.memory_reserve_gib >= 0.0) {
         bail!("--memory-reserve-gib: must be zero or a positive number of GiB");
     }
-    for (flag, v) in [("--max-mbs", args.max_mbs), ("--max-virtual", args.max_virtual)] {
+    for (flag, v) in [
+        ("--max-mbs", args.max_mbs),
+        ("--max-virtual", args.max_virtual),
+    ] {
         if v == 0 {
             bail!("{flag}: must be at least 1");
         }
@@ -173,9 +176,24 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         println!("\nalternatives");
         println!(
             "  {:>2}  {:>3} {:>3} {:>4} {:>2} {:>3}  {:<17} {:<10} {:>3} {:>4}  {:>10} {:>6} {:>8}",
-            "#", "tp", "pp", "dp", "v", "mbs", "schedule", "recompute", "sp", "zero", "time", "MFU", "peak GiB"
+            "#",
+            "tp",
+            "pp",
+            "dp",
+            "v",
+            "mbs",
+            "schedule",
+            "recompute",
+            "sp",
+            "zero",
+            "time",
+            "MFU",
+            "peak GiB"
         );
-        for (i, e) in std::iter::once(best).chain(&result.alternatives).enumerate() {
+        for (i, e) in std::iter::once(best)
+            .chain(&result.alternatives)
+            .enumerate()
+        {
             let (p, pr) = (&e.result.plan, &e.result.predicted);
             println!(
                 "  {:>2}  {:>3} {:>3} {:>4} {:>2} {:>3}  {:<17} {:<10} {:>3} {:>4}  {:>10} {:>5.1}% {:>8}",

@@ -213,7 +213,14 @@ pub fn search(
                 let shape = shape_of(key, opts);
                 let inflight = inflight.get(&shape)?.as_ref()?;
                 check_config(model, profile, &config_of(key, opts, None)).ok()?;
-                score(profile, opts, key, &tables[&group_of(key)], inflight, shape.3)
+                score(
+                    profile,
+                    opts,
+                    key,
+                    &tables[&group_of(key)],
+                    inflight,
+                    shape.3,
+                )
             })
             .collect();
         fit_times.extend(part.iter().filter(|s| s.fits).map(|s| s.approx_s));
@@ -615,20 +622,40 @@ fn isolate_ends(layers: &[LayerCost], split: &[usize]) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// The error when no configuration can even be formed.
+/// The error when no configuration can even be formed: a batch too small for every
+/// data-parallel degree, or pins and limits that exclude everything.
 fn no_candidates(model: &Model, gpus: u64, opts: &SearchOptions) -> PlanError {
-    let smallest_dp = 1;
-    if opts.global_batch_size < smallest_dp {
-        return PlanError::invalid("--global-batch", "must be at least 1");
-    }
-    PlanError::invalid(
-        "--fix",
-        format!(
-            "no configuration of {} on {gpus} GPUs with global batch {} satisfies the pins and limits: relax --fix, --schedules or --max-tp, or change --global-batch so that it divides over the data-parallel replicas",
-            model.name(),
-            opts.global_batch_size
+    // Every data-parallel degree divides the GPU count, so a batch of `gpus` sequences admits
+    // all of them: the degrees possible with no batch constraint.
+    let open = space::enumerate(model, gpus, gpus, &opts.limits, &opts.fixed);
+    let mut dps: Vec<u64> = open.iter().map(|k| k.dp).collect();
+    dps.sort_unstable();
+    dps.dedup();
+    match dps.first() {
+        Some(&smallest) if opts.global_batch_size < smallest => PlanError::invalid(
+            "--global-batch",
+            format!(
+                "{} sequences is smaller than the smallest data-parallel degree possible for {} on {gpus} GPUs ({smallest}): use a global batch of at least {smallest}, or fewer GPUs",
+                opts.global_batch_size,
+                model.name()
+            ),
         ),
-    )
+        Some(_) => PlanError::invalid(
+            "--global-batch",
+            format!(
+                "{} is not divisible by any data-parallel degree possible here ({}): use a multiple of one of them",
+                opts.global_batch_size,
+                dps.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        None => PlanError::invalid(
+            "--fix",
+            format!(
+                "no configuration of {} on {gpus} GPUs satisfies the pins and limits: relax --fix, --schedules or --max-tp",
+                model.name()
+            ),
+        ),
+    }
 }
 
 /// The error when nothing fits: what the leanest configuration needs.

@@ -1,0 +1,142 @@
+//! End-to-end tests of `autopp plan` as a user runs it.
+
+use std::process::{Command, Output};
+
+fn autopp(args: &[&str], threads: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_autopp"));
+    cmd.args(args);
+    if let Some(t) = threads {
+        cmd.env("RAYON_NUM_THREADS", t);
+    }
+    cmd.output().expect("the autopp binary runs")
+}
+
+fn json(args: &[&str], threads: Option<&str>) -> serde_json::Value {
+    let out = autopp(args, threads);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let out = autopp(args, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line: {stderr}"
+    );
+    assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+const LLAMA8B: [&str; 6] = ["plan", "llama3-8b", "--gpus", "32", "--gpu", "a100-80g"];
+
+#[test]
+fn plan_json_has_plan_predicted_search_and_alternatives() {
+    let mut args = LLAMA8B.to_vec();
+    args.push("--json");
+    let v = json(&args, None);
+    for key in ["plan", "predicted", "search", "alternatives"] {
+        assert!(v.get(key).is_some(), "{key} missing in {v}");
+    }
+    assert_eq!(v["predicted"]["fits"], true);
+    assert!(v["search"]["candidates"].as_u64().unwrap() > 100);
+    assert!(v["search"]["elapsed_s"].as_f64().unwrap() > 0.0);
+    let layout = v["plan"]["megatron_layout"].as_str().unwrap();
+    assert!(layout.starts_with('E') && layout.ends_with('L'), "{layout}");
+    let t = v["predicted"]["iteration_time_s"].as_f64().unwrap();
+    for alt in v["alternatives"].as_array().unwrap() {
+        assert!(alt["predicted"]["iteration_time_s"].as_f64().unwrap() >= t);
+        assert_eq!(alt["predicted"]["fits"], true);
+    }
+}
+
+#[test]
+fn plan_is_deterministic_for_any_thread_count() {
+    let mut args = LLAMA8B.to_vec();
+    args.push("--json");
+    let strip = |mut v: serde_json::Value| {
+        v["search"]["elapsed_s"] = serde_json::Value::Null;
+        v
+    };
+    let one = strip(json(&args, Some("1")));
+    let two = strip(json(&args, Some("2")));
+    let four = strip(json(&args, Some("4")));
+    assert_eq!(one, two);
+    assert_eq!(one, four);
+}
+
+#[test]
+fn plan_file_round_trips_through_estimate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plan.json");
+    let path = path.to_str().unwrap();
+    let mut args = LLAMA8B.to_vec();
+    args.extend(["--json", "--out", path]);
+    let planned = json(&args, None);
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for key in ["format_version", "plan", "predicted", "model", "cluster"] {
+        assert!(file.get(key).is_some(), "{key} missing in the plan file");
+    }
+    let again = json(&["estimate", "--plan", path, "--json"], None);
+    assert_eq!(again["plan"], planned["plan"]);
+    assert_eq!(again["predicted"], planned["predicted"]);
+}
+
+#[test]
+fn fix_pins_fields() {
+    let v = json(
+        &[
+            "plan",
+            "gpt3-175b",
+            "--gpus",
+            "1024",
+            "--gpu",
+            "a100-80g",
+            "--global-batch",
+            "1536",
+            "--fix",
+            "tp=8,pp=16,recompute=full",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(v["plan"]["tp"], 8);
+    assert_eq!(v["plan"]["pp"], 16);
+    assert_eq!(v["plan"]["recompute"], "full");
+    fails_with(
+        &["plan", "gpt3-175b", "--gpus", "64", "--fix", "tensor=8"],
+        "--fix",
+    );
+}
+
+#[test]
+fn human_output_explains_the_choice() {
+    let out = autopp(&LLAMA8B, None);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in ["searched", "FITS", "why", "alternatives", "layout"] {
+        assert!(text.contains(needle), "{needle} missing:\n{text}");
+    }
+}
+
+#[test]
+fn impossible_requests_explain_themselves() {
+    // GPUs that do not fill whole nodes
+    fails_with(&["plan", "gpt3-175b", "--gpus", "12"], "--gpus");
+    // a global batch smaller than the smallest data-parallel degree
+    fails_with(
+        &["plan", "gpt3-175b", "--gpus", "1024", "--global-batch", "1"],
+        "smallest data-parallel degree",
+    );
+    // a model larger than all the memory
+    fails_with(&["plan", "gpt3-175b", "--gpus", "16"], "nothing fits");
+    fails_with(&["plan", "gpt3-175b", "--gpus", "16"], "GiB");
+}
