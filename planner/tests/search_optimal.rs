@@ -38,6 +38,7 @@ fn options(global_batch: u64, precision: Precision) -> SearchOptions {
         precision,
         memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
         flash_attention: true,
+        even_split_only: false,
     }
 }
 
@@ -107,7 +108,9 @@ fn check(model_json: &str, gpu: &str, gpus: u64, global_batch: u64, precision: P
             let got = r.best.result.predicted.iteration_time_s;
             assert!(
                 got <= t * 1.005,
-                "{gpu} × {gpus}: planner {got} s vs brute force {t} s ({what})"
+                "{gpu} × {gpus}: planner {got} s ({:?} split {:?}) vs brute force {t} s ({what})",
+                search::key_of(&r.best),
+                r.best.stages.iter().map(|s| s.layers[1] - s.layers[0] + 1).collect::<Vec<_>>()
             );
             assert!(r.best.result.predicted.fits);
         }

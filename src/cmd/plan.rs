@@ -63,6 +63,9 @@ pub struct PlanArgs {
     /// Model the attention core without a fused (FlashAttention) kernel.
     #[arg(long)]
     pub no_flash_attention: bool,
+    /// Only Megatron's default even layer split (no uneven stage layouts).
+    #[arg(long)]
+    pub even_split: bool,
     /// Print one JSON object: plan, predicted, search, alternatives.
     #[arg(long)]
     pub json: bool,
@@ -115,6 +118,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         precision: args.precision,
         memory_reserve_bytes: (args.memory_reserve_gib * (1u64 << 30) as f64) as u64,
         flash_attention: !args.no_flash_attention,
+        even_split_only: args.even_split,
     };
     let profile = AnalyticProfile::new(cluster.clone(), args.precision)?;
 

@@ -14,6 +14,7 @@
 //! The result is deterministic for any thread count: candidates are ranked by (time, [`Key`]).
 
 pub mod explain;
+pub mod inflight;
 pub mod space;
 pub mod split_dp;
 
@@ -26,10 +27,11 @@ use rayon::prelude::*;
 
 use crate::config::{ParallelConfig, PlanError};
 use crate::estimate::{
-    check_config, dp_comm_time_s, evaluate_layers, optimizer_time_s, shard_spec, Estimate,
+    check_config, dp_comm_time_s, evaluate_layers, evaluate_layers_with, optimizer_time_s,
+    shard_spec, Detail, Estimate,
 };
 use crate::memory::{self, NCCL_BUFFER_BYTES_PER_GROUP};
-use crate::schedule::{self, ScheduleSpec};
+use crate::schedule;
 use crate::split;
 use crate::stages::{self, StageContext, StageCost};
 
@@ -53,6 +55,9 @@ pub struct SearchOptions {
     pub memory_reserve_bytes: u64,
     /// Model a fused attention kernel.
     pub flash_attention: bool,
+    /// Only Megatron's default even split (no uneven layouts): for frameworks that cannot lay
+    /// stages out unevenly, and to measure what uneven splits buy.
+    pub even_split_only: bool,
 }
 
 /// What the search found.
@@ -163,25 +168,18 @@ pub fn search(
         })
         .collect::<Result<_, PlanError>>()?;
 
-    // Each distinct schedule's in-flight counts, once.
-    let mut shapes: Vec<ScheduleShape> = keys.iter().map(|k| shape_of(k, opts)).collect();
-    shapes.sort_unstable();
-    shapes.dedup();
-    let inflight: HashMap<ScheduleShape, Option<Vec<u32>>> = shapes
-        .par_iter()
-        .map(|&(kind, pp, v, m)| {
-            let counts = schedule::generate(&ScheduleSpec {
-                kind,
-                pp: pp as usize,
-                virtual_stages: v as usize,
-                num_microbatches: m as usize,
-                group_size: None,
-            })
-            .ok()
-            .map(|s| s.peak_inflight());
-            ((kind, pp, v, m), counts)
-        })
-        .collect();
+    // Each schedule shape's in-flight counts, computed once, when first needed.
+    let inflight: std::sync::Mutex<HashMap<ScheduleShape, Option<Vec<u32>>>> =
+        std::sync::Mutex::new(HashMap::new());
+    let inflight_of = |shape: ScheduleShape| -> Option<Vec<u32>> {
+        if let Some(found) = inflight.lock().ok()?.get(&shape) {
+            return found.clone();
+        }
+        let (kind, pp, v, m) = shape;
+        let counts = inflight::peak_inflight(kind, pp, v, m);
+        inflight.lock().ok()?.insert(shape, counts.clone());
+        counts
+    };
 
     // A lower bound on each key's closed-form time, whatever its split: the work spread
     // perfectly over the ranks, plus the fill of perfectly even stages.
@@ -195,15 +193,30 @@ pub fn search(
     bounded.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
 
     // Score in bound order, a fixed-size chunk at a time, until no later key can enter the
-    // shortlist. Chunks are fixed, so the keys scored do not depend on the thread count.
+    // shortlist: the overall best few, and the best few of each schedule kind (the closed form's
+    // error depends on the schedule, so kinds are compared by simulation, not by it). Kinds
+    // whose candidates are all over GIVE_UP_FACTOR × the best do not hold the search up. Chunks are fixed,
+    // so the keys scored do not depend on the thread count.
     let shortlist = (4 * opts.top_k).max(24);
     let total = bounded.len();
     let mut scored: Vec<Scored> = Vec::new();
     let mut fit_times: Vec<f64> = Vec::new();
+    let mut kind_times: HashMap<schedule::ScheduleKind, Vec<f64>> = HashMap::new();
     for (i, chunk) in bounded.chunks(SCORE_CHUNK).enumerate() {
         if fit_times.len() >= shortlist {
-            let cutoff = fit_times[shortlist - 1];
-            if chunk[0].0 > cutoff {
+            let overall = fit_times[shortlist - 1];
+            let give_up = GIVE_UP_FACTOR * fit_times[0];
+            let per_kind = opts
+                .limits
+                .schedules
+                .iter()
+                .map(|k| match kind_times.get(k) {
+                    Some(t) if t.len() >= PER_KIND => t[PER_KIND - 1],
+                    _ => give_up,
+                })
+                .fold(overall, f64::max)
+                .min(give_up.max(overall));
+            if chunk[0].0 > per_kind {
                 break;
             }
         }
@@ -211,61 +224,115 @@ pub fn search(
             .par_iter()
             .filter_map(|(_, key)| {
                 let shape = shape_of(key, opts);
-                let inflight = inflight.get(&shape)?.as_ref()?;
+                let table = &tables[&group_of(key)];
+                if below_memory_floor(profile, opts, key, table) {
+                    return None;
+                }
                 check_config(model, profile, &config_of(key, opts, None)).ok()?;
-                score(
-                    profile,
-                    opts,
-                    key,
-                    &tables[&group_of(key)],
-                    inflight,
-                    shape.3,
-                )
+                let inflight = inflight_of(shape)?;
+                score(profile, opts, key, table, &inflight, shape.3)
             })
             .collect();
-        fit_times.extend(part.iter().filter(|s| s.fits).map(|s| s.approx_s));
+        for s in part.iter().filter(|s| s.fits) {
+            fit_times.push(s.approx_s);
+            kind_times.entry(s.key.schedule).or_default().push(s.approx_s);
+        }
         fit_times.sort_by(f64::total_cmp);
+        for t in kind_times.values_mut() {
+            t.sort_by(f64::total_cmp);
+        }
         scored.extend(part);
         progress(((i + 1) * SCORE_CHUNK).min(total), total);
     }
     let mut fitting: Vec<&Scored> = scored.iter().filter(|s| s.fits).collect();
     fitting.sort_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)));
     if fitting.is_empty() {
-        return Err(nothing_fits(model, profile, opts, &scored));
+        return Err(nothing_fits(model, profile, opts, &keys));
+    }
+    // The shortlist: the overall best, then each kind's best not already in.
+    let mut chosen: Vec<&Scored> = fitting.iter().take(shortlist).copied().collect();
+    let mut per_kind_count: HashMap<schedule::ScheduleKind, usize> = HashMap::new();
+    for s in &chosen {
+        *per_kind_count.entry(s.key.schedule).or_default() += 1;
+    }
+    for s in fitting.iter().skip(shortlist) {
+        let count = per_kind_count.entry(s.key.schedule).or_default();
+        if *count < PER_KIND {
+            *count += 1;
+            chosen.push(s);
+        }
     }
 
-    // Simulate the best-ranked candidates exactly, with the DP split and the even split.
-    let mut exact: Vec<Estimate> = fitting
+    // Simulate the shortlist exactly: first each configuration with its DP split (or the even
+    // split when only that is allowed), then, for the fastest few, the even split and the split
+    // that isolates embedding and head as well.
+    let first_split = |s: &Scored| -> Option<Vec<usize>> {
+        if opts.even_split_only {
+            None
+        } else {
+            Some(s.split.clone())
+        }
+    };
+    let mut tiered: Vec<(Option<Estimate>, &Scored)> = chosen
         .par_iter()
-        .take(shortlist)
         .map(|s| {
             let table = &tables[&group_of(&s.key)];
-            let dp = evaluate_split(model, profile, opts, &s.key, table, Some(s.split.clone()));
-            let even = evaluate_split(model, profile, opts, &s.key, table, None);
-            let isolated = isolate_ends(&table.layers, &s.split)
-                .and_then(|split| evaluate_split(model, profile, opts, &s.key, table, Some(split)));
-            [dp, even, isolated]
-                .into_iter()
-                .flatten()
-                .filter(|e| e.result.predicted.fits)
-                .min_by(|a, b| time_of(a).total_cmp(&time_of(b)))
+            let e = evaluate_split(model, profile, opts, &s.key, table, first_split(s))
+                .filter(|e| e.result.predicted.fits);
+            (e, *s)
         })
-        .collect::<Vec<Option<Estimate>>>()
-        .into_iter()
-        .flatten()
         .collect();
-    let mut simulated = 3 * shortlist.min(fitting.len());
+    tiered.sort_by(|a, b| {
+        let t = |x: &Option<Estimate>| x.as_ref().map_or(f64::INFINITY, time_of);
+        t(&a.0).total_cmp(&t(&b.0)).then(a.1.key.cmp(&b.1.key))
+    });
+    let mut simulated = chosen.len();
+    if !opts.even_split_only {
+        let extra: Vec<Option<Estimate>> = tiered
+            .par_iter()
+            .take(SECOND_TIER)
+            .map(|(first, s)| {
+                let table = &tables[&group_of(&s.key)];
+                let even = split::default_split(&layer_kinds(&table.layers), s.split.len()).ok();
+                let mut others: Vec<Vec<usize>> = even.into_iter().collect();
+                if let Some(isolated) = isolate_ends(&table.layers, &s.split) {
+                    others.push(isolated);
+                }
+                others.retain(|o| *o != s.split);
+                others.dedup();
+                others
+                    .into_iter()
+                    .filter_map(|o| evaluate_split(model, profile, opts, &s.key, table, Some(o)))
+                    .chain(first.clone())
+                    .filter(|e| e.result.predicted.fits)
+                    .min_by(|a, b| time_of(a).total_cmp(&time_of(b)))
+            })
+            .collect();
+        simulated += 2 * extra.len();
+        for (slot, better) in tiered.iter_mut().zip(extra) {
+            slot.0 = better;
+        }
+    }
+    let mut exact: Vec<Estimate> = tiered.into_iter().filter_map(|(e, _)| e).collect();
     exact.sort_by(|a, b| {
         time_of(a)
             .total_cmp(&time_of(b))
             .then(key_of(a).cmp(&key_of(b)))
     });
     if exact.is_empty() {
-        return Err(nothing_fits(model, profile, opts, &scored));
+        return Err(nothing_fits(model, profile, opts, &keys));
     }
 
     // Refine the leaders' splits by moving layers across stage boundaries.
-    let leaders = exact.len().min(REFINED_LEADERS);
+    let leaders = if opts.even_split_only {
+        0
+    } else {
+        exact.len().min(REFINED_LEADERS)
+    };
+    // one leader per configuration: the fastest split of each
+    let mut seen = std::collections::HashSet::new();
+    exact.retain(|e| seen.insert(key_of(e)));
+    let leaders = leaders.min(exact.len());
     let refined: Vec<(Estimate, usize)> = exact[..leaders]
         .par_iter()
         .map(|est| refine(model, profile, opts, est, &tables[&group_of(&key_of(est))]))
@@ -283,8 +350,20 @@ pub fn search(
     let mut exact = exact.into_iter();
     let best = exact
         .next()
-        .ok_or_else(|| nothing_fits(model, profile, opts, &scored))?;
+        .ok_or_else(|| nothing_fits(model, profile, opts, &keys))?;
     let alternatives: Vec<Estimate> = exact.take(opts.top_k).collect();
+    // The answers in full detail (the breakdown separates sends from the bubble).
+    let full = |e: &Estimate| -> Result<Estimate, PlanError> {
+        let key = key_of(e);
+        let split = e.stages.iter().map(|s| s.layers[1] - s.layers[0] + 1).collect();
+        let table = &tables[&group_of(&key)];
+        evaluate_layers(model, profile, &config_of(&key, opts, Some(split)), &table.layers)
+    };
+    let best = full(&best)?;
+    let alternatives = alternatives
+        .par_iter()
+        .map(full)
+        .collect::<Result<Vec<_>, _>>()?;
 
     // What more memory would buy: the fastest non-fitting candidate that beats the best.
     let best_time = time_of(&best);
@@ -386,6 +465,16 @@ fn layer_table(
     Ok(LayerTable { layers, per_mode })
 }
 
+/// A schedule kind whose closed-form times are all over this factor × the best does not get its
+/// quota in the shortlist.
+const GIVE_UP_FACTOR: f64 = 1.3;
+
+/// Candidates of each schedule kind that the shortlist holds at least (see [`search`]).
+const PER_KIND: usize = 6;
+
+/// Shortlisted configurations that also try the even and the end-isolating splits.
+const SECOND_TIER: usize = 8;
+
 /// Keys scored per parallel chunk (see [`search`]).
 const SCORE_CHUNK: usize = 256;
 
@@ -393,6 +482,21 @@ const SCORE_CHUNK: usize = 256;
 fn shape_of(k: &Key, opts: &SearchOptions) -> ScheduleShape {
     let m = opts.global_batch_size / (k.dp * k.micro_batch_size);
     (k.schedule, k.pp, k.virtual_stages, m)
+}
+
+/// Whether a key cannot fit whatever its split: the model states of the busiest rank (at least
+/// an even share of all layers' states) exceed the memory left after the reserve.
+fn below_memory_floor(
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+    table: &LayerTable,
+) -> bool {
+    let per_param = state_bytes_per_param(key.zero_stage, key.dp * key.cp);
+    let params: u64 = table.per_mode[0].iter().map(|c| c.params).sum();
+    let floor = params as f64 * per_param / key.pp as f64;
+    let usable = profile.cluster.gpu.memory_bytes as f64 - opts.memory_reserve_bytes as f64;
+    floor > usable
 }
 
 /// A lower bound on [`score`]'s closed-form time for any split: with `T` the F+B seconds of
@@ -475,16 +579,8 @@ fn score(
         .collect();
     let (split, fits) = match split_dp::best_split(&sums, &budgets) {
         Some((split, _)) => (split, true),
-        None => {
-            let open: Vec<StageBudget> = budgets
-                .iter()
-                .map(|b| StageBudget {
-                    bytes: f64::INFINITY,
-                    ..*b
-                })
-                .collect();
-            (split_dp::best_split(&sums, &open)?.0, false)
-        }
+        // Does not fit: kept (with the even split) only to say what more memory would buy.
+        None => (split::default_split(&layer_kinds(&table.layers), s).ok()?, false),
     };
     // Closed form: the busiest rank's work plus the pipeline fill and drain, plus the tail
     // (the same data-parallel and optimizer terms as `estimate`).
@@ -532,6 +628,11 @@ fn score(
     })
 }
 
+/// The kinds of a layer list.
+fn layer_kinds(layers: &[LayerCost]) -> Vec<autopp_models::LayerKind> {
+    layers.iter().map(|l| l.kind).collect()
+}
+
 /// Evaluates a key with a split (`None`: the even split) through `estimate`'s code path.
 fn evaluate_split(
     model: &Model,
@@ -542,17 +643,44 @@ fn evaluate_split(
     split: Option<Vec<usize>>,
 ) -> Option<Estimate> {
     let c = config_of(key, opts, split);
-    evaluate_layers(model, profile, &c, &table.layers).ok()
+    evaluate_layers_with(model, profile, &c, &table.layers, Detail::TimeAndMemory).ok()
 }
 
-/// Plans whose splits [`refine`] improves.
-const REFINED_LEADERS: usize = 2;
-/// Simulations [`refine`] may spend on one plan.
+/// Plans (distinct configurations, fastest first) whose splits [`refine`] improves.
+const REFINED_LEADERS: usize = 6;
+/// A leader with at most this many possible splits has every one simulated.
+const EXHAUSTIVE_SPLITS: u64 = 512;
+/// Simulations [`refine`] may spend hill-climbing one plan.
 const REFINE_BUDGET: usize = 160;
+/// Schedule actions [`refine`] may simulate for one plan (bounds its time on long pipelines).
+const REFINE_ACTION_BUDGET: u64 = 1_000_000;
 
-/// Hill-climbs a plan's split: move one or two layers across one stage boundary at a time while
-/// that makes the simulated iteration faster and still fits, within [`REFINE_BUDGET`]
-/// simulations. Returns the plan and the simulations run.
+/// `C(n, k)`, saturating.
+fn binomial(n: u64, k: u64) -> u64 {
+    let k = k.min(n - k.min(n));
+    (0..k).fold(1u64, |acc, i| acc.saturating_mul(n - i) / (i + 1))
+}
+
+/// Every cut of `n` entries into `s` non-empty contiguous stages.
+fn all_splits(n: usize, s: usize) -> Vec<Vec<usize>> {
+    if s == 1 {
+        return vec![vec![n]];
+    }
+    let mut out = Vec::new();
+    for first in 1..=(n - (s - 1)) {
+        for mut rest in all_splits(n - first, s - 1) {
+            rest.insert(0, first);
+            out.push(rest);
+        }
+    }
+    out
+}
+
+/// Improves a plan's split: when it has at most [`EXHAUSTIVE_SPLITS`] possible splits, the best
+/// of all of them; otherwise hill-climbing — move one or two layers across one stage boundary at
+/// a time while that makes the simulated iteration faster and still fits — within
+/// [`REFINE_BUDGET`] simulations and [`REFINE_ACTION_BUDGET`] simulated actions. Returns the plan
+/// and the simulations run.
 fn refine(
     model: &Model,
     profile: &AnalyticProfile,
@@ -562,6 +690,25 @@ fn refine(
 ) -> (Estimate, usize) {
     let key = key_of(est);
     let mut best = est.clone();
+    let n = table.layers.len();
+    let s = best.stages.len();
+    let better = |e: &Estimate, than: &Estimate| {
+        e.result.predicted.fits && time_of(e) < time_of(than) * (1.0 - 1e-9)
+    };
+    if binomial(n as u64 - 1, s as u64 - 1) <= EXHAUSTIVE_SPLITS {
+        let splits = all_splits(n, s);
+        let runs = splits.len();
+        for split in splits {
+            if let Some(e) = evaluate_split(model, profile, opts, &key, table, Some(split)) {
+                if better(&e, &best) {
+                    best = e;
+                }
+            }
+        }
+        return (best, runs);
+    }
+    let actions_per_run = 2 * est.schedule.num_actions().max(1) as u64;
+    let budget = REFINE_BUDGET.min((REFINE_ACTION_BUDGET / actions_per_run) as usize);
     let mut counts: Vec<usize> = best
         .stages
         .iter()
@@ -576,7 +723,7 @@ fn refine(
                     if counts[from] <= size {
                         continue;
                     }
-                    if runs >= REFINE_BUDGET {
+                    if runs >= budget {
                         break 'rounds;
                     }
                     let mut trial = counts.clone();
@@ -585,7 +732,7 @@ fn refine(
                     runs += 1;
                     let split = Some(trial.clone());
                     if let Some(e) = evaluate_split(model, profile, opts, &key, table, split) {
-                        if e.result.predicted.fits && time_of(&e) < time_of(&best) * (1.0 - 1e-9) {
+                        if better(&e, &best) {
                             best = e;
                             counts = trial;
                             improved = true;
@@ -663,27 +810,28 @@ fn nothing_fits(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
-    scored: &[Scored],
+    keys: &[Key],
 ) -> PlanError {
     let capacity = profile.cluster.gpu.memory_bytes;
-    // Evaluate the candidates with the most sharding and recomputation; report the leanest.
-    let mut lean: Vec<&Scored> = scored.iter().collect();
-    lean.sort_by_key(|s| {
+    // Evaluate the configurations with the most sharding and recomputation; report the leanest.
+    let mut lean: Vec<&Key> = keys.iter().collect();
+    lean.sort_by_key(|k| {
         (
-            std::cmp::Reverse(s.key.recompute),
-            std::cmp::Reverse(s.key.zero_stage),
-            std::cmp::Reverse(s.key.tp * s.key.pp),
-            s.key.micro_batch_size,
-            s.key,
+            std::cmp::Reverse(k.recompute),
+            std::cmp::Reverse(k.zero_stage),
+            std::cmp::Reverse(k.tp * k.pp),
+            k.micro_batch_size,
+            k.virtual_stages,
+            **k,
         )
     });
     let leanest = lean
         .iter()
-        .take(16)
-        .filter_map(|s| {
-            let c = config_of(&s.key, opts, Some(s.split.clone()));
+        .take(4)
+        .filter_map(|k| {
+            let c = config_of(k, opts, None);
             let layers = model.layers(&shard_spec(&c)).ok()?;
-            evaluate_layers(model, profile, &c, &layers).ok()
+            evaluate_layers_with(model, profile, &c, &layers, Detail::TimeAndMemory).ok()
         })
         .min_by_key(|e| e.result.predicted.peak_memory_bytes);
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;

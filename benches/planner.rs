@@ -1,0 +1,46 @@
+//! Search time of `autopp plan` on the reference problems.
+
+use autopp_models::load;
+use autopp_planner::schedule::ScheduleKind;
+use autopp_planner::search::{search, Fixed, SearchOptions, SpaceLimits};
+use autopp_planner::DEFAULT_MEMORY_RESERVE_BYTES;
+use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
+use criterion::{criterion_group, criterion_main, Criterion};
+
+fn case(c: &mut Criterion, name: &str, model: &str, gpu: &str, gpus: u64, batch: Option<u64>) {
+    let model = load(model).expect("preset");
+    let cluster = Cluster::new(hardware::gpu(gpu).expect("gpu"), gpus, 8, None).expect("cluster");
+    let profile = AnalyticProfile::new(cluster, Precision::Bf16).expect("profile");
+    let opts = SearchOptions {
+        global_batch_size: batch.or(model.default_global_batch()).expect("batch"),
+        limits: SpaceLimits {
+            max_tp: 8,
+            max_micro_batch_size: 16,
+            max_virtual_stages: 8,
+            schedules: ScheduleKind::ALL.to_vec(),
+        },
+        fixed: Fixed::default(),
+        top_k: 5,
+        precision: Precision::Bf16,
+        memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
+        flash_attention: true,
+        even_split_only: false,
+    };
+    c.bench_function(name, |b| {
+        b.iter(|| search(&model, &profile, &opts, &|_, _| {}).expect("a plan"))
+    });
+}
+
+fn planner(c: &mut Criterion) {
+    case(c, "plan gpt3-175b 1024 a100-80g", "gpt3-175b", "a100-80g", 1024, Some(1536));
+    case(c, "plan mt-nlg-530b 2240 a100-80g", "mt-nlg-530b", "a100-80g", 2240, Some(2240));
+    case(c, "plan llama3-405b 16384 h100-sxm", "llama3-405b", "h100-sxm", 16384, Some(2048));
+    case(c, "plan llama3-8b 32 h100-sxm", "llama3-8b", "h100-sxm", 32, None);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(10);
+    targets = planner
+}
+criterion_main!(benches);
