@@ -32,10 +32,38 @@ fn case(c: &mut Criterion, name: &str, model: &str, gpu: &str, gpus: u64, batch:
 }
 
 fn planner(c: &mut Criterion) {
-    case(c, "plan gpt3-175b 1024 a100-80g", "gpt3-175b", "a100-80g", 1024, Some(1536));
-    case(c, "plan mt-nlg-530b 2240 a100-80g", "mt-nlg-530b", "a100-80g", 2240, Some(2240));
-    case(c, "plan llama3-405b 16384 h100-sxm", "llama3-405b", "h100-sxm", 16384, Some(2048));
-    case(c, "plan llama3-8b 32 h100-sxm", "llama3-8b", "h100-sxm", 32, None);
+    case(
+        c,
+        "plan gpt3-175b 1024 a100-80g",
+        "gpt3-175b",
+        "a100-80g",
+        1024,
+        Some(1536),
+    );
+    case(
+        c,
+        "plan mt-nlg-530b 2240 a100-80g",
+        "mt-nlg-530b",
+        "a100-80g",
+        2240,
+        Some(2240),
+    );
+    case(
+        c,
+        "plan llama3-405b 16384 h100-sxm",
+        "llama3-405b",
+        "h100-sxm",
+        16384,
+        Some(2048),
+    );
+    case(
+        c,
+        "plan llama3-8b 32 h100-sxm",
+        "llama3-8b",
+        "h100-sxm",
+        32,
+        None,
+    );
 }
 
 criterion_group! {

@@ -339,7 +339,10 @@ pub(crate) fn gemm_ops(flops: u64, tokens: u64) -> Vec<Op> {
     if q > 0 {
         let root = isqrt(q);
         let lowest = root.saturating_sub(DIVISOR_SEARCH).max(root / 2).max(1);
-        let n = (lowest..=root).rev().find(|d| q % d == 0).unwrap_or(root);
+        let n = (lowest..=root)
+            .rev()
+            .find(|d| q.is_multiple_of(*d))
+            .unwrap_or(root);
         let k = q / n;
         ops.push(Op::Gemm { m, n, k, count: 1 });
         let r1 = q - n * k;
@@ -366,7 +369,7 @@ pub(crate) fn gemm_ops(flops: u64, tokens: u64) -> Vec<Op> {
 /// The integer square root `⌊√x⌋`.
 fn isqrt(x: u64) -> u64 {
     let mut r = (x as f64).sqrt() as u64;
-    while r.checked_mul(r).map_or(true, |sq| sq > x) {
+    while r.checked_mul(r).is_none_or(|sq| sq > x) {
         r -= 1;
     }
     while (r + 1).checked_mul(r + 1).is_some_and(|sq| sq <= x) {

@@ -221,7 +221,7 @@ impl TransformerSpec {
                 _ => {}
             }
         }
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(ModelError::invalid(
                 "hidden_size",
                 &format!(
@@ -230,7 +230,7 @@ impl TransformerSpec {
                 ),
             ));
         }
-        if self.num_attention_heads % self.kv_heads() != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.kv_heads()) {
             return Err(ModelError::invalid(
                 "num_kv_heads",
                 &format!(
@@ -307,7 +307,7 @@ impl TransformerSpec {
     pub fn kv_width_per_gpu(&self, tp: u64) -> u64 {
         let t = tp.max(1);
         let g = self.kv_heads();
-        if g % t == 0 {
+        if g.is_multiple_of(t) {
             g / t * self.head_dim()
         } else {
             self.head_dim()

@@ -6,8 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::schedule::ScheduleKind;
 
-/// Default reserve for the CUDA context, NCCL and allocator fragmentation, in bytes (2 GiB).
-pub const DEFAULT_MEMORY_RESERVE_BYTES: u64 = 2 << 30;
+/// Default headroom kept free per GPU, in bytes (2 GiB), on top of the modelled CUDA context,
+/// NCCL, framework buffers and allocator fragmentation (`memory::CONTEXT_BYTES`,
+/// `memory::FRAGMENTATION`).
+pub const DEFAULT_MEMORY_RESERVE_BYTES: u64 = 1 << 30;
 
 /// Everything that fixes how one iteration runs: degrees, batching, schedule, recompute,
 /// sharding, and optionally the layer split.
@@ -43,7 +45,8 @@ pub struct ParallelConfig {
     pub split: Option<Vec<usize>>,
     /// Math precision.
     pub precision: Precision,
-    /// Bytes kept free on every GPU for the CUDA context, NCCL and fragmentation.
+    /// Bytes kept free on every GPU as headroom, beyond the modelled CUDA context, NCCL, framework
+    /// buffers and fragmentation.
     pub memory_reserve_bytes: u64,
     /// A fused attention kernel (FlashAttention).
     pub flash_attention: bool,
@@ -67,6 +70,13 @@ pub struct Runtime {
     /// (4 B/param more, sharded like the optimizer states) — Megatron-LM 2021 in fp16 and
     /// DeepSpeed's fp16 optimizers.
     pub fp32_main_grads: bool,
+    /// Pipeline sends use Megatron's scatter/gather optimisation: each tensor-parallel rank
+    /// sends `1/t` of the boundary activation (Narayanan et al. 2021, §4.1). `false`: every rank
+    /// sends the whole tensor (DeepSpeed's pipeline engine).
+    pub pp_scatter_gather: bool,
+    /// A pipeline send holds its sender until it completes (DeepSpeed's pipeline engine sends
+    /// synchronously); `false`: sends run beside compute and only delay the receiver.
+    pub pp_blocking_sends: bool,
 }
 
 impl Default for Runtime {
@@ -74,6 +84,8 @@ impl Default for Runtime {
         Runtime {
             overlap_grad_reduce: false,
             fp32_main_grads: true,
+            pp_scatter_gather: true,
+            pp_blocking_sends: false,
         }
     }
 }

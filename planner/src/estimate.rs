@@ -79,7 +79,7 @@ pub fn check_config(
         ));
     }
     let per_step = c.dp * c.micro_batch_size;
-    if c.global_batch_size % per_step != 0 {
+    if !c.global_batch_size.is_multiple_of(per_step) {
         return Err(PlanError::invalid(
             "--global-batch",
             format!(
@@ -154,6 +154,29 @@ pub fn evaluate_layers(
     c: &ParallelConfig,
     layers: &[LayerCost],
 ) -> Result<Estimate, PlanError> {
+    evaluate_layers_with(model, profile, c, layers, Detail::Full)
+}
+
+/// How much of an [`Estimate`] to compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Everything, including the breakdown's separation of pipeline sends from the bubble (a
+    /// second simulation without sends).
+    Full,
+    /// Iteration time and memory only (one simulation, no timeline recorded): the breakdown
+    /// counts send time as bubble. The search uses this for candidates and re-evaluates its
+    /// answers in full.
+    TimeAndMemory,
+}
+
+/// [`evaluate_layers`] with a choice of [`Detail`].
+pub fn evaluate_layers_with(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: &[LayerCost],
+    detail: Detail,
+) -> Result<Estimate, PlanError> {
     let cluster = &profile.cluster;
     let kinds: Vec<LayerKind> = layers.iter().map(|l| l.kind).collect();
     let num_stages = c.num_stages() as usize;
@@ -210,7 +233,9 @@ pub fn evaluate_layers(
     };
     let stage_costs = stages::stage_costs(layers, &ranges, &ctx);
 
-    // Pipeline sends between consecutive stages that sit on different ranks.
+    // Pipeline sends between consecutive stages that sit on different ranks: `1/t` of the
+    // boundary activation per GPU with Megatron's scatter/gather, the whole of it without.
+    let send_factor = if c.runtime.pp_scatter_gather { 1 } else { c.tp };
     let p2p_s: Vec<f64> = (0..num_stages.saturating_sub(1))
         .map(|k| {
             let (from, to) = (sched.rank_of(k), sched.rank_of(k + 1));
@@ -224,33 +249,70 @@ pub fn evaluate_layers(
             } else {
                 cluster.group_link(2, cluster.num_gpus())
             };
-            profile.p2p_time_s(stage_costs[k].output_bytes, &link)
+            profile.p2p_time_s(stage_costs[k].output_bytes * send_factor, &link)
         })
         .collect();
+    let compute_only: Vec<schedule::StageCosts> = stage_costs
+        .iter()
+        .map(|s| schedule::StageCosts {
+            forward_s: s.forward_s(),
+            backward_s: s.backward_s(),
+            backward_input_s: s.backward_input_s(),
+            backward_weight_s: s.backward_weight_s(),
+            activation_bytes: s.activation_bytes,
+            weight_grad_bytes: s.weight_grad_bytes,
+        })
+        .collect();
+    // Blocking sends hold the sender: stage k's forward ends when its output reached k + 1, and
+    // stage k + 1's backward when its input gradient reached k.
+    let mut send_busy_s = vec![0.0; num_stages];
+    let mut with_sends = compute_only.clone();
+    let p2p_s = if c.runtime.pp_blocking_sends {
+        for (k, &t) in p2p_s.iter().enumerate() {
+            with_sends[k].forward_s += t;
+            with_sends[k + 1].backward_s += t;
+            with_sends[k + 1].backward_input_s += t;
+            send_busy_s[k] += t;
+            send_busy_s[k + 1] += t;
+        }
+        vec![0.0; p2p_s.len()]
+    } else {
+        p2p_s
+    };
     let sim_costs = SimCosts {
-        stages: stage_costs
-            .iter()
-            .map(|s| schedule::StageCosts {
-                forward_s: s.forward_s(),
-                backward_s: s.backward_s(),
-                backward_input_s: s.backward_input_s(),
-                backward_weight_s: s.backward_weight_s(),
-                activation_bytes: s.activation_bytes,
-                weight_grad_bytes: s.weight_grad_bytes,
-            })
-            .collect(),
+        stages: with_sends,
         p2p_s,
         overlap_factor: None,
     };
-    let sim =
-        schedule::simulate(&sched, &sim_costs).map_err(|e| PlanError::Schedule(e.to_string()))?;
+    let sim = match detail {
+        Detail::Full => schedule::simulate(&sched, &sim_costs),
+        // the same numbers without recording the timeline (the search's inner loop)
+        Detail::TimeAndMemory => {
+            schedule::simulate_metrics(&sched, &sim_costs).map(|m| SimResult {
+                makespan_s: m.makespan_s,
+                busy_s: m.busy_s,
+                bubble_fraction: m.bubble_fraction,
+                peak_inflight: m.peak_inflight,
+                peak_activation_bytes: m.peak_activation_bytes,
+                timeline: Vec::new(),
+                memory: Vec::new(),
+            })
+        }
+    }
+    .map_err(|e| PlanError::Schedule(e.to_string()))?;
     let no_comm = SimCosts {
+        stages: compute_only,
         p2p_s: vec![0.0; sim_costs.p2p_s.len()],
-        ..sim_costs.clone()
+        overlap_factor: None,
     };
-    let makespan_no_comm_s = schedule::simulate(&sched, &no_comm)
-        .map_err(|e| PlanError::Schedule(e.to_string()))?
-        .makespan_s;
+    let makespan_no_comm_s = match detail {
+        Detail::Full => {
+            schedule::simulate(&sched, &no_comm)
+                .map_err(|e| PlanError::Schedule(e.to_string()))?
+                .makespan_s
+        }
+        Detail::TimeAndMemory => sim.makespan_s,
+    };
 
     // Per rank: stages, memory, data-parallel tail.
     let pp = c.pp as usize;
@@ -264,8 +326,8 @@ pub fn evaluate_layers(
         zero_shard: c.dp * c.cp,
         comm_groups: groups,
         reserve_bytes: c.memory_reserve_bytes,
+        fp32_main_grads: c.runtime.fp32_main_grads,
     };
-    let zero_shard = (c.dp * c.cp).max(1);
     let embedding_rank = sched.rank_of(0);
     let head_rank = sched.rank_of(num_stages - 1);
     let mut memory = Vec::with_capacity(pp);
@@ -279,22 +341,12 @@ pub fn evaluate_layers(
             &mem_ctx,
         ));
         let params = memory::rank_params(&st);
-        let grad_bytes = params * memory::GRAD_BYTES_PER_PARAM;
-        let weight_bytes = params * memory::WEIGHT_BYTES_PER_PARAM;
-        let n = c.dp * c.cp;
-        use autopp_models::CollectiveKind::*;
-        let mut dp = match c.zero_stage {
-            0 => profile.collective_time_s(AllReduce, grad_bytes, n, &dp_link),
-            1 | 2 => {
-                profile.collective_time_s(ReduceScatter, grad_bytes, n, &dp_link)
-                    + profile.collective_time_s(AllGather, weight_bytes, n, &dp_link)
-            }
-            _ => {
-                m as f64
-                    * (2.0 * profile.collective_time_s(AllGather, weight_bytes, n, &dp_link)
-                        + profile.collective_time_s(ReduceScatter, grad_bytes, n, &dp_link))
-            }
+        let grad_reduce_bytes = if c.runtime.fp32_main_grads {
+            memory::GRAD_BYTES_PER_PARAM
+        } else {
+            memory::HALF_GRAD_BYTES_PER_PARAM
         };
+        let mut dp = dp_comm_time_s(profile, c, &st, &dp_link, m);
         // Tied word embeddings: the first and last ranks all-reduce the shared gradient.
         if embedding_rank != head_rank && (r == embedding_rank || r == head_rank) {
             let tied: u64 = stage_costs.iter().map(|s| s.tied_params).sum();
@@ -305,16 +357,15 @@ pub fn evaluate_layers(
             } else {
                 cluster.group_link(2, cluster.num_gpus())
             };
-            dp +=
-                profile.collective_time_s(AllReduce, tied * memory::GRAD_BYTES_PER_PARAM, 2, &link);
+            dp += profile.collective_time_s(
+                autopp_models::CollectiveKind::AllReduce,
+                tied * grad_reduce_bytes,
+                2,
+                &link,
+            );
         }
         dp_comm_s.push(dp);
-        let owned = if c.zero_stage >= 1 {
-            params.div_ceil(zero_shard)
-        } else {
-            params
-        };
-        optimizer_s.push(profile.memory_bound_time_s(ADAM_BYTES_PER_PARAM * owned as f64));
+        optimizer_s.push(optimizer_time_s(profile, c, params));
     }
 
     // The tail: the slowest rank's data-parallel communication and optimizer step.
@@ -335,7 +386,12 @@ pub fn evaluate_layers(
         .sum::<f64>()
         * m as f64;
     let pp_comm = (sim.makespan_s - makespan_no_comm_s).max(0.0);
-    let compute = sim.busy_s[busy_rank] - comm_busy;
+    let sends_busy: f64 = rank_stages[busy_rank]
+        .iter()
+        .map(|&k| send_busy_s[k])
+        .sum::<f64>()
+        * m as f64;
+    let compute = sim.busy_s[busy_rank] - comm_busy - sends_busy;
     let bubble = (sim.makespan_s - sim.busy_s[busy_rank] - pp_comm).max(0.0);
     let breakdown = Breakdown {
         compute,
@@ -421,10 +477,176 @@ pub fn evaluate_layers(
     })
 }
 
+/// Seconds of one rank's optimizer step: memory-bound Adam over the parameters it owns
+/// (`params`, sharded over `dp · cp` from ZeRO 1 on).
+pub fn optimizer_time_s(profile: &AnalyticProfile, c: &ParallelConfig, params: u64) -> f64 {
+    let owned = if c.zero_stage >= 1 {
+        params.div_ceil((c.dp * c.cp).max(1))
+    } else {
+        params
+    };
+    profile.memory_bound_time_s(ADAM_BYTES_PER_PARAM * owned as f64)
+}
+
+/// Exposed data-parallel communication of one rank, seconds, for `m` micro-batches:
+///
+/// * ZeRO 0: an all-reduce of the gradients; ZeRO 1–2: a reduce-scatter of the gradients and an
+///   all-gather of the updated 16-bit weights (Megatron's distributed optimizer). With
+///   `overlap_grad_reduce` the gradient reduction overlaps the last micro-batch's backward.
+/// * ZeRO 3: per micro-batch, an all-gather of each layer's weights for the forward and again for
+///   the backward and a reduce-scatter of its gradients (Rajbhandari et al. 2020, §5.3: 1.5× the
+///   traffic of an all-reduce), prefetched layer by layer so that it overlaps the micro-batch's
+///   compute.
+///
+/// Gradients travel in fp32 with main gradients and in 16 bits otherwise; weights in 16 bits.
+pub fn dp_comm_time_s(
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    stages: &[&StageCost],
+    link: &autopp_profiler::Link,
+    m: u64,
+) -> f64 {
+    use autopp_models::CollectiveKind::*;
+    let params = memory::rank_params(stages);
+    let grad_bytes = params
+        * if c.runtime.fp32_main_grads {
+            memory::GRAD_BYTES_PER_PARAM
+        } else {
+            memory::HALF_GRAD_BYTES_PER_PARAM
+        };
+    let weight_bytes = params * memory::WEIGHT_BYTES_PER_PARAM;
+    let n = c.dp * c.cp;
+    let eff = &profile.efficiency;
+    let backward_s: f64 = stages.iter().map(|s| s.backward_s()).sum();
+    match c.zero_stage {
+        0..=2 => {
+            let reduce = if c.zero_stage == 0 {
+                profile.collective_time_s(AllReduce, grad_bytes, n, link)
+            } else {
+                profile.collective_time_s(ReduceScatter, grad_bytes, n, link)
+            };
+            let gather = if c.zero_stage == 0 {
+                0.0
+            } else {
+                profile.collective_time_s(AllGather, weight_bytes, n, link)
+            };
+            let reduce = if c.runtime.overlap_grad_reduce {
+                eff.exposed_comm_s(reduce, backward_s)
+            } else {
+                reduce
+            };
+            reduce + gather
+        }
+        _ => {
+            // one collective per layer: the latency counts once per layer
+            let pieces: u64 = stages
+                .iter()
+                .map(|s| (s.layers[1] + 1 - s.layers[0]) as u64)
+                .sum::<u64>()
+                .max(1);
+            let per = |kind, bytes: u64| {
+                pieces as f64 * profile.collective_time_s(kind, bytes.div_ceil(pieces), n, link)
+            };
+            let comm = 2.0 * per(AllGather, weight_bytes) + per(ReduceScatter, grad_bytes);
+            let compute: f64 = stages.iter().map(|s| s.forward_s() + s.backward_s()).sum();
+            m as f64 * eff.exposed_comm_s(comm, compute)
+        }
+    }
+}
+
 /// Whether a schedule places more than one stage per rank.
 fn supports_virtual_stages(kind: ScheduleKind) -> bool {
     matches!(
         kind,
         ScheduleKind::Interleaved1F1B | ScheduleKind::LoopedBfs
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Runtime;
+    use autopp_profiler::{hardware, Cluster, Precision};
+
+    fn setup(gpus: u64, tp: u64, pp: u64) -> (Model, AnalyticProfile, ParallelConfig) {
+        let model = autopp_models::load_str(
+            r#"{"name": "m", "num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16,
+                "vocab_size": 32000, "seq_length": 2048}"#,
+            "test",
+        )
+        .unwrap();
+        let c = Cluster::new(hardware::gpu("a100-80g").unwrap(), gpus, 8, Some(50.0)).unwrap();
+        let profile = AnalyticProfile::new(c, Precision::Fp16).unwrap();
+        let config = ParallelConfig {
+            tp,
+            pp,
+            dp: gpus / (tp * pp),
+            cp: 1,
+            virtual_stages: 1,
+            micro_batch_size: 1,
+            global_batch_size: 64,
+            schedule: ScheduleKind::OneFOneB,
+            group_size: None,
+            recompute: Recompute::Full,
+            sequence_parallel: false,
+            zero_stage: 0,
+            split: None,
+            precision: Precision::Fp16,
+            memory_reserve_bytes: 0,
+            flash_attention: false,
+            runtime: Runtime::default(),
+        };
+        (model, profile, config)
+    }
+
+    fn time(m: &Model, p: &AnalyticProfile, c: &ParallelConfig) -> Estimate {
+        evaluate(m, p, c).unwrap()
+    }
+
+    #[test]
+    fn overlapped_gradient_reduction_hides_behind_the_backward() {
+        let (m, p, mut c) = setup(32, 1, 1);
+        let plain = time(&m, &p, &c).dp_comm_s[0];
+        c.runtime.overlap_grad_reduce = true;
+        let hidden = time(&m, &p, &c).dp_comm_s[0];
+        assert!(hidden < plain, "{hidden} vs {plain}");
+        // 16-bit gradients halve the traffic
+        c.runtime.overlap_grad_reduce = false;
+        c.runtime.fp32_main_grads = false;
+        let half = time(&m, &p, &c).dp_comm_s[0];
+        assert!(
+            (half - plain / 2.0).abs() < 0.05 * plain,
+            "{half} vs {plain}"
+        );
+    }
+
+    #[test]
+    fn deepspeed_pipeline_sends_cost_more() {
+        let (m, p, mut c) = setup(32, 8, 4);
+        let megatron = time(&m, &p, &c).result.predicted;
+        c.runtime.pp_scatter_gather = false;
+        c.runtime.pp_blocking_sends = true;
+        let deepspeed = time(&m, &p, &c).result.predicted;
+        assert!(deepspeed.iteration_time_s > megatron.iteration_time_s);
+        assert!(deepspeed.breakdown_s.pp_comm > megatron.breakdown_s.pp_comm);
+        let b = deepspeed.breakdown_s;
+        let sum = b.compute + b.bubble + b.tp_comm + b.pp_comm + b.dp_comm + b.optimizer;
+        assert!((sum - deepspeed.iteration_time_s).abs() < 1e-9 * sum);
+    }
+
+    /// ZeRO-3 gathers each layer's weights twice and reduce-scatters its gradients every
+    /// micro-batch (1.5× an all-reduce); with the compute fully hidden behind it, the exposed
+    /// time is at most that traffic.
+    #[test]
+    fn zero3_traffic_overlaps_compute() {
+        let (m, mut p, mut c) = setup(32, 1, 1);
+        c.zero_stage = 3;
+        p.efficiency.comm_overlap = 0.0;
+        let serial = time(&m, &p, &c).dp_comm_s[0];
+        p.efficiency.comm_overlap = 1.0;
+        let overlapped = time(&m, &p, &c).dp_comm_s[0];
+        assert!(overlapped < serial);
+        let m_count = c.num_microbatches() as f64;
+        assert!(serial > m_count * 1e-3);
+    }
 }

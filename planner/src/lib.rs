@@ -17,6 +17,7 @@ pub mod schedule;
 pub mod search;
 pub mod split;
 pub mod stages;
+pub mod validate;
 
 pub use config::{ParallelConfig, PlanError, DEFAULT_MEMORY_RESERVE_BYTES};
 pub use estimate::{evaluate, Estimate};

@@ -4,7 +4,15 @@
 //! al. 2020, ZeRO): 16-bit weights 2 B, fp32 main gradients 4 B, fp32 master weights and the two
 //! Adam moments 12 B — 18 B per parameter. The distributed optimizer (ZeRO-1) shards the 12 B
 //! over the data-parallel group (`6 + 12/d`), ZeRO-2 also the gradients (`2 + 16/d`), ZeRO-3 also
-//! the weights (`18/d`, plus the layers gathered in flight).
+//! the weights (`18/d`, plus the layers gathered in flight). Frameworks that keep 16-bit
+//! gradients (Megatron-LM 2021 in fp16, DeepSpeed's fp16 optimizers) hold 2 B of gradients and
+//! make a 4 B fp32 copy for the optimizer, sharded with it: `4 + 16/d` under ZeRO-1.
+//!
+//! Above the tensors the model accounts for, the caching allocator keeps freed blocks it cannot
+//! reuse (fragmentation, a fraction of the dynamic memory: activations and the backward's
+//! working set), and the CUDA context, cuBLAS, NCCL and the framework's own buffers take a
+//! fixed amount. Both are calibrated on BLOOM's peaks as `nvidia-smi` reported them
+//! (`autopp validate --fit`, `docs/validation.md`); the configured reserve is headroom on top.
 
 use serde::Serialize;
 
@@ -16,6 +24,16 @@ pub const WEIGHT_BYTES_PER_PARAM: u64 = 2;
 pub const GRAD_BYTES_PER_PARAM: u64 = 4;
 /// Bytes per parameter of the fp32 master weights and Adam's two moments.
 pub const OPTIMIZER_BYTES_PER_PARAM: u64 = 12;
+/// Bytes per parameter of 16-bit gradients (frameworks without fp32 main gradients).
+pub const HALF_GRAD_BYTES_PER_PARAM: u64 = 2;
+/// Bytes per parameter of the fp32 gradient copy the optimizer makes from 16-bit gradients.
+pub const FP32_GRAD_COPY_BYTES_PER_PARAM: u64 = 4;
+/// Fraction of the dynamic memory (activations and the backward's working set) the caching
+/// allocator holds on top as fragmentation; calibrated on BLOOM's peaks.
+pub const FRAGMENTATION: f64 = 0.185;
+/// CUDA context, cuBLAS workspaces, NCCL and framework buffers per GPU, bytes, beyond the
+/// tensors counted here; calibrated on BLOOM's peaks.
+pub const CONTEXT_BYTES: u64 = 126 << 26; // 7.875 GiB
 /// NCCL buffers and workspaces per communicator a rank uses, bytes (an estimate: NCCL's default
 /// 4 MiB buffer × up to 32 channels).
 pub const NCCL_BUFFER_BYTES_PER_GROUP: u64 = 128 << 20;
@@ -35,8 +53,12 @@ pub struct RankMemory {
     pub transient_bytes: u64,
     /// Communication buffers: pipeline send/receive buffers and NCCL workspaces.
     pub buffers_bytes: u64,
-    /// The configured reserve (CUDA context, allocator fragmentation).
+    /// The configured reserve: headroom kept free.
     pub reserve_bytes: u64,
+    /// Freed blocks the caching allocator cannot reuse: [`FRAGMENTATION`] of the dynamic memory.
+    pub fragmentation_bytes: u64,
+    /// CUDA context, cuBLAS, NCCL and framework buffers: [`CONTEXT_BYTES`].
+    pub context_bytes: u64,
 }
 
 impl RankMemory {
@@ -49,7 +71,28 @@ impl RankMemory {
             + self.transient_bytes
             + self.buffers_bytes
             + self.reserve_bytes
+            + self.fragmentation_bytes
+            + self.context_bytes
     }
+
+    /// Memory that comes and goes during the iteration: activations and the backward's
+    /// working set, bytes.
+    pub fn dynamic_bytes(&self) -> u64 {
+        self.activations_bytes + self.transient_bytes
+    }
+
+    /// The total with another fragmentation fraction and context size (what calibration
+    /// tries).
+    pub fn total_bytes_with(&self, fragmentation: f64, context_bytes: u64) -> u64 {
+        self.total_bytes() - self.fragmentation_bytes - self.context_bytes
+            + fragmentation_bytes(self.dynamic_bytes(), fragmentation)
+            + context_bytes
+    }
+}
+
+/// Fragmentation held on top of `dynamic_bytes` at `fraction`, bytes.
+pub fn fragmentation_bytes(dynamic_bytes: u64, fraction: f64) -> u64 {
+    (dynamic_bytes as f64 * fraction.max(0.0)).round() as u64
 }
 
 /// Parameters (per GPU) a rank keeps model states for: its stages' own parameters, plus the
@@ -66,9 +109,29 @@ pub fn rank_params(stages: &[&StageCost]) -> u64 {
 }
 
 /// Model-state bytes per GPU for `params` parameters under a ZeRO stage with `shard` data-parallel
-/// members (weights, gradients, optimizer).
+/// members (weights, gradients, optimizer), with fp32 main gradients.
 pub fn model_state_bytes(params: u64, zero_stage: u8, shard: u64) -> (u64, u64, u64) {
+    model_state_bytes_for(params, zero_stage, shard, true)
+}
+
+/// [`model_state_bytes`] for a framework with (`fp32_main_grads`) or without fp32 main
+/// gradients: without, 2 B of 16-bit gradients (sharded from ZeRO-2) and 16 B of optimizer
+/// states with the fp32 gradient copy (sharded from ZeRO-1).
+pub fn model_state_bytes_for(
+    params: u64,
+    zero_stage: u8,
+    shard: u64,
+    fp32_main_grads: bool,
+) -> (u64, u64, u64) {
     let shard = shard.max(1);
+    let (grad_bytes, optimizer_bytes) = if fp32_main_grads {
+        (GRAD_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM)
+    } else {
+        (
+            HALF_GRAD_BYTES_PER_PARAM,
+            OPTIMIZER_BYTES_PER_PARAM + FP32_GRAD_COPY_BYTES_PER_PARAM,
+        )
+    };
     let sharded = |bytes: u64| (params * bytes).div_ceil(shard);
     let weights = if zero_stage >= 3 {
         sharded(WEIGHT_BYTES_PER_PARAM)
@@ -76,14 +139,14 @@ pub fn model_state_bytes(params: u64, zero_stage: u8, shard: u64) -> (u64, u64, 
         params * WEIGHT_BYTES_PER_PARAM
     };
     let grads = if zero_stage >= 2 {
-        sharded(GRAD_BYTES_PER_PARAM)
+        sharded(grad_bytes)
     } else {
-        params * GRAD_BYTES_PER_PARAM
+        params * grad_bytes
     };
     let optimizer = if zero_stage >= 1 {
-        sharded(OPTIMIZER_BYTES_PER_PARAM)
+        sharded(optimizer_bytes)
     } else {
-        params * OPTIMIZER_BYTES_PER_PARAM
+        params * optimizer_bytes
     };
     (weights, grads, optimizer)
 }
@@ -99,6 +162,8 @@ pub struct MemoryContext {
     pub comm_groups: u64,
     /// The reserve, bytes.
     pub reserve_bytes: u64,
+    /// Gradients are kept in fp32 (see [`model_state_bytes_for`]).
+    pub fp32_main_grads: bool,
 }
 
 /// One rank's memory given its stages and the simulated peak of its in-flight activations.
@@ -108,7 +173,8 @@ pub fn rank_memory(
     ctx: &MemoryContext,
 ) -> RankMemory {
     let params = rank_params(stages);
-    let (mut weights, grads, optimizer) = model_state_bytes(params, ctx.zero_stage, ctx.zero_shard);
+    let (mut weights, grads, optimizer) =
+        model_state_bytes_for(params, ctx.zero_stage, ctx.zero_shard, ctx.fp32_main_grads);
     if ctx.zero_stage >= 3 {
         // the layer being computed and the next one, prefetched
         let largest = stages.iter().map(|s| s.max_layer_params).max().unwrap_or(0);
@@ -125,6 +191,8 @@ pub fn rank_memory(
         transient_bytes: transient,
         buffers_bytes: p2p + ctx.comm_groups * NCCL_BUFFER_BYTES_PER_GROUP,
         reserve_bytes: ctx.reserve_bytes,
+        fragmentation_bytes: fragmentation_bytes(peak_activation_bytes + transient, FRAGMENTATION),
+        context_bytes: CONTEXT_BYTES,
     }
 }
 
@@ -145,6 +213,38 @@ mod tests {
         assert_eq!(w + g + o, 2 * p + 2 * p);
         let (w, g, o) = model_state_bytes(p, 3, 8);
         assert_eq!(w + g + o, 18 * p / 8);
+    }
+
+    /// Hand-worked: 16-bit gradients (DeepSpeed fp16, Megatron-LM 2021): 2 + 2 + 16 = 20 B/param
+    /// unsharded; ZeRO-1 over d = 4 → 2 + 2 + 16/4 = 8 B/param.
+    #[test]
+    fn half_gradients_hand_worked() {
+        let p = 1_000_000_000u64;
+        let (w, g, o) = model_state_bytes_for(p, 0, 4, false);
+        assert_eq!((w, g, o), (2 * p, 2 * p, 16 * p));
+        let (w, g, o) = model_state_bytes_for(p, 1, 4, false);
+        assert_eq!(w + g + o, 8 * p);
+        assert_eq!(
+            model_state_bytes_for(p, 1, 4, true),
+            model_state_bytes(p, 1, 4)
+        );
+    }
+
+    /// Fragmentation applies to the dynamic memory only; the context is fixed.
+    #[test]
+    fn calibrated_terms_hand_worked() {
+        let m = RankMemory {
+            weights_bytes: 100,
+            activations_bytes: 300,
+            transient_bytes: 100,
+            reserve_bytes: 7,
+            fragmentation_bytes: fragmentation_bytes(400, 0.25),
+            context_bytes: 50,
+            ..RankMemory::default()
+        };
+        assert_eq!(m.fragmentation_bytes, 100);
+        assert_eq!(m.total_bytes(), 100 + 400 + 7 + 100 + 50);
+        assert_eq!(m.total_bytes_with(0.5, 10), 100 + 400 + 7 + 200 + 10);
     }
 
     #[test]

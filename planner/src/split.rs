@@ -161,7 +161,7 @@ mod tests {
 /// for the loss (final norm, LM head, loss); stages separated by `|`, e.g. `Et*3|t*4|t*4|t*3L`.
 /// `None` for a layer-list model, which Megatron cannot lay out.
 pub fn megatron_layout(kinds: &[LayerKind], ranges: &[[usize; 2]]) -> Option<String> {
-    if kinds.iter().any(|k| *k == LayerKind::Custom) {
+    if kinds.contains(&LayerKind::Custom) {
         return None;
     }
     let stages: Vec<String> = ranges

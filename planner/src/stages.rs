@@ -127,7 +127,16 @@ pub fn stage_costs(
                 st.forward_comm_s += tp_f;
                 st.backward_input_compute_s += times.backward_input_s;
                 st.backward_weight_compute_s += times.backward_weight_s;
-                st.backward_comm_s += tp_b;
+                // Megatron launches the input-gradient all-reduce (with sequence parallelism:
+                // the all-gather and reduce-scatter) asynchronously and runs the weight-gradient
+                // GEMMs meanwhile: only what they cannot hide is exposed.
+                st.backward_comm_s += if is_block {
+                    profile
+                        .efficiency
+                        .exposed_comm_s(tp_b, times.backward_weight_s)
+                } else {
+                    tp_b
+                };
                 let mode = if layer.recomputable {
                     ctx.recompute
                 } else {
@@ -164,4 +173,33 @@ pub fn stage_costs(
             st
         })
         .collect()
+}
+
+/// One stage made of consecutive parts (e.g. single-layer costs): times and bytes add up, the
+/// working set and the largest layer are maxima, the output is the last part's.
+pub fn combine(parts: &[StageCost]) -> StageCost {
+    let mut st = StageCost::default();
+    if let (Some(first), Some(last)) = (parts.first(), parts.last()) {
+        st.layers = [first.layers[0], last.layers[1]];
+        st.output_bytes = last.output_bytes;
+    }
+    for p in parts {
+        st.forward_compute_s += p.forward_compute_s;
+        st.forward_comm_s += p.forward_comm_s;
+        st.backward_input_compute_s += p.backward_input_compute_s;
+        st.backward_weight_compute_s += p.backward_weight_compute_s;
+        st.backward_comm_s += p.backward_comm_s;
+        st.recompute_s += p.recompute_s;
+        st.recompute_comm_s += p.recompute_comm_s;
+        st.activation_bytes += p.activation_bytes;
+        st.weight_grad_bytes += p.weight_grad_bytes;
+        st.transient_bytes = st.transient_bytes.max(p.transient_bytes);
+        st.params += p.params;
+        st.tied_params += p.tied_params;
+        st.max_layer_params = st.max_layer_params.max(p.max_layer_params);
+        st.num_transformer_layers += p.num_transformer_layers;
+        st.has_embedding |= p.has_embedding;
+        st.has_head |= p.has_head;
+    }
+    st
 }

@@ -173,3 +173,28 @@ fn v_placement_with_overlapped_pair_passes() {
     };
     assert!(err(&looped).contains("rank 0, step 2: 3F0 is on the wrong rank"));
 }
+
+/// A schedule that declares far more micro-batches than it lists is rejected without
+/// allocating tables for all of them.
+#[test]
+fn huge_declared_sizes_are_rejected_cheaply() {
+    let s = sched(2, 1, 1 << 40, Placement::Looped, &["0F0 0B0", "1F0 1B0"]);
+    assert!(err(&s).contains("rank 0 never runs 0F1"), "{}", err(&s));
+    let s = sched(
+        2,
+        usize::MAX,
+        usize::MAX,
+        Placement::Looped,
+        &["0F0", "1F0"],
+    );
+    assert!(check(&s).is_err());
+    let e = autopp_planner::schedule::simulate(
+        &sched(2, 1, 1 << 40, Placement::Looped, &["0F0 0B0", "1F0 1B0"]),
+        &autopp_planner::schedule::SimCosts::uniform(2, 1.0, 2.0, 1.0, 1.0, 0.0),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("fewer than the pp x virtual_stages"),
+        "{e}"
+    );
+}

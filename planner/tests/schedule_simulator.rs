@@ -191,3 +191,29 @@ fn errors() {
         "{e}"
     );
 }
+
+/// The per-thread scratch of a run that deadlocked does not leak into the next run.
+#[test]
+fn runs_after_a_deadlock_are_unaffected() {
+    let costs = SimCosts::uniform(2, 1.0, 2.0, 1.0, 1.0, 0.0);
+    let good = sched(
+        2,
+        1,
+        2,
+        Placement::Looped,
+        &["0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"],
+    );
+    let want = simulate(&good, &costs).unwrap();
+    let dead = sched(
+        2,
+        1,
+        2,
+        Placement::Looped,
+        &["0F0 0B0 0F1 0B1", "1F1 1F0 1B0 1B1"],
+    );
+    for _ in 0..3 {
+        assert!(simulate(&dead, &costs).is_err());
+        assert_eq!(simulate(&good, &costs).unwrap(), want);
+        assert_eq!(simulate_metrics(&good, &costs).unwrap(), want.metrics());
+    }
+}

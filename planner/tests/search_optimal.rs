@@ -110,7 +110,11 @@ fn check(model_json: &str, gpu: &str, gpus: u64, global_batch: u64, precision: P
                 got <= t * 1.005,
                 "{gpu} × {gpus}: planner {got} s ({:?} split {:?}) vs brute force {t} s ({what})",
                 search::key_of(&r.best),
-                r.best.stages.iter().map(|s| s.layers[1] - s.layers[0] + 1).collect::<Vec<_>>()
+                r.best
+                    .stages
+                    .iter()
+                    .map(|s| s.layers[1] - s.layers[0] + 1)
+                    .collect::<Vec<_>>()
             );
             assert!(r.best.result.predicted.fits);
         }

@@ -83,7 +83,7 @@ impl Cluster {
         }
         let (per_node, nodes) = if num_gpus <= gpus_per_node {
             (num_gpus, 1)
-        } else if num_gpus % gpus_per_node == 0 {
+        } else if num_gpus.is_multiple_of(gpus_per_node) {
             (gpus_per_node, num_gpus / gpus_per_node)
         } else {
             return Err(ProfilerError::invalid(

@@ -79,7 +79,7 @@ pub struct EstimateArgs {
     pub precision: Precision,
     /// Headroom kept free per GPU, GiB, beyond the modelled CUDA context, NCCL, framework
     /// buffers and allocator fragmentation (the "runtime" column).
-    #[arg(long, default_value_t = 2.0, value_name = "R")]
+    #[arg(long, default_value_t = 1.0, value_name = "R")]
     pub memory_reserve_gib: f64,
     /// Model the attention core without a fused (FlashAttention) kernel.
     #[arg(long)]
@@ -109,7 +109,7 @@ impl EstimateArgs {
             Some(d) => d,
             None => {
                 let per_replica = self.tp * self.pp * self.cp;
-                if gpus % per_replica != 0 {
+                if !gpus.is_multiple_of(per_replica) {
                     bail!(
                         "--gpus: {gpus} is not divisible by tp · pp · cp = {per_replica}: use a multiple of {per_replica}, or other degrees"
                     );
@@ -178,6 +178,9 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
     for w in &estimate.warnings {
         eprintln!("warning: {w}");
     }
+    if let (_, _, Some(w)) = super::validate::uncertainty(&profile.cluster.gpu.name) {
+        eprintln!("warning: {w}");
+    }
     Ok(())
 }
 
@@ -242,7 +245,11 @@ pub fn render(
     let _ = writeln!(o);
     let t = pred.iteration_time_s;
     let b = &pred.breakdown_s;
+    let (time_band, memory_band, _) = super::validate::uncertainty(&plan.gpu);
     let _ = writeln!(o, "  iteration     {}", secs(t));
+    if let Some(band) = &time_band {
+        let _ = writeln!(o, "    uncertainty {band}");
+    }
     for (name, v) in [
         ("compute", b.compute),
         ("bubble", b.bubble),
@@ -319,6 +326,9 @@ pub fn render(
             gib(pred.peak_memory_bytes),
             gib(pred.memory_capacity_bytes)
         );
+    }
+    if let Some(band) = &memory_band {
+        let _ = writeln!(o, "    uncertainty {band}");
     }
     o
 }

@@ -58,7 +58,7 @@ pub struct PlanArgs {
     #[arg(long, default_value = "bf16", value_name = "P")]
     pub precision: Precision,
     /// Memory kept free per GPU for the CUDA context, NCCL and fragmentation, GiB.
-    #[arg(long, default_value_t = 2.0, value_name = "R")]
+    #[arg(long, default_value_t = 1.0, value_name = "R")]
     pub memory_reserve_gib: f64,
     /// Model the attention core without a fused (FlashAttention) kernel.
     #[arg(long)]

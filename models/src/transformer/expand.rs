@@ -16,25 +16,25 @@ impl TransformerSpec {
         self.validate()?;
         check_shard(shard)?;
         let t = shard.tp;
-        if self.num_attention_heads % t != 0 {
+        if !self.num_attention_heads.is_multiple_of(t) {
             return Err(ModelError::Shard(format!(
                 "--tp {t} does not divide num_attention_heads = {}: choose a tensor-parallel degree that divides the head count",
                 self.num_attention_heads
             )));
         }
-        if self.kv_heads() % t != 0 && t % self.kv_heads() != 0 {
+        if !self.kv_heads().is_multiple_of(t) && !t.is_multiple_of(self.kv_heads()) {
             return Err(ModelError::Shard(format!(
                 "--tp {t} and num_kv_heads = {} do not divide one another: choose a tensor-parallel degree that divides the key/value head count",
                 self.kv_heads()
             )));
         }
-        if self.ffn() % t != 0 {
+        if !self.ffn().is_multiple_of(t) {
             return Err(ModelError::Shard(format!(
                 "--tp {t} does not divide ffn_hidden_size = {}: choose a tensor-parallel degree that divides it",
                 self.ffn()
             )));
         }
-        if self.seq_length % shard.cp != 0 {
+        if !self.seq_length.is_multiple_of(shard.cp) {
             return Err(ModelError::Shard(format!(
                 "--cp {} does not divide seq_length = {}: choose a context-parallel degree that divides it",
                 shard.cp, self.seq_length

@@ -7,9 +7,9 @@
 //! rank 1 ...F0 F1 F2 .........B0    F3 B1    F4 B2    F5 B3    F6 B4    F7 B5 ...
 //! ```
 //!
-//! A cell is one character wider than the longest label: `F3` (kind and micro-batch) when
-//! every rank holds one stage, the full text form `4F3` otherwise, `F7+B3` for an overlapped
-//! pair. An action fills as many cells as it lasts; `.` is idle.
+//! A cell is one character wider than the longest action label: `F3` (kind and micro-batch)
+//! when every rank holds one stage, the full text form `4F3` otherwise; an overlapped pair is
+//! labelled `F7+B3`, cut to its span if it is shorter. An action fills as many cells as it lasts; `.` is idle.
 
 use super::ir::{Action, ActionKind, Schedule, Step};
 use super::simulator::SimResult;
@@ -58,15 +58,17 @@ fn cell_time(r: &SimResult) -> f64 {
     unit.max(r.makespan_s / MAX_CELLS as f64)
 }
 
-/// A short number for the ruler.
-fn fmt_time(t: f64) -> String {
-    if (t - t.round()).abs() < 1e-9 {
-        format!("{}", t.round())
+/// `x` with about four significant digits and no trailing zeros (`57`, `0.00123`, `1.5`).
+pub fn fmt_time(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let decimals = (3 - x.abs().log10().floor() as i32).clamp(0, 12) as usize;
+    let s = format!("{x:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
-        format!("{t:.3}")
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string()
+        s
     }
 }
 
@@ -74,11 +76,13 @@ fn fmt_time(t: f64) -> String {
 pub fn timeline(s: &Schedule, r: &SimResult) -> String {
     let with_stage = labels_need_stage(s);
     let unit = cell_time(r);
+    // Cells fit single actions; a pair's longer label is cut to its span when it must be.
     let width = r
         .timeline
         .iter()
         .flatten()
-        .map(|t| step_label(&t.step, with_stage).len())
+        .flat_map(|t| t.step.actions())
+        .map(|a| action_label(a, with_stage).len())
         .max()
         .unwrap_or(1)
         + 1;
@@ -87,11 +91,16 @@ pub fn timeline(s: &Schedule, r: &SimResult) -> String {
     let prefix = format!("rank {}", s.pp.saturating_sub(1)).len().max(4) + 1;
 
     let mut out = String::new();
-    // Ruler: ticks at multiples of `tick` cells, at least 6 characters apart.
+    // Ruler: ticks at multiples of `tick` cells, far enough apart for their labels.
+    let label_len = [1.0, 3.0, 7.0, cells as f64]
+        .iter()
+        .map(|&c| fmt_time(c * unit).len())
+        .max()
+        .unwrap_or(1);
     let mut tick = 1usize;
     for k in [1usize, 2, 3, 5, 10, 20, 25, 50, 100, 200, 500, 1000] {
         tick = k;
-        if k * width >= 6 {
+        if k * width >= (label_len + 2).max(6) {
             break;
         }
     }
@@ -121,7 +130,7 @@ pub fn timeline(s: &Schedule, r: &SimResult) -> String {
             span[..n].copy_from_slice(&label.as_bytes()[..n]);
         }
         out.push_str(&format!("{:<prefix$}", format!("rank {rank}")));
-        out.push_str(&String::from_utf8_lossy(&row));
+        out.push_str(String::from_utf8_lossy(&row).trim_end());
         out.push('\n');
     }
     let kinds: Vec<&str> = [

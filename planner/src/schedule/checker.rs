@@ -148,6 +148,10 @@ pub fn check(s: &Schedule) -> Result<(), CheckError> {
         )));
     }
     let num_stages = s.num_stages();
+    let declared = pp.checked_mul(v).and_then(|x| x.checked_mul(m));
+    if declared.is_none_or(|pairs| pairs > s.num_actions()) {
+        return Err(first_missing(s));
+    }
     let n = num_stages * m;
     let mut loc = vec![ABSENT; 4 * n];
     let at = |a: Action| kind_index(a.kind) * n + a.stage as usize * m + a.microbatch as usize;
@@ -341,4 +345,36 @@ pub fn check(s: &Schedule) -> Result<(), CheckError> {
         }),
         Err(e) => Err(CheckError::Shape(e.to_string())),
     }
+}
+
+/// The first missing `F` or backward of a schedule that lists fewer actions than it has
+/// (stage, micro-batch) pairs — found without tables the size of the declared schedule.
+fn first_missing(s: &Schedule) -> CheckError {
+    let listed: std::collections::HashSet<(usize, usize, ActionKind)> = s
+        .ranks
+        .iter()
+        .flatten()
+        .flat_map(|step| step.actions())
+        .map(|a| (a.stage as usize, a.microbatch as usize, a.kind))
+        .collect();
+    let has = |st: usize, i: usize, k: ActionKind| listed.contains(&(st, i, k));
+    // Each pair visited with its F present uses up one listed F, so the loop ends within
+    // |listed| + 1 pairs.
+    for stage in 0..s.num_stages() {
+        for i in 0..s.num_microbatches {
+            let kind = if !has(stage, i, ActionKind::F) {
+                ActionKind::F
+            } else if !has(stage, i, ActionKind::B) && !has(stage, i, ActionKind::I) {
+                ActionKind::B
+            } else {
+                continue;
+            };
+            return CheckError::Missing {
+                rank: s.rank_of(stage),
+                action: Action::new(stage, kind, i).to_string(),
+                rule: "every (stage, micro-batch) runs F, then B (or I then W)".into(),
+            };
+        }
+    }
+    CheckError::Shape("the schedule lists fewer actions than it declares".into())
 }

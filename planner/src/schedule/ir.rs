@@ -345,7 +345,7 @@ pub struct Schedule {
 impl Schedule {
     /// Number of global stages, `pp · v`.
     pub fn num_stages(&self) -> usize {
-        self.pp * self.virtual_stages
+        self.pp.saturating_mul(self.virtual_stages)
     }
 
     /// The rank that holds global stage `stage`.

@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 
+use super::ascii::fmt_time;
 use super::ir::{Action, ActionKind, Schedule};
 use super::simulator::SimResult;
 
@@ -123,7 +124,8 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
     } else {
         1.0
     };
-    let chart_px = (makespan / shortest_step(r) * 22.0).clamp(600.0, 1800.0);
+    let legend_px = 560.0 + if s.virtual_stages > 1 { 250.0 } else { 0.0 };
+    let chart_px = (makespan / shortest_step(r) * 22.0).clamp(legend_px, 1800.0);
     let x_of = |t: f64| LEFT_PX + t / makespan * chart_px;
     let row_px = LANE_PX + MEM_PX + GAP_PX;
     let width = LEFT_PX + chart_px + RIGHT_PX;
@@ -159,7 +161,7 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
         o,
         r#"<text x="{}" y="18" text-anchor="end">makespan {} · bubble {:.1}%</text>"#,
         fmt_num(LEFT_PX + chart_px),
-        fmt_num(r.makespan_s),
+        fmt_time(r.makespan_s),
         r.bubble_fraction * 100.0
     );
     // Legend.
@@ -227,8 +229,8 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
                     fmt_num(h),
                     action_color(s, *a),
                     xml_escape(&t.step.to_string()),
-                    fmt_num(t.start_s),
-                    fmt_num(t.end_s),
+                    fmt_time(t.start_s),
+                    fmt_time(t.end_s),
                     kind = a.kind.letter(),
                 );
                 let label = a.microbatch.to_string();
@@ -294,8 +296,9 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
         fmt_num(axis_y)
     );
     let step = tick_step(makespan);
-    let mut t = 0.0;
-    while t <= makespan + 1e-9 {
+    let ticks = (makespan / step + 1e-9).floor() as usize;
+    for k in 0..=ticks {
+        let t = k as f64 * step;
         let x = fmt_num(x_of(t));
         let _ = writeln!(
             o,
@@ -303,9 +306,8 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
             fmt_num(axis_y),
             fmt_num(axis_y + 4.0),
             fmt_num(axis_y + 16.0),
-            fmt_num(t)
+            fmt_time(t)
         );
-        t += step;
     }
     let _ = writeln!(
         o,

@@ -235,7 +235,10 @@ pub fn search(
             .collect();
         for s in part.iter().filter(|s| s.fits) {
             fit_times.push(s.approx_s);
-            kind_times.entry(s.key.schedule).or_default().push(s.approx_s);
+            kind_times
+                .entry(s.key.schedule)
+                .or_default()
+                .push(s.approx_s);
         }
         fit_times.sort_by(f64::total_cmp);
         for t in kind_times.values_mut() {
@@ -355,9 +358,18 @@ pub fn search(
     // The answers in full detail (the breakdown separates sends from the bubble).
     let full = |e: &Estimate| -> Result<Estimate, PlanError> {
         let key = key_of(e);
-        let split = e.stages.iter().map(|s| s.layers[1] - s.layers[0] + 1).collect();
+        let split = e
+            .stages
+            .iter()
+            .map(|s| s.layers[1] - s.layers[0] + 1)
+            .collect();
         let table = &tables[&group_of(&key)];
-        evaluate_layers(model, profile, &config_of(&key, opts, Some(split)), &table.layers)
+        evaluate_layers(
+            model,
+            profile,
+            &config_of(&key, opts, Some(split)),
+            &table.layers,
+        )
     };
     let best = full(&best)?;
     let alternatives = alternatives
@@ -580,7 +592,10 @@ fn score(
     let (split, fits) = match split_dp::best_split(&sums, &budgets) {
         Some((split, _)) => (split, true),
         // Does not fit: kept (with the even split) only to say what more memory would buy.
-        None => (split::default_split(&layer_kinds(&table.layers), s).ok()?, false),
+        None => (
+            split::default_split(&layer_kinds(&table.layers), s).ok()?,
+            false,
+        ),
     };
     // Closed form: the busiest rank's work plus the pipeline fill and drain, plus the tail
     // (the same data-parallel and optimizer terms as `estimate`).

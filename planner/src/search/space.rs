@@ -121,7 +121,7 @@ pub struct SpaceLimits {
 }
 
 fn divisors(n: u64) -> Vec<u64> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 /// Every configuration of `model` on `gpus` GPUs with `global_batch` sequences that the limits
@@ -165,7 +165,7 @@ pub fn enumerate(
                 .filter(|&c| {
                     c == 1
                         || (heads.is_some()
-                            && model.seq_length() % c == 0
+                            && model.seq_length().is_multiple_of(c)
                             && (long_context || fixed.cp == Some(c)))
                 })
                 .collect(),
@@ -180,7 +180,7 @@ pub fn enumerate(
             );
             for pp in pps {
                 let dp = gpus / (tp * cp * pp);
-                if fixed.dp.is_some_and(|d| d != dp) || global_batch % dp != 0 {
+                if fixed.dp.is_some_and(|d| d != dp) || !global_batch.is_multiple_of(dp) {
                     continue;
                 }
                 let per_replica = global_batch / dp;
@@ -234,7 +234,7 @@ fn push_schedules(
             ScheduleKind::Gpipe | ScheduleKind::OneFOneB => vec![1],
             // interleaving needs pp ≥ 2, v ≥ 2 and m a multiple of the group size (pp)
             ScheduleKind::Interleaved1F1B => (2..=limits.max_virtual_stages)
-                .filter(|&v| pp >= 2 && pp * v <= body_layers && m % pp == 0 && m >= pp)
+                .filter(|&v| pp >= 2 && pp * v <= body_layers && m.is_multiple_of(pp) && m >= pp)
                 .collect(),
             ScheduleKind::LoopedBfs => (2..=limits.max_virtual_stages)
                 .filter(|&v| pp >= 2 && pp * v <= body_layers)

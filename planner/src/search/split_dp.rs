@@ -95,9 +95,9 @@ pub fn best_split(sums: &LayerSums, budgets: &[StageBudget]) -> Option<(Vec<usiz
     // best[k][j], choice[k][j] = the i of stage k's range i+1..=j (usize::MAX for k = 0)
     let mut best = vec![vec![inf; n]; s];
     let mut choice = vec![vec![usize::MAX; n]; s];
-    for j in 0..n {
+    for (j, slot) in best[0].iter_mut().enumerate() {
         if fits(0, 0, j) {
-            best[0][j] = sums.time_s(0, j);
+            *slot = sums.time_s(0, j);
         }
     }
     for k in 1..s {
@@ -107,7 +107,7 @@ pub fn best_split(sums: &LayerSums, budgets: &[StageBudget]) -> Option<(Vec<usiz
             if !fits(k, j, j) {
                 continue;
             }
-            let (mut lo, mut hi) = (k - 1, j - 1);
+            let (mut lo, hi) = (k - 1, j - 1);
             // smallest i in [k-1, j-1] with fits(k, i+1, j)
             let i_min = {
                 let (mut a, mut b) = (lo, hi);
@@ -142,8 +142,6 @@ pub fn best_split(sums: &LayerSums, budgets: &[StageBudget]) -> Option<(Vec<usiz
                     pick = (v, i);
                 }
             }
-            hi = hi.min(j - 1);
-            let _ = hi;
             best[k][j] = pick.0;
             choice[k][j] = pick.1;
         }

@@ -9,7 +9,7 @@ use autopp_models::{Model, PositionEmbedding, Recompute, TransformerSpec};
 use autopp_profiler::{hardware, Cluster, Precision};
 
 use super::rows::{ms_after, parse_gib, PublishedRow, RowKind};
-use crate::config::{ParallelConfig, Runtime, DEFAULT_MEMORY_RESERVE_BYTES};
+use crate::config::{ParallelConfig, Runtime};
 use crate::schedule::ScheduleKind;
 
 /// A whole iteration to evaluate with [`crate::estimate::evaluate`].
@@ -67,7 +67,9 @@ pub struct Mapped {
 pub fn map_row(row: &PublishedRow) -> Result<Mapped, String> {
     if let Some(status) = &row.result_status {
         if status != "ok" {
-            return Err(format!("the run did not succeed (result_status '{status}')"));
+            return Err(format!(
+                "the run did not succeed (result_status '{status}')"
+            ));
         }
     }
     match row.kind {
@@ -122,7 +124,11 @@ pub fn gpu_kind(name: &str) -> Option<&'static str> {
         return None;
     }
     if n.contains("a100") {
-        Some(if n.contains("40") { "a100-40g" } else { "a100-80g" })
+        Some(if n.contains("40") {
+            "a100-40g"
+        } else {
+            "a100-80g"
+        })
     } else if n.contains("h100") {
         Some("h100-sxm")
     } else if n.contains("h200") {
@@ -156,7 +162,10 @@ pub fn nic_gbps_per_gpu(text: &str, gpus_per_node: u64) -> Option<f64> {
             number_in(&head[start..])
         })?;
         links * 100.0
-    } else if let Some(x) = t.find("x ").filter(|&i| i > 0 && t[..i].chars().all(|c| c.is_ascii_digit())) {
+    } else if let Some(x) = t
+        .find("x ")
+        .filter(|&i| i > 0 && t[..i].chars().all(|c| c.is_ascii_digit()))
+    {
         let count: f64 = t[..x].parse().ok()?;
         let rate_at = t.find("gb/s").or_else(|| t.find("gbps"))?;
         let head = &t[x + 1..rate_at];
@@ -211,20 +220,29 @@ fn zero_stage_of(text: Option<&str>, fw: Framework) -> Result<u8, String> {
 }
 
 /// The architecture a framework's models have: GPT (Megatron: learned positions, biases,
-/// dropout), BLOOM (ALiBi, biases, no dropout), MPT (ALiBi, no biases, no dropout).
+/// dropout), BLOOM (ALiBi, biases, dropout 0.1 — Megatron's default, which tr11 inherits), MPT
+/// (ALiBi, no biases, no dropout).
 fn transformer(row: &PublishedRow, fw: Framework, layers: u64) -> Result<Model, String> {
     let h = need(row.hidden_size, "hidden_size")?;
     let a = need(row.num_attention_heads, "num_attention_heads")?;
     let s = need(row.seq_length, "seq_length")?;
     let v = need(row.vocab_size, "vocab_size")?;
-    let mut t = TransformerSpec::new(row.model_name.as_deref().unwrap_or(&row.id), layers, h, a, v, s);
+    let mut t = TransformerSpec::new(
+        row.model_name.as_deref().unwrap_or(&row.id),
+        layers,
+        h,
+        a,
+        v,
+        s,
+    );
     t.num_kv_heads = row.num_kv_heads;
     t.ffn_hidden_size = row.ffn_hidden_size;
     match fw {
         Framework::Megatron2021 | Framework::MegatronZero3 => {
             t.position_embedding = PositionEmbedding::Learned;
         }
-        Framework::MegatronDeepSpeed => t.dropout = false,
+        // BLOOM's runs keep Megatron's default dropout (0.1) and use ALiBi.
+        Framework::MegatronDeepSpeed => {}
         Framework::ComposerFsdp => {
             t.dropout = false;
             t.bias = false;
@@ -253,12 +271,22 @@ fn runtime_of(row: &PublishedRow, fw: Framework) -> (bool, Runtime) {
                 ..Runtime::default()
             },
         ),
-        Framework::MegatronZero3 | Framework::MegatronDeepSpeed => (
+        Framework::MegatronZero3 => (
             false,
             Runtime {
                 overlap_grad_reduce: false,
                 fp32_main_grads: false,
                 ..Runtime::default()
+            },
+        ),
+        // DeepSpeed's pipeline engine sends whole activations, synchronously.
+        Framework::MegatronDeepSpeed => (
+            false,
+            Runtime {
+                overlap_grad_reduce: false,
+                fp32_main_grads: false,
+                pp_scatter_gather: false,
+                pp_blocking_sends: true,
             },
         ),
         // Composer's DEFAULT mixed precision reduces in fp32; PURE reduces in bf16.
@@ -292,8 +320,8 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
     let model = transformer(row, fw, layers)?;
     let gpus = need(row.num_gpus, "num_gpus")?;
     let gpu_name = row.gpu_type.as_deref().unwrap_or("");
-    let kind = gpu_kind(gpu_name)
-        .ok_or_else(|| format!("GPU '{gpu_name}' is not in autopp's catalog"))?;
+    let kind =
+        gpu_kind(gpu_name).ok_or_else(|| format!("GPU '{gpu_name}' is not in autopp's catalog"))?;
     let per_node = row.gpus_per_node.unwrap_or(8);
     let nic = row
         .inter_node_interconnect
@@ -345,7 +373,8 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
         zero_stage: zero_stage_of(row.zero_or_distributed_optimizer.as_deref(), fw)?,
         split: None,
         precision: precision_of(row, &mut assumptions),
-        memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
+        // a measured peak has no headroom in it
+        memory_reserve_bytes: 0,
         flash_attention,
         runtime,
     };
@@ -371,10 +400,17 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
 /// Megatron's eq. 3, which counts the recompute forward) disagrees with its seconds by more
 /// than 15 % has a wrong time or batch; its time is not used.
 fn published_time(row: &PublishedRow, model: &Model, gpus: u64) -> (Option<f64>, Option<String>) {
-    let Some(t) = row.seconds_per_iteration.filter(|t| t.is_finite() && *t > 0.0) else {
+    let Some(t) = row
+        .seconds_per_iteration
+        .filter(|t| t.is_finite() && *t > 0.0)
+    else {
         return (None, None);
     };
-    let def = row.tflops_definition.as_deref().unwrap_or("").to_ascii_lowercase();
+    let def = row
+        .tflops_definition
+        .as_deref()
+        .unwrap_or("")
+        .to_ascii_lowercase();
     let eq3 = def.contains("recompute");
     if let (true, Some(tflops), Model::Transformer(m), Some(b)) =
         (eq3, row.tflops_per_gpu, model, row.global_batch_size)
@@ -418,11 +454,11 @@ fn map_layer(row: &PublishedRow) -> Result<Mapped, String> {
     let model = transformer(&r, fw, 1)?;
     let tp = need(row.tp, "tp")?;
     let gpu_name = row.gpu_type.as_deref().unwrap_or("");
-    let kind = gpu_kind(gpu_name)
-        .ok_or_else(|| format!("GPU '{gpu_name}' is not in autopp's catalog"))?;
+    let kind =
+        gpu_kind(gpu_name).ok_or_else(|| format!("GPU '{gpu_name}' is not in autopp's catalog"))?;
     let gpu = hardware::gpu(kind).map_err(|e| e.to_string())?;
-    let cluster = Cluster::new(gpu, tp, row.gpus_per_node.unwrap_or(8), None)
-        .map_err(|e| e.to_string())?;
+    let cluster =
+        Cluster::new(gpu, tp, row.gpus_per_node.unwrap_or(8), None).map_err(|e| e.to_string())?;
     let recompute = recompute_of(row.activation_recomputation.as_deref())
         .ok_or_else(|| "activation_recomputation is not reported".to_string())?;
     let (flash_attention, runtime) = runtime_of(row, fw);
@@ -442,7 +478,8 @@ fn map_layer(row: &PublishedRow) -> Result<Mapped, String> {
         zero_stage: 0,
         split: None,
         precision: Precision::Fp16,
-        memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
+        // a measured peak has no headroom in it
+        memory_reserve_bytes: 0,
         flash_attention,
         runtime,
     };
@@ -475,9 +512,13 @@ mod tests {
     fn networks() {
         let hdr = "8x NVIDIA Mellanox 200 Gb/s HDR InfiniBand HCAs per node (Selene)";
         assert_eq!(nic_gbps_per_gpu(hdr, 8), Some(200.0));
-        let opa = "Omni-Path Architecture, 4 OPA links per node (Jean Zay); NCCL on dedicated subnet";
+        let opa =
+            "Omni-Path Architecture, 4 OPA links per node (Jean Zay); NCCL on dedicated subnet";
         assert_eq!(nic_gbps_per_gpu(opa, 8), Some(50.0));
-        assert_eq!(nic_gbps_per_gpu("1600 Gbps node-node (RoCE)", 8), Some(200.0));
+        assert_eq!(
+            nic_gbps_per_gpu("1600 Gbps node-node (RoCE)", 8),
+            Some(200.0)
+        );
         assert_eq!(nic_gbps_per_gpu("not stated", 8), None);
     }
 }

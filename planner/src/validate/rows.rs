@@ -190,7 +190,8 @@ mod tests {
 
     #[test]
     fn per_layer_times_from_notes() {
-        let n = "Baseline no recompute: forward 7.7 ms, backward 11.9 ms, combined 19.6 ms per layer.";
+        let n =
+            "Baseline no recompute: forward 7.7 ms, backward 11.9 ms, combined 19.6 ms per layer.";
         assert_eq!(ms_after(n, "forward"), Some(7.7));
         assert_eq!(ms_after(n, "backward"), Some(11.9));
         assert_eq!(ms_after(n, "sideways"), None);
@@ -198,7 +199,9 @@ mod tests {
 
     #[test]
     fn malformed_file_names_the_position() {
-        let err = parse_rows("[{\"id\": 3}]", "runs.json").unwrap_err().to_string();
+        let err = parse_rows("[{\"id\": 3}]", "runs.json")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("runs.json: "), "{err}");
         assert!(err.contains("line 1"), "{err}");
         let dup = r#"[{"id": "a", "kind": "per_layer_time_ms", "source_group": "g"},

@@ -16,9 +16,23 @@ use crate::schedule::ir::{Action, ActionKind, Schedule, Step};
 
 const NONE: u32 = u32::MAX;
 
+/// Larger runs use fresh vectors instead of the per-thread scratch (at most 48 MiB kept).
+const MAX_SCRATCH_SLOTS: usize = 1 << 22;
+
+/// Per-thread vectors reused between runs.
+struct Scratch {
+    /// End times, reset to NaN for each run.
+    done: Vec<f64>,
+    /// Parked-rank heads; all `NONE` after a run that finished (every park was released).
+    heads: Vec<u32>,
+    /// Whether `heads` may hold parked ranks from a run that stopped early.
+    heads_dirty: bool,
+}
+
 thread_local! {
-    /// (end times, parked-rank heads) reused between runs on this thread.
-    static SCRATCH: RefCell<(Vec<f64>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new(Scratch { done: Vec::new(), heads: Vec::new(), heads_dirty: false })
+    };
 }
 
 pub(super) struct Engine<'a> {
@@ -35,6 +49,16 @@ pub(super) struct Engine<'a> {
     bytes: Vec<(u64, u64)>,
     /// Overlap factor of pairs.
     overlap: f64,
+}
+
+/// Records the bytes alive after a change at `t`; changes at the same instant (a backward
+/// ending as the next forward starts) collapse into one point.
+#[inline]
+fn push_memory(curve: &mut Vec<(f64, u64)>, t: f64, bytes: u64) {
+    match curve.last_mut() {
+        Some(last) if last.0 == t => last.1 = bytes,
+        _ => curve.push((t, bytes)),
+    }
 }
 
 fn kind_index(k: ActionKind) -> usize {
@@ -64,7 +88,11 @@ impl State<'_> {
 
     fn finish(&mut self, slot: usize, end: f64) {
         self.done[slot] = end;
-        let mut r = std::mem::replace(&mut self.wait_head[slot], NONE);
+        let mut r = self.wait_head[slot];
+        if r == NONE {
+            return;
+        }
+        self.wait_head[slot] = NONE;
         while r != NONE {
             self.ready.push(r);
             r = std::mem::replace(&mut self.wait_next[r as usize], NONE);
@@ -87,6 +115,18 @@ impl<'a> Engine<'a> {
             )));
         }
         let num_stages = s.num_stages();
+        let declared =
+            s.pp.checked_mul(s.virtual_stages)
+                .and_then(|x| x.checked_mul(s.num_microbatches));
+        let listed = s.num_actions();
+        if declared.is_none_or(|pairs| pairs > listed) {
+            return Err(SimError::InvalidSchedule(format!(
+                "it lists {listed} actions, fewer than the pp x virtual_stages x \
+                 num_microbatches = {} x {} x {} (stage, micro-batch) pairs it declares \
+                 (a complete schedule lists two actions or more per pair)",
+                s.pp, s.virtual_stages, s.num_microbatches
+            )));
+        }
         if costs.stages.len() != num_stages {
             return Err(SimError::CostsLength {
                 what: "stages",
@@ -167,14 +207,23 @@ impl<'a> Engine<'a> {
     /// Runs with the scratch vectors of this thread (fresh ones if they are in use).
     pub(super) fn run<const RECORD: bool>(self) -> Result<SimResult, SimError> {
         let n = 2 * self.num_stages * self.m;
+        if n > MAX_SCRATCH_SLOTS {
+            return self.run_with::<RECORD>(&mut vec![f64::NAN; n], &mut vec![NONE; n]);
+        }
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
             Ok(mut scratch) => {
-                let (done, heads) = &mut *scratch;
-                done.clear();
-                done.resize(n, f64::NAN);
-                heads.clear();
-                heads.resize(n, NONE);
-                self.run_with::<RECORD>(done, heads)
+                let sc = &mut *scratch;
+                sc.done.clear();
+                sc.done.resize(n, f64::NAN);
+                if sc.heads_dirty {
+                    sc.heads.clear();
+                }
+                if sc.heads.len() < n {
+                    sc.heads.resize(n, NONE);
+                }
+                let result = self.run_with::<RECORD>(&mut sc.done, &mut sc.heads[..n]);
+                sc.heads_dirty = result.is_err();
+                result
             }
             Err(_) => self.run_with::<RECORD>(&mut vec![f64::NAN; n], &mut vec![NONE; n]),
         })
@@ -359,7 +408,7 @@ impl<'a> Engine<'a> {
                     peak_inflight[r] = peak_inflight[r].max(inflight[r]);
                     peak_bytes[r] = peak_bytes[r].max(alive[r]);
                     if RECORD {
-                        memory[r].push((start, alive[r]));
+                        push_memory(&mut memory[r], start, alive[r]);
                     }
                 }
                 let mut shrank = false;
@@ -391,7 +440,7 @@ impl<'a> Engine<'a> {
                 }
                 if RECORD {
                     if shrank {
-                        memory[r].push((end, alive[r]));
+                        push_memory(&mut memory[r], end, alive[r]);
                     }
                     timeline[r].push(TimedStep {
                         step,

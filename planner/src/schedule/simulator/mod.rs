@@ -122,7 +122,8 @@ pub struct SimResult {
     pub peak_activation_bytes: Vec<u64>,
     /// Per rank, every step with its start and end.
     pub timeline: Vec<Vec<TimedStep>>,
-    /// Per rank, `(time, activation bytes alive)` after each change.
+    /// Per rank, `(time, activation bytes alive)` after each change (changes at the same
+    /// instant give one point).
     pub memory: Vec<Vec<(f64, u64)>>,
 }
 
