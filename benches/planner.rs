@@ -15,6 +15,7 @@ fn case(c: &mut Criterion, name: &str, model: &str, gpu: &str, gpus: u64, batch:
         global_batch_size: batch.or(model.default_global_batch()).expect("batch"),
         limits: SpaceLimits {
             max_tp: 8,
+            gpus_per_node: 8,
             max_micro_batch_size: 16,
             max_virtual_stages: 8,
             schedules: ScheduleKind::ALL.to_vec(),
@@ -25,6 +26,7 @@ fn case(c: &mut Criterion, name: &str, model: &str, gpu: &str, gpus: u64, batch:
         memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
         flash_attention: true,
         even_split_only: false,
+        runtime: Default::default(),
     };
     c.bench_function(name, |b| {
         b.iter(|| search(&model, &profile, &opts, &|_, _| {}).expect("a plan"))

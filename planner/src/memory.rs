@@ -34,6 +34,11 @@ pub const FRAGMENTATION: f64 = 0.185;
 /// CUDA context, cuBLAS workspaces, NCCL and framework buffers per GPU, bytes, beyond the
 /// tensors counted here; calibrated on BLOOM's peaks.
 pub const CONTEXT_BYTES: u64 = 126 << 26; // 7.875 GiB
+/// Parameters ZeRO-3 keeps gathered at once: DeepSpeed's `stage3_max_live_parameters` default
+/// (1e9; DeepSpeed configuration documentation, ZeRO section). Two whole transformer layers are
+/// gathered when they are smaller than that.
+pub const ZERO3_MAX_LIVE_PARAMS: u64 = 1_000_000_000;
+
 /// NCCL buffers and workspaces per communicator a rank uses, bytes (an estimate: NCCL's default
 /// 4 MiB buffer × up to 32 channels).
 pub const NCCL_BUFFER_BYTES_PER_GROUP: u64 = 128 << 20;
@@ -176,9 +181,10 @@ pub fn rank_memory(
     let (mut weights, grads, optimizer) =
         model_state_bytes_for(params, ctx.zero_stage, ctx.zero_shard, ctx.fp32_main_grads);
     if ctx.zero_stage >= 3 {
-        // the layer being computed and the next one, prefetched
+        // The layer being computed and the next one, prefetched — at most the engine's limit
+        // on live gathered parameters (DeepSpeed gathers per submodule and caps them).
         let largest = stages.iter().map(|s| s.max_layer_params).max().unwrap_or(0);
-        weights += 2 * largest * WEIGHT_BYTES_PER_PARAM;
+        weights += (2 * largest).min(ZERO3_MAX_LIVE_PARAMS) * WEIGHT_BYTES_PER_PARAM;
     }
     let transient = stages.iter().map(|s| s.transient_bytes).max().unwrap_or(0);
     // a send and a receive buffer in each direction for the largest boundary tensor

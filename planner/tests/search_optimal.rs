@@ -29,6 +29,7 @@ fn options(global_batch: u64, precision: Precision) -> SearchOptions {
         global_batch_size: global_batch,
         limits: SpaceLimits {
             max_tp: 8,
+            gpus_per_node: 8,
             max_micro_batch_size: 2,
             max_virtual_stages: 2,
             schedules: ScheduleKind::ALL.to_vec(),
@@ -39,6 +40,7 @@ fn options(global_batch: u64, precision: Precision) -> SearchOptions {
         memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
         flash_attention: true,
         even_split_only: false,
+        runtime: Default::default(),
     }
 }
 

@@ -196,15 +196,30 @@ impl Cluster {
         gpu_index / self.gpus_per_node
     }
 
-    /// Whether a group of `size` GPUs with members `stride` apart spans more than one node, for
-    /// any placement of its first member inside one stride block.
+    /// Whether any group of `size` GPUs with members `stride` apart spans more than one node.
+    /// Groups tile the GPUs in blocks of `size · stride`: block `b`, offset `o < stride` holds
+    /// GPUs `b·size·stride + o + k·stride`. The layout repeats every `lcm(block, node)` GPUs, so
+    /// the blocks up to there are checked.
     pub fn group_spans_nodes(&self, size: u64, stride: u64) -> bool {
         if size <= 1 {
             return false;
         }
-        (0..stride.max(1)).any(|offset| {
-            let first = self.node_of(offset);
-            (1..size).any(|k| self.node_of(offset + k * stride) != first)
+        let stride = stride.max(1);
+        let block = size * stride;
+        let gcd = |mut a: u64, mut b: u64| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        };
+        let period = block / gcd(block, self.gpus_per_node) * self.gpus_per_node;
+        let blocks = (period / block).clamp(1, self.num_gpus().div_ceil(block).max(1));
+        (0..blocks).any(|b| {
+            (0..stride).any(|offset| {
+                let first = b * block + offset;
+                let node = self.node_of(first);
+                (1..size).any(|k| self.node_of(first + k * stride) != node)
+            })
         })
     }
 
@@ -307,6 +322,9 @@ mod tests {
         assert!(c.group_spans_nodes(2, 8));
         assert!(!c.group_spans_nodes(4, 2));
         assert!(c.group_spans_nodes(8, 2));
+        // tp = 6 on 8-GPU nodes: the first group (0..5) stays inside, the second (6..11) does not
+        assert!(c.group_spans_nodes(6, 1));
+        assert!(!c.group_spans_nodes(4, 1));
         assert!(c.group_link(2, 8).inter_node);
         assert_eq!(c.group_link(8, 1).bw_bytes_per_s, 300e9);
     }

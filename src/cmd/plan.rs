@@ -106,6 +106,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         global_batch_size,
         limits: SpaceLimits {
             max_tp: args.max_tp.unwrap_or(cluster.gpus_per_node),
+            gpus_per_node: cluster.gpus_per_node,
             max_micro_batch_size: args.max_mbs,
             max_virtual_stages: args.max_virtual,
             schedules: args
@@ -119,6 +120,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         memory_reserve_bytes: (args.memory_reserve_gib * (1u64 << 30) as f64) as u64,
         flash_attention: !args.no_flash_attention,
         even_split_only: args.even_split,
+        runtime: Default::default(),
     };
     let profile = AnalyticProfile::new(cluster.clone(), args.precision)?;
 

@@ -13,6 +13,7 @@
 //!
 //! The result is deterministic for any thread count: candidates are ranked by (time, [`Key`]).
 
+pub mod experts;
 pub mod explain;
 pub mod inflight;
 pub mod space;
@@ -58,6 +59,8 @@ pub struct SearchOptions {
     /// Only Megatron's default even split (no uneven layouts): for frameworks that cannot lay
     /// stages out unevenly, and to measure what uneven splits buy.
     pub even_split_only: bool,
+    /// Framework behaviour (gradient dtype, overlap) every candidate runs with.
+    pub runtime: crate::config::Runtime,
 }
 
 /// What the search found.
@@ -117,7 +120,7 @@ pub fn config_of(key: &Key, opts: &SearchOptions, split: Option<Vec<usize>>) -> 
         precision: opts.precision,
         memory_reserve_bytes: opts.memory_reserve_bytes,
         flash_attention: opts.flash_attention,
-        runtime: crate::config::Runtime::default(),
+        runtime: opts.runtime,
     }
 }
 
@@ -317,11 +320,7 @@ pub fn search(
         }
     }
     let mut exact: Vec<Estimate> = tiered.into_iter().filter_map(|(e, _)| e).collect();
-    exact.sort_by(|a, b| {
-        time_of(a)
-            .total_cmp(&time_of(b))
-            .then(key_of(a).cmp(&key_of(b)))
-    });
+    exact.sort_by(|a, b| rank_cmp(a, b));
     if exact.is_empty() {
         return Err(nothing_fits(model, profile, opts, &keys));
     }
@@ -344,11 +343,7 @@ pub fn search(
         simulated += n;
         *slot = better;
     }
-    exact.sort_by(|a, b| {
-        time_of(a)
-            .total_cmp(&time_of(b))
-            .then(key_of(a).cmp(&key_of(b)))
-    });
+    exact.sort_by(|a, b| rank_cmp(a, b));
 
     let mut exact = exact.into_iter();
     let best = exact
@@ -404,6 +399,20 @@ pub fn search(
 
 fn time_of(e: &Estimate) -> f64 {
     e.result.predicted.iteration_time_s
+}
+
+/// The planner's order: faster first; on equal time, less peak memory; then the fixed order of
+/// the configuration's fields.
+fn rank_cmp(a: &Estimate, b: &Estimate) -> std::cmp::Ordering {
+    time_of(a)
+        .total_cmp(&time_of(b))
+        .then(
+            a.result
+                .predicted
+                .peak_memory_bytes
+                .cmp(&b.result.predicted.peak_memory_bytes),
+        )
+        .then(key_of(a).cmp(&key_of(b)))
 }
 
 /// The search key of an evaluated plan.
@@ -566,7 +575,8 @@ fn score(
     let mut zero3_gather = 0.0;
     if key.zero_stage >= 3 {
         let largest = costs.iter().map(|c| c.max_layer_params).max().unwrap_or(0);
-        zero3_gather = 2.0 * largest as f64 * memory::WEIGHT_BYTES_PER_PARAM as f64;
+        zero3_gather = (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
+            * memory::WEIGHT_BYTES_PER_PARAM as f64;
     }
     let rank_budget = capacity
         - opts.memory_reserve_bytes as f64

@@ -112,6 +112,8 @@ impl Fixed {
 pub struct SpaceLimits {
     /// Largest tensor-parallel degree (default: GPUs per node).
     pub max_tp: u64,
+    /// GPUs per node: tensor-parallel degrees must divide it or be multiples of it.
+    pub gpus_per_node: u64,
     /// Largest micro-batch size tried.
     pub max_micro_batch_size: u64,
     /// Largest number of stages per rank tried.
@@ -152,6 +154,8 @@ pub fn enumerate(
             .into_iter()
             .filter(|&t| {
                 (t <= limits.max_tp || fixed.tp == Some(t))
+                    // tensor-parallel groups tile nodes: t divides the node size or fills nodes
+                    && (limits.gpus_per_node.is_multiple_of(t) || t.is_multiple_of(limits.gpus_per_node))
                     && heads.is_none_or(|h| h % t == 0)
                     && (heads.is_some() || t == 1)
             })
