@@ -48,7 +48,11 @@ fn main() {
             if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
                 e.exit();
             }
-            let _ = e.print();
+            // One line: clap's message without its usage block, and where to look.
+            let text = e.render().to_string();
+            let message = text.split("\n\nUsage:").next().unwrap_or(&text);
+            let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+            eprintln!("{line} (see --help)");
             std::process::exit(2);
         }
     };

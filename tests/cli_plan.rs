@@ -88,6 +88,32 @@ fn plan_file_round_trips_through_estimate() {
     let again = json(&["estimate", "--plan", path, "--json"], None);
     assert_eq!(again["plan"], planned["plan"]);
     assert_eq!(again["predicted"], planned["predicted"]);
+
+    // schedule --plan simulates the plan's own schedule in seconds
+    let svg = dir.path().join("plan.svg");
+    let sched = json(
+        &[
+            "schedule",
+            "--plan",
+            path,
+            "--json",
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(sched["schedule"], planned["plan"]["schedule"]);
+    assert_eq!(sched["pp"], planned["plan"]["pp"]);
+    assert_eq!(
+        sched["num_microbatches"],
+        planned["plan"]["num_microbatches"]
+    );
+    assert_eq!(
+        sched["metrics"]["bubble_fraction"],
+        planned["predicted"]["bubble_fraction"]
+    );
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    fails_with(&["schedule", "--plan", path, "--pp", "4"], "--plan");
 }
 
 #[test]

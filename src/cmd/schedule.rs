@@ -15,14 +15,21 @@ use super::common::write_atomic;
 #[derive(Args, Debug)]
 pub struct ScheduleArgs {
     /// Schedule: gpipe, 1f1b, interleaved-1f1b, looped-bfs.
-    #[arg(value_name = "KIND")]
-    pub kind: ScheduleKind,
+    #[arg(value_name = "KIND", required_unless_present = "plan")]
+    pub kind: Option<ScheduleKind>,
     /// Pipeline ranks.
-    #[arg(long, value_name = "P")]
-    pub pp: usize,
+    #[arg(long, value_name = "P", required_unless_present = "plan")]
+    pub pp: Option<usize>,
     /// Micro-batches per iteration.
-    #[arg(long, value_name = "M")]
-    pub microbatches: usize,
+    #[arg(long, value_name = "M", required_unless_present = "plan")]
+    pub microbatches: Option<usize>,
+    /// A plan file from `autopp plan --out`: its schedule, simulated with the cost model's
+    /// per-stage times in seconds (replaces KIND, --pp, --microbatches, --virtual,
+    /// --group-size, --costs and --comm).
+    #[arg(long, value_name = "FILE", conflicts_with_all = [
+        "kind", "pp", "microbatches", "virtual_stages", "group_size", "costs", "comm",
+    ])]
+    pub plan: Option<String>,
     /// Stages per rank (interleaved-1f1b and looped-bfs).
     #[arg(long = "virtual", default_value_t = 1, value_name = "V")]
     pub virtual_stages: usize,
@@ -126,42 +133,71 @@ struct JsonMetrics<'a> {
     peak_inflight: &'a [u32],
 }
 
-/// Runs `autopp schedule`.
-pub fn run(args: &ScheduleArgs) -> Result<()> {
-    let spec = ScheduleSpec {
-        kind: args.kind,
-        pp: args.pp,
-        virtual_stages: args.virtual_stages,
-        num_microbatches: args.microbatches,
-        group_size: args.group_size,
-    };
-    let group_size = resolve_group_size(&spec)?;
-    let s = generate(&spec)?;
-    check(&s).context("internal error: the generated schedule fails the checker")?;
-    let c = parse_costs(&args.costs)?;
-    if !args.comm.is_finite() || args.comm < 0.0 {
-        bail!("--comm must be a finite time >= 0 (got {})", args.comm);
-    }
-    let costs = SimCosts::uniform(s.num_stages(), c.f, c.b, c.i, c.w, args.comm);
-    let r = simulate(&s, &costs)?;
+/// A schedule and its simulation, with how to describe them.
+struct Simulated {
+    s: schedule::Schedule,
+    r: schedule::SimResult,
+    title: String,
+    /// The line under the title that says where the costs come from.
+    costs_line: String,
+    /// Microseconds per cost unit (for the Chrome trace).
+    us_per_unit: f64,
+}
 
+/// The plan file's schedule, simulated with the cost model's per-stage seconds.
+fn from_plan(path: &str) -> Result<Simulated> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("--plan: cannot read '{path}'"))?;
+    let file = autopp_planner::PlanFile::from_json(&text, path)?;
+    let model = file.model()?;
+    let config = file.config()?;
+    let profile = autopp_profiler::AnalyticProfile::new(file.cluster.clone(), config.precision)?;
+    let e = autopp_planner::evaluate(&model, &profile, &config)?;
     let title = format!(
-        "{} · pp {} · {} micro-batches{}",
-        s.kind,
-        s.pp,
-        s.num_microbatches,
-        if s.virtual_stages > 1 {
-            format!(" · {} stages per rank", s.virtual_stages)
+        "{} on {} × {}: {} · pp {} · {} micro-batches{}",
+        model.name(),
+        file.plan.gpus,
+        file.plan.gpu,
+        e.schedule.kind,
+        e.schedule.pp,
+        e.schedule.num_microbatches,
+        if e.schedule.virtual_stages > 1 {
+            format!(" · {} stages per rank", e.schedule.virtual_stages)
         } else {
             String::new()
         }
     );
+    Ok(Simulated {
+        s: e.schedule,
+        r: e.simulation,
+        title,
+        costs_line: String::from("costs per stage from the cost model, in seconds"),
+        us_per_unit: 1e6,
+    })
+}
+
+/// Runs `autopp schedule`.
+pub fn run(args: &ScheduleArgs) -> Result<()> {
+    let sim = match &args.plan {
+        Some(path) => from_plan(path)?,
+        None => from_flags(args)?,
+    };
+    let Simulated {
+        s,
+        r,
+        title,
+        costs_line,
+        us_per_unit,
+    } = sim;
     if let Some(path) = &args.svg {
         write_atomic(path, schedule::svg::gantt(&s, &r, &title).as_bytes()).context("--svg")?;
     }
     if let Some(path) = &args.trace {
-        write_atomic(path, schedule::trace::chrome_trace(&s, &r, 1e3).as_bytes())
-            .context("--trace")?;
+        write_atomic(
+            path,
+            schedule::trace::chrome_trace(&s, &r, us_per_unit).as_bytes(),
+        )
+        .context("--trace")?;
     }
 
     if args.json {
@@ -183,18 +219,15 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     }
 
     let mut out = String::new();
-    out.push_str(&format!(
-        "{title}{}\ncosts per stage: F={} B={} I={} W={}, comm {}\n\n",
-        group_size
-            .map(|g| format!(" · micro-batch groups of {g}"))
-            .unwrap_or_default(),
-        c.f,
-        c.b,
-        c.i,
-        c.w,
-        args.comm
-    ));
-    out.push_str(&ascii::timeline(&s, &r));
+    out.push_str(&format!("{title}\n{costs_line}\n\n"));
+    let longest = s.ranks.iter().map(Vec::len).max().unwrap_or(0);
+    if longest <= ASCII_MAX_STEPS {
+        out.push_str(&ascii::timeline(&s, &r));
+    } else {
+        out.push_str(&format!(
+            "(the timeline has {longest} steps per rank: too long for a terminal; use --svg or --trace)\n"
+        ));
+    }
     out.push_str(&format!(
         "\nmakespan {}   bubble fraction {:.4}\n",
         fmt(r.makespan_s),
@@ -217,6 +250,56 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     }
     print!("{out}");
     Ok(())
+}
+
+/// Ranks with more steps than this get no ASCII timeline.
+const ASCII_MAX_STEPS: usize = 96;
+
+/// The schedule the flags describe, simulated with uniform costs.
+fn from_flags(args: &ScheduleArgs) -> Result<Simulated> {
+    let (Some(kind), Some(pp), Some(microbatches)) = (args.kind, args.pp, args.microbatches) else {
+        bail!("KIND, --pp and --microbatches: give all three, or --plan FILE");
+    };
+    let spec = ScheduleSpec {
+        kind,
+        pp,
+        virtual_stages: args.virtual_stages,
+        num_microbatches: microbatches,
+        group_size: args.group_size,
+    };
+    let group_size = resolve_group_size(&spec)?;
+    let s = generate(&spec)?;
+    check(&s).context("internal error: the generated schedule fails the checker")?;
+    let c = parse_costs(&args.costs)?;
+    if !args.comm.is_finite() || args.comm < 0.0 {
+        bail!("--comm must be a finite time >= 0 (got {})", args.comm);
+    }
+    let costs = SimCosts::uniform(s.num_stages(), c.f, c.b, c.i, c.w, args.comm);
+    let r = simulate(&s, &costs)?;
+    let title = format!(
+        "{} · pp {} · {} micro-batches{}{}",
+        s.kind,
+        s.pp,
+        s.num_microbatches,
+        if s.virtual_stages > 1 {
+            format!(" · {} stages per rank", s.virtual_stages)
+        } else {
+            String::new()
+        },
+        group_size
+            .map(|g| format!(" · micro-batch groups of {g}"))
+            .unwrap_or_default(),
+    );
+    Ok(Simulated {
+        s,
+        r,
+        title,
+        costs_line: format!(
+            "costs per stage: F={} B={} I={} W={}, comm {}",
+            c.f, c.b, c.i, c.w, args.comm
+        ),
+        us_per_unit: 1e3,
+    })
 }
 
 /// A time with at most three decimals and no trailing zeros.

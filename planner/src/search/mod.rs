@@ -320,7 +320,7 @@ pub fn search(
         }
     }
     let mut exact: Vec<Estimate> = tiered.into_iter().filter_map(|(e, _)| e).collect();
-    exact.sort_by(|a, b| rank_cmp(a, b));
+    exact.sort_by(rank_cmp);
     if exact.is_empty() {
         return Err(nothing_fits(model, profile, opts, &keys));
     }
@@ -343,7 +343,7 @@ pub fn search(
         simulated += n;
         *slot = better;
     }
-    exact.sort_by(|a, b| rank_cmp(a, b));
+    exact.sort_by(rank_cmp);
 
     let mut exact = exact.into_iter();
     let best = exact
