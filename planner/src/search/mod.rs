@@ -672,13 +672,13 @@ fn evaluate_split(
 }
 
 /// Plans (distinct configurations, fastest first) whose splits [`refine`] improves.
-const REFINED_LEADERS: usize = 6;
+const REFINED_LEADERS: usize = 4;
 /// A leader with at most this many possible splits has every one simulated.
 const EXHAUSTIVE_SPLITS: u64 = 512;
 /// Simulations [`refine`] may spend hill-climbing one plan.
 const REFINE_BUDGET: usize = 160;
 /// Schedule actions [`refine`] may simulate for one plan (bounds its time on long pipelines).
-const REFINE_ACTION_BUDGET: u64 = 1_000_000;
+const REFINE_ACTION_BUDGET: u64 = 400_000;
 
 /// `C(n, k)`, saturating.
 fn binomial(n: u64, k: u64) -> u64 {
