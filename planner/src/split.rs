@@ -81,6 +81,25 @@ pub fn check_split(
     Ok(())
 }
 
+/// Every cut of `n` layer-list entries into `s` non-empty contiguous stages (there are
+/// `C(n−1, s−1)` of them: use on small cases only).
+pub fn all_splits(n: usize, s: usize) -> Vec<Vec<usize>> {
+    if s == 0 || n < s {
+        return Vec::new();
+    }
+    if s == 1 {
+        return vec![vec![n]];
+    }
+    let mut out = Vec::new();
+    for first in 1..=(n - (s - 1)) {
+        for mut rest in all_splits(n - first, s - 1) {
+            rest.insert(0, first);
+            out.push(rest);
+        }
+    }
+    out
+}
+
 /// Inclusive `[first, last]` layer indices of each stage for per-stage counts.
 pub fn stage_ranges(counts: &[usize]) -> Vec<[usize; 2]> {
     let mut first = 0;

@@ -6,23 +6,8 @@ use autopp_models::{load_str, Model};
 use autopp_planner::estimate::{evaluate_layers, shard_spec};
 use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::search::{self, config_of, space, Fixed, SearchOptions, SpaceLimits};
-use autopp_planner::DEFAULT_MEMORY_RESERVE_BYTES;
+use autopp_planner::{split, DEFAULT_MEMORY_RESERVE_BYTES};
 use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
-
-/// Every way to cut `n` entries into `s` non-empty contiguous stages.
-fn splits(n: usize, s: usize) -> Vec<Vec<usize>> {
-    if s == 1 {
-        return vec![vec![n]];
-    }
-    let mut out = Vec::new();
-    for first in 1..=(n - (s - 1)) {
-        for mut rest in splits(n - first, s - 1) {
-            rest.insert(0, first);
-            out.push(rest);
-        }
-    }
-    out
-}
 
 fn options(global_batch: u64, precision: Precision) -> SearchOptions {
     SearchOptions {
@@ -69,7 +54,7 @@ fn brute_force(
         if stages > entries {
             continue;
         }
-        for split in splits(entries, stages) {
+        for split in split::all_splits(entries, stages) {
             let c = config_of(&key, opts, Some(split.clone()));
             if autopp_planner::estimate::check_config(model, profile, &c).is_err() {
                 continue;

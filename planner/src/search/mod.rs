@@ -686,21 +686,6 @@ fn binomial(n: u64, k: u64) -> u64 {
     (0..k).fold(1u64, |acc, i| acc.saturating_mul(n - i) / (i + 1))
 }
 
-/// Every cut of `n` entries into `s` non-empty contiguous stages.
-fn all_splits(n: usize, s: usize) -> Vec<Vec<usize>> {
-    if s == 1 {
-        return vec![vec![n]];
-    }
-    let mut out = Vec::new();
-    for first in 1..=(n - (s - 1)) {
-        for mut rest in all_splits(n - first, s - 1) {
-            rest.insert(0, first);
-            out.push(rest);
-        }
-    }
-    out
-}
-
 /// Improves a plan's split: when it has at most [`EXHAUSTIVE_SPLITS`] possible splits, the best
 /// of all of them; otherwise hill-climbing — move one or two layers across one stage boundary at
 /// a time while that makes the simulated iteration faster and still fits — within
@@ -721,7 +706,7 @@ fn refine(
         e.result.predicted.fits && time_of(e) < time_of(than) * (1.0 - 1e-9)
     };
     if binomial(n as u64 - 1, s as u64 - 1) <= EXHAUSTIVE_SPLITS {
-        let splits = all_splits(n, s);
+        let splits = split::all_splits(n, s);
         let runs = splits.len();
         for split in splits {
             if let Some(e) = evaluate_split(model, profile, opts, &key, table, Some(split)) {

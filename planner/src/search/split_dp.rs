@@ -176,25 +176,10 @@ mod tests {
         ]
     }
 
-    /// Every contiguous split of `n` layers into `s` non-empty stages.
-    fn all_splits(n: usize, s: usize) -> Vec<Vec<usize>> {
-        if s == 1 {
-            return vec![vec![n]];
-        }
-        let mut out = Vec::new();
-        for first in 1..=(n - (s - 1)) {
-            for mut rest in all_splits(n - first, s - 1) {
-                rest.insert(0, first);
-                out.push(rest);
-            }
-        }
-        out
-    }
-
     fn brute(sums: &LayerSums, b: &[StageBudget]) -> Option<f64> {
         let n = sums.len();
         let mut best: Option<f64> = None;
-        for split in all_splits(n, b.len()) {
+        for split in crate::split::all_splits(n, b.len()) {
             let mut first = 0;
             let mut worst: f64 = 0.0;
             let mut ok = true;
