@@ -52,7 +52,10 @@ pub fn gib(bytes: u64) -> String {
 
 /// A duration in seconds with a unit that keeps three significant figures.
 pub fn secs(t_s: f64) -> String {
-    if t_s >= 1.0 {
+    if t_s.abs() < 5e-8 {
+        // floating-point residue of a subtraction, not a duration
+        String::from("0 s")
+    } else if t_s >= 1.0 {
         format!("{t_s:.2} s")
     } else if t_s >= 1e-3 {
         format!("{:.1} ms", t_s * 1e3)
@@ -109,5 +112,6 @@ mod tests {
         assert_eq!(secs(2.5), "2.50 s");
         assert_eq!(secs(0.0125), "12.5 ms");
         assert_eq!(gib(3 << 29), "1.5");
+        assert_eq!(secs(-1e-12), "0 s");
     }
 }

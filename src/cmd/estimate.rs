@@ -258,7 +258,8 @@ pub fn render(
         ("dp comm", b.dp_comm),
         ("optimizer", b.optimizer),
     ] {
-        let _ = writeln!(o, "    {name:<11} {:>10}  {:>5.1}%", secs(v), 100.0 * v / t);
+        let share = if v.abs() < 5e-8 { 0.0 } else { 100.0 * v / t };
+        let _ = writeln!(o, "    {name:<11} {:>10}  {share:>5.1}%", secs(v));
     }
     let _ = writeln!(
         o,

@@ -374,18 +374,22 @@ pub fn search(
 
     // What more memory would buy: the fastest non-fitting candidate that beats the best.
     let best_time = time_of(&best);
-    let fastest_unfit = scored
+    // Only configurations within twice the GPU's memory count: a bigger GPU, not a fantasy.
+    let capacity = profile.cluster.gpu.memory_bytes;
+    let mut unfit: Vec<&Scored> = scored
         .iter()
         .filter(|s| !s.fits && s.approx_s < best_time)
-        .min_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)))
-        .and_then(|s| {
-            let layers = model
-                .layers(&shard_spec(&config_of(&s.key, opts, None)))
-                .ok()?;
+        .collect();
+    unfit.sort_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)));
+    let fastest_unfit = unfit
+        .iter()
+        .take(UNFIT_TRIED)
+        .filter_map(|s| {
+            let table = tables.get(&group_of(&s.key))?;
             let c = config_of(&s.key, opts, Some(s.split.clone()));
-            evaluate_layers(model, profile, &c, &layers).ok()
+            evaluate_layers(model, profile, &c, &table.layers).ok()
         })
-        .filter(|e| time_of(e) < best_time);
+        .find(|e| time_of(e) < best_time && e.result.predicted.peak_memory_bytes <= 2 * capacity);
 
     Ok(SearchResult {
         best,
@@ -495,6 +499,9 @@ const PER_KIND: usize = 6;
 
 /// Shortlisted configurations that also try the even and the end-isolating splits.
 const SECOND_TIER: usize = 8;
+
+/// Non-fitting candidates evaluated to say what more memory would buy.
+const UNFIT_TRIED: usize = 8;
 
 /// Keys scored per parallel chunk (see [`search`]).
 const SCORE_CHUNK: usize = 256;
