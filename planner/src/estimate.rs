@@ -242,13 +242,10 @@ pub fn evaluate_layers_with(
             if from == to {
                 return 0.0;
             }
-            let a = from as u64 * layout.pp_stride();
-            let b = to as u64 * layout.pp_stride();
-            let link = if cluster.node_of(a) == cluster.node_of(b) {
-                cluster.group_link(1, 1)
-            } else {
-                cluster.group_link(2, cluster.num_gpus())
-            };
+            let link = cluster.link_between(
+                from as u64 * layout.pp_stride(),
+                to as u64 * layout.pp_stride(),
+            );
             profile.p2p_time_s(stage_costs[k].output_bytes * send_factor, &link)
         })
         .collect();
@@ -350,13 +347,10 @@ pub fn evaluate_layers_with(
         // Tied word embeddings: the first and last ranks all-reduce the shared gradient.
         if embedding_rank != head_rank && (r == embedding_rank || r == head_rank) {
             let tied: u64 = stage_costs.iter().map(|s| s.tied_params).sum();
-            let a = embedding_rank as u64 * layout.pp_stride();
-            let b = head_rank as u64 * layout.pp_stride();
-            let link = if cluster.node_of(a) == cluster.node_of(b) {
-                cluster.group_link(1, 1)
-            } else {
-                cluster.group_link(2, cluster.num_gpus())
-            };
+            let link = cluster.link_between(
+                embedding_rank as u64 * layout.pp_stride(),
+                head_rank as u64 * layout.pp_stride(),
+            );
             dp += profile.collective_time_s(
                 autopp_models::CollectiveKind::AllReduce,
                 tied * grad_reduce_bytes,

@@ -223,20 +223,40 @@ impl Cluster {
         })
     }
 
+    /// The link between two GPUs (by global index): NVLink inside a node, the NIC across
+    /// nodes.
+    pub fn link_between(&self, gpu_a: u64, gpu_b: u64) -> Link {
+        if self.node_of(gpu_a) == self.node_of(gpu_b) {
+            self.intra_node_link()
+        } else {
+            self.inter_node_link()
+        }
+    }
+
+    /// NVLink inside a node.
+    fn intra_node_link(&self) -> Link {
+        Link {
+            bw_bytes_per_s: self.gpu.nvlink_bw_bytes_per_s,
+            latency_s: self.intra_node_latency_s,
+            inter_node: false,
+        }
+    }
+
+    /// The NIC (capped by NVLink) across nodes.
+    fn inter_node_link(&self) -> Link {
+        Link {
+            bw_bytes_per_s: self.nic_bw_bytes_per_s.min(self.gpu.nvlink_bw_bytes_per_s),
+            latency_s: self.inter_node_latency_s,
+            inter_node: true,
+        }
+    }
+
     /// A parallel group's link: bandwidth per direction per GPU in bytes/s and per-step latency.
     pub fn group_link(&self, size: u64, stride: u64) -> Link {
         if self.group_spans_nodes(size, stride) {
-            Link {
-                bw_bytes_per_s: self.nic_bw_bytes_per_s.min(self.gpu.nvlink_bw_bytes_per_s),
-                latency_s: self.inter_node_latency_s,
-                inter_node: true,
-            }
+            self.inter_node_link()
         } else {
-            Link {
-                bw_bytes_per_s: self.gpu.nvlink_bw_bytes_per_s,
-                latency_s: self.intra_node_latency_s,
-                inter_node: false,
-            }
+            self.intra_node_link()
         }
     }
 }
@@ -326,6 +346,9 @@ mod tests {
         assert!(c.group_spans_nodes(6, 1));
         assert!(!c.group_spans_nodes(4, 1));
         assert!(c.group_link(2, 8).inter_node);
+        assert!(!c.link_between(3, 7).inter_node);
+        assert!(c.link_between(7, 8).inter_node);
+        assert_eq!(c.link_between(7, 8).bw_bytes_per_s, 25e9);
         assert_eq!(c.group_link(8, 1).bw_bytes_per_s, 300e9);
     }
 
