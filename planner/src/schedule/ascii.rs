@@ -47,14 +47,7 @@ pub fn labels_need_stage(s: &Schedule) -> bool {
 /// The time one cell stands for: the shortest step, or `makespan / MAX_CELLS` if that is
 /// coarser.
 fn cell_time(r: &SimResult) -> f64 {
-    let shortest = r
-        .timeline
-        .iter()
-        .flatten()
-        .map(|t| t.end_s - t.start_s)
-        .filter(|&d| d > 0.0)
-        .fold(f64::INFINITY, f64::min);
-    let unit = if shortest.is_finite() { shortest } else { 1.0 };
+    let unit = r.shortest_step_s().unwrap_or(1.0);
     unit.max(r.makespan_s / MAX_CELLS as f64)
 }
 

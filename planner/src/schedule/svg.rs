@@ -125,7 +125,8 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
         1.0
     };
     let legend_px = 560.0 + if s.virtual_stages > 1 { 250.0 } else { 0.0 };
-    let chart_px = (makespan / shortest_step(r) * 22.0).clamp(legend_px, 1800.0);
+    let chart_px = (makespan / r.shortest_step_s().unwrap_or(r.makespan_s.max(1.0)) * 22.0)
+        .clamp(legend_px, 1800.0);
     let x_of = |t: f64| LEFT_PX + t / makespan * chart_px;
     let row_px = LANE_PX + MEM_PX + GAP_PX;
     let width = LEFT_PX + chart_px + RIGHT_PX;
@@ -317,20 +318,4 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
     );
     o.push_str("</svg>\n");
     o
-}
-
-/// The shortest positive step duration (1 if none).
-fn shortest_step(r: &SimResult) -> f64 {
-    let d = r
-        .timeline
-        .iter()
-        .flatten()
-        .map(|t| t.end_s - t.start_s)
-        .filter(|&d| d > 0.0)
-        .fold(f64::INFINITY, f64::min);
-    if d.is_finite() {
-        d
-    } else {
-        r.makespan_s.max(1.0)
-    }
 }

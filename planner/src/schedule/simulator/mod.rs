@@ -128,6 +128,19 @@ pub struct SimResult {
 }
 
 impl SimResult {
+    /// The shortest positive step duration in the timeline, in cost units; `None` when no step
+    /// takes time.
+    pub fn shortest_step_s(&self) -> Option<f64> {
+        let d = self
+            .timeline
+            .iter()
+            .flatten()
+            .map(|t| t.end_s - t.start_s)
+            .filter(|&d| d > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        d.is_finite().then_some(d)
+    }
+
     /// The headline numbers alone.
     pub fn metrics(&self) -> SimMetrics {
         SimMetrics {
