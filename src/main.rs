@@ -40,7 +40,22 @@ enum Command {
     },
 }
 
+/// Lets a closed pipe (`autopp plan … | head`) end the process quietly, as it does `cat` or
+/// `grep`, instead of a panic in `println!`: Rust ignores `SIGPIPE` by default.
+#[cfg(unix)]
+fn default_sigpipe() {
+    // SAFETY: called first thing in `main`, before any other thread exists; it only restores
+    // the signal's default disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn default_sigpipe() {}
+
 fn main() {
+    default_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -166,3 +166,23 @@ fn impossible_requests_explain_themselves() {
     fails_with(&["plan", "gpt3-175b", "--gpus", "16"], "nothing fits");
     fails_with(&["plan", "gpt3-175b", "--gpus", "16"], "GiB");
 }
+
+/// `autopp plan … | head -1`: a reader that closes the pipe early ends the process quietly
+/// (as it does `cat`), never with a panic on stderr.
+#[cfg(unix)]
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_autopp"))
+        .args(["plan", "llama3-8b", "--gpus", "32"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the autopp binary runs");
+    // close the read end before the plan is printed
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("autopp ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+}

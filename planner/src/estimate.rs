@@ -1,6 +1,8 @@
 //! Evaluating one full configuration: the iteration time with its breakdown and every rank's
 //! peak memory. `autopp estimate` prints this; the planner ranks candidates by it.
 
+use std::sync::Arc;
+
 use autopp_models::{LayerCost, LayerKind, Model, Recompute, ShardSpec};
 use autopp_profiler::{AnalyticProfile, Layout};
 use serde::Serialize;
@@ -26,9 +28,10 @@ pub struct Estimate {
     pub memory: Vec<RankMemory>,
     /// Per-stage costs.
     pub stages: Vec<StageCost>,
-    /// The schedule that was simulated.
+    /// The schedule that was simulated (shared: the planner reuses one schedule across the
+    /// configurations of the same shape).
     #[serde(skip)]
-    pub schedule: Schedule,
+    pub schedule: Arc<Schedule>,
     /// The simulation.
     #[serde(skip)]
     pub simulation: SimResult,
@@ -163,6 +166,10 @@ pub enum Detail {
     /// Everything, including the breakdown's separation of pipeline sends from the bubble (a
     /// second simulation without sends).
     Full,
+    /// The numbers of [`Detail::Full`] — iteration time, breakdown, memory — without recording
+    /// the timeline ([`SimResult::timeline`] and [`SimResult::memory`] are empty): what the
+    /// planner's answers need.
+    Breakdown,
     /// Iteration time and memory only (one simulation, no timeline recorded): the breakdown
     /// counts send time as bubble. The search uses this for candidates and re-evaluates its
     /// answers in full.
@@ -177,6 +184,33 @@ pub fn evaluate_layers_with(
     layers: &[LayerCost],
     detail: Detail,
 ) -> Result<Estimate, PlanError> {
+    let sched = Arc::new(schedule_for(c)?);
+    evaluate_scheduled(model, profile, c, layers, detail, sched)
+}
+
+/// The schedule a configuration runs: its kind, pipeline ranks, stages per rank and
+/// micro-batches.
+pub fn schedule_for(c: &ParallelConfig) -> Result<Schedule, PlanError> {
+    schedule::generate(&ScheduleSpec {
+        kind: c.schedule,
+        pp: c.pp as usize,
+        virtual_stages: c.virtual_stages as usize,
+        num_microbatches: c.num_microbatches() as usize,
+        group_size: c.group_size.map(|g| g as usize),
+    })
+    .map_err(|e| PlanError::Schedule(e.to_string()))
+}
+
+/// [`evaluate_layers_with`] given the configuration's schedule, [`schedule_for`]`(c)` (the
+/// planner generates each schedule shape once and shares it).
+pub fn evaluate_scheduled(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: &[LayerCost],
+    detail: Detail,
+    sched: Arc<Schedule>,
+) -> Result<Estimate, PlanError> {
     let cluster = &profile.cluster;
     let kinds: Vec<LayerKind> = layers.iter().map(|l| l.kind).collect();
     let num_stages = c.num_stages() as usize;
@@ -188,16 +222,17 @@ pub fn evaluate_layers_with(
         None => split::default_split(&kinds, num_stages)?,
     };
     let ranges = split::stage_ranges(&counts);
-
     let m = c.num_microbatches();
-    let sched = schedule::generate(&ScheduleSpec {
-        kind: c.schedule,
-        pp: c.pp as usize,
-        virtual_stages: c.virtual_stages as usize,
-        num_microbatches: m as usize,
-        group_size: c.group_size.map(|g| g as usize),
-    })
-    .map_err(|e| PlanError::Schedule(e.to_string()))?;
+    if sched.pp != c.pp as usize
+        || sched.num_microbatches != m as usize
+        || sched.virtual_stages != c.virtual_stages as usize
+        || sched.kind != c.schedule
+    {
+        return Err(PlanError::Schedule(format!(
+            "internal: the schedule given ({} pp {} v {} m {}) is not the configuration's",
+            sched.kind, sched.pp, sched.virtual_stages, sched.num_microbatches
+        )));
+    }
 
     let layout = Layout {
         tp: c.tp,
@@ -284,8 +319,8 @@ pub fn evaluate_layers_with(
     let sim = match detail {
         Detail::Full => schedule::simulate(&sched, &sim_costs),
         // the same numbers without recording the timeline (the search's inner loop)
-        Detail::TimeAndMemory => {
-            schedule::simulate_metrics(&sched, &sim_costs).map(|m| SimResult {
+        Detail::Breakdown | Detail::TimeAndMemory => schedule::simulate_metrics(&sched, &sim_costs)
+            .map(|m| SimResult {
                 makespan_s: m.makespan_s,
                 busy_s: m.busy_s,
                 bubble_fraction: m.bubble_fraction,
@@ -293,8 +328,7 @@ pub fn evaluate_layers_with(
                 peak_activation_bytes: m.peak_activation_bytes,
                 timeline: Vec::new(),
                 memory: Vec::new(),
-            })
-        }
+            }),
     }
     .map_err(|e| PlanError::Schedule(e.to_string()))?;
     let no_comm = SimCosts {
@@ -303,8 +337,8 @@ pub fn evaluate_layers_with(
         overlap_factor: None,
     };
     let makespan_no_comm_s = match detail {
-        Detail::Full => {
-            schedule::simulate(&sched, &no_comm)
+        Detail::Full | Detail::Breakdown => {
+            schedule::simulate_metrics(&sched, &no_comm)
                 .map_err(|e| PlanError::Schedule(e.to_string()))?
                 .makespan_s
         }

@@ -168,7 +168,7 @@ fn from_plan(path: &str) -> Result<Simulated> {
         }
     );
     Ok(Simulated {
-        s: e.schedule,
+        s: std::sync::Arc::unwrap_or_clone(e.schedule),
         r: e.simulation,
         title,
         costs_line: String::from("costs per stage from the cost model, in seconds"),

@@ -8,12 +8,48 @@
 //! they are when they saturated, scaled by `m / m_small` when some rank held every one of its
 //! `v·m_small` (stage, micro-batch) pairs. A test checks this against full generation.
 
-use crate::schedule::{self, ScheduleKind, ScheduleSpec};
+use crate::schedule::{self, resolve_group_size, ScheduleKind, ScheduleSpec};
+
+/// Peak in-flight per rank in closed form, for the kinds whose generator documents it
+/// (`None` for the others, and when the schedule rejects the inputs):
+/// GPipe `m`; 1F1B `min(p − r, m)`; looped BFS `v·m`; interleaved 1F1B `min(w + 1, v·m)` with
+/// `w = min(2·(p − r − 1) + (v − 1)·G, v·m)` warm-up forwards.
+fn closed_form(kind: ScheduleKind, pp: u64, v: u64, m: u64) -> Option<Option<Vec<u32>>> {
+    let spec = ScheduleSpec {
+        kind,
+        pp: pp as usize,
+        virtual_stages: v as usize,
+        num_microbatches: m as usize,
+        group_size: None,
+    };
+    let group = match resolve_group_size(&spec) {
+        Ok(g) => g.map(|g| g as u64),
+        Err(_) => return Some(None),
+    };
+    let one_f_one_b = |r: u64| (pp - r).min(m);
+    let per_rank: Box<dyn Fn(u64) -> u64> = match (kind, group) {
+        (ScheduleKind::Gpipe, _) => Box::new(|_| m),
+        (ScheduleKind::OneFOneB, _) | (ScheduleKind::Interleaved1F1B, None) => {
+            Box::new(one_f_one_b)
+        }
+        (ScheduleKind::LoopedBfs, _) => Box::new(|_| v * m),
+        (ScheduleKind::Interleaved1F1B, Some(g)) => Box::new(move |r| {
+            let warmup = (2 * (pp - r - 1) + (v - 1) * g).min(v * m);
+            (warmup + 1).min(v * m)
+        }),
+        #[allow(unreachable_patterns)]
+        _ => return None,
+    };
+    Some(Some((0..pp).map(|r| per_rank(r) as u32).collect()))
+}
 
 /// Peak in-flight (stage, micro-batch) activations per rank of `kind` with `pp` ranks, `v`
 /// stages per rank and `m` micro-batches (`group_size` of interleaved schedules: `pp`); `None`
 /// when the schedule does not accept these inputs.
 pub fn peak_inflight(kind: ScheduleKind, pp: u64, v: u64, m: u64) -> Option<Vec<u32>> {
+    if let Some(known) = closed_form(kind, pp, v, m) {
+        return known;
+    }
     let generate = |m: u64| {
         schedule::generate(&ScheduleSpec {
             kind,

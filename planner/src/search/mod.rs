@@ -13,9 +13,11 @@
 //!
 //! The result is deterministic for any thread count: candidates are ranked by (time, [`Key`]).
 
+mod evaluator;
 pub mod experts;
 pub mod explain;
 pub mod inflight;
+mod refine;
 pub mod space;
 pub mod split_dp;
 
@@ -28,14 +30,15 @@ use rayon::prelude::*;
 
 use crate::config::{ParallelConfig, PlanError};
 use crate::estimate::{
-    check_config, dp_comm_time_s, evaluate_layers, evaluate_layers_with, optimizer_time_s,
-    shard_spec, Detail, Estimate,
+    check_config, dp_comm_time_s, evaluate_layers_with, optimizer_time_s, shard_spec, Detail,
+    Estimate,
 };
 use crate::memory::{self, NCCL_BUFFER_BYTES_PER_GROUP};
 use crate::schedule;
 use crate::split;
 use crate::stages::{self, StageContext, StageCost};
 
+use evaluator::{Evaluator, ScheduleShape};
 pub use space::{Fixed, Key, SpaceLimits};
 use split_dp::{LayerSums, StageBudget};
 
@@ -91,7 +94,7 @@ struct Scored {
 }
 
 /// Per-layer costs for one layer sharding, under each recompute mode.
-struct LayerTable {
+pub(crate) struct LayerTable {
     layers: Vec<LayerCost>,
     /// Per recompute mode (index as in `Recompute::ALL`): per-layer stage costs.
     per_mode: Vec<Vec<StageCost>>,
@@ -139,6 +142,7 @@ pub fn search(
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<SearchResult, PlanError> {
     let start = Instant::now();
+    let eval = Evaluator::new(model, profile, opts);
     let gpus = profile.cluster.num_gpus();
     if opts.global_batch_size == 0 {
         return Err(PlanError::invalid("--global-batch", "must be at least 1"));
@@ -283,7 +287,8 @@ pub fn search(
         .par_iter()
         .map(|s| {
             let table = &tables[&group_of(&s.key)];
-            let e = evaluate_split(model, profile, opts, &s.key, table, first_split(s))
+            let e = eval
+                .time_and_memory(&s.key, table, first_split(s))
                 .filter(|e| e.result.predicted.fits);
             (e, *s)
         })
@@ -301,14 +306,14 @@ pub fn search(
                 let table = &tables[&group_of(&s.key)];
                 let even = split::default_split(&layer_kinds(&table.layers), s.split.len()).ok();
                 let mut others: Vec<Vec<usize>> = even.into_iter().collect();
-                if let Some(isolated) = isolate_ends(&table.layers, &s.split) {
+                if let Some(isolated) = refine::isolate_ends(&table.layers, &s.split) {
                     others.push(isolated);
                 }
                 others.retain(|o| *o != s.split);
                 others.dedup();
                 others
                     .into_iter()
-                    .filter_map(|o| evaluate_split(model, profile, opts, &s.key, table, Some(o)))
+                    .filter_map(|o| eval.time_and_memory(&s.key, table, Some(o)))
                     .chain(first.clone())
                     .filter(|e| e.result.predicted.fits)
                     .min_by(|a, b| time_of(a).total_cmp(&time_of(b)))
@@ -329,7 +334,7 @@ pub fn search(
     let leaders = if opts.even_split_only {
         0
     } else {
-        exact.len().min(REFINED_LEADERS)
+        exact.len().min(refine::REFINED_LEADERS)
     };
     // one leader per configuration: the fastest split of each
     let mut seen = std::collections::HashSet::new();
@@ -337,7 +342,7 @@ pub fn search(
     let leaders = leaders.min(exact.len());
     let refined: Vec<(Estimate, usize)> = exact[..leaders]
         .par_iter()
-        .map(|est| refine(model, profile, opts, est, &tables[&group_of(&key_of(est))]))
+        .map(|est| refine::refine(&eval, est, &tables[&group_of(&key_of(est))]))
         .collect();
     for (slot, (better, n)) in exact.iter_mut().zip(refined) {
         simulated += n;
@@ -359,18 +364,22 @@ pub fn search(
             .map(|s| s.layers[1] - s.layers[0] + 1)
             .collect();
         let table = &tables[&group_of(&key)];
-        evaluate_layers(
-            model,
-            profile,
-            &config_of(&key, opts, Some(split)),
-            &table.layers,
-        )
+        eval.evaluate(&key, table, Some(split), Detail::Breakdown)
+            .ok_or_else(|| {
+                PlanError::Schedule(format!("internal: the plan {key:?} no longer evaluates"))
+            })
     };
-    let best = full(&best)?;
-    let alternatives = alternatives
+    let mut answers = std::iter::once(&best)
+        .chain(&alternatives)
+        .collect::<Vec<_>>()
         .par_iter()
-        .map(full)
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|e| full(e))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter();
+    let best = answers
+        .next()
+        .ok_or_else(|| PlanError::Schedule("internal: the best plan was lost".into()))?;
+    let alternatives: Vec<Estimate> = answers.collect();
 
     // What more memory would buy: the fastest non-fitting candidate that beats the best.
     let best_time = time_of(&best);
@@ -381,16 +390,34 @@ pub fn search(
         .filter(|s| !s.fits && s.approx_s < best_time)
         .collect();
     unfit.sort_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)));
-    let fastest_unfit = unfit
+    let tried: Vec<Option<Estimate>> = unfit
         .iter()
         .take(UNFIT_TRIED)
-        .filter_map(|s| {
+        .collect::<Vec<_>>()
+        .par_iter()
+        .map(|s| {
             let table = tables.get(&group_of(&s.key))?;
-            let c = config_of(&s.key, opts, Some(s.split.clone()));
-            evaluate_layers(model, profile, &c, &table.layers).ok()
+            eval.time_and_memory(&s.key, table, Some(s.split.clone()))
         })
-        .find(|e| time_of(e) < best_time && e.result.predicted.peak_memory_bytes <= 2 * capacity);
-
+        .collect();
+    let fastest_unfit = tried
+        .into_iter()
+        .flatten()
+        .find(|e| time_of(e) < best_time && e.result.predicted.peak_memory_bytes <= 2 * capacity)
+        .and_then(|e| {
+            let key = key_of(&e);
+            let split = e
+                .stages
+                .iter()
+                .map(|s| s.layers[1] - s.layers[0] + 1)
+                .collect();
+            eval.evaluate(
+                &key,
+                &tables[&group_of(&key)],
+                Some(split),
+                Detail::Breakdown,
+            )
+        });
     Ok(SearchResult {
         best,
         alternatives,
@@ -440,9 +467,6 @@ pub fn key_of(e: &Estimate) -> Key {
 }
 
 type GroupKey = (u64, u64, u64, bool);
-
-/// A schedule's shape: kind, pipeline ranks, stages per rank, micro-batches.
-type ScheduleShape = (schedule::ScheduleKind, u64, u64, u64);
 
 fn group_of(k: &Key) -> GroupKey {
     (k.tp, k.cp, k.micro_batch_size, k.sequence_parallel)
@@ -606,7 +630,12 @@ fn score(
             }
         })
         .collect();
-    let (split, fits) = match split_dp::best_split(&sums, &budgets) {
+    let best = if split_dp::any_split_fits(&sums, &budgets) {
+        split_dp::best_split(&sums, &budgets)
+    } else {
+        None
+    };
+    let (split, fits) = match best {
         Some((split, _)) => (split, true),
         // Does not fit: kept (with the even split) only to say what more memory would buy.
         None => (
@@ -663,127 +692,6 @@ fn score(
 /// The kinds of a layer list.
 fn layer_kinds(layers: &[LayerCost]) -> Vec<autopp_models::LayerKind> {
     layers.iter().map(|l| l.kind).collect()
-}
-
-/// Evaluates a key with a split (`None`: the even split) through `estimate`'s code path.
-fn evaluate_split(
-    model: &Model,
-    profile: &AnalyticProfile,
-    opts: &SearchOptions,
-    key: &Key,
-    table: &LayerTable,
-    split: Option<Vec<usize>>,
-) -> Option<Estimate> {
-    let c = config_of(key, opts, split);
-    evaluate_layers_with(model, profile, &c, &table.layers, Detail::TimeAndMemory).ok()
-}
-
-/// Plans (distinct configurations, fastest first) whose splits [`refine`] improves.
-const REFINED_LEADERS: usize = 4;
-/// A leader with at most this many possible splits has every one simulated.
-const EXHAUSTIVE_SPLITS: u64 = 512;
-/// Simulations [`refine`] may spend hill-climbing one plan.
-const REFINE_BUDGET: usize = 160;
-/// Schedule actions [`refine`] may simulate for one plan (bounds its time on long pipelines).
-const REFINE_ACTION_BUDGET: u64 = 400_000;
-
-/// `C(n, k)`, saturating.
-fn binomial(n: u64, k: u64) -> u64 {
-    let k = k.min(n - k.min(n));
-    (0..k).fold(1u64, |acc, i| acc.saturating_mul(n - i) / (i + 1))
-}
-
-/// Improves a plan's split: when it has at most [`EXHAUSTIVE_SPLITS`] possible splits, the best
-/// of all of them; otherwise hill-climbing — move one or two layers across one stage boundary at
-/// a time while that makes the simulated iteration faster and still fits — within
-/// [`REFINE_BUDGET`] simulations and [`REFINE_ACTION_BUDGET`] simulated actions. Returns the plan
-/// and the simulations run.
-fn refine(
-    model: &Model,
-    profile: &AnalyticProfile,
-    opts: &SearchOptions,
-    est: &Estimate,
-    table: &LayerTable,
-) -> (Estimate, usize) {
-    let key = key_of(est);
-    let mut best = est.clone();
-    let n = table.layers.len();
-    let s = best.stages.len();
-    let better = |e: &Estimate, than: &Estimate| {
-        e.result.predicted.fits && time_of(e) < time_of(than) * (1.0 - 1e-9)
-    };
-    if binomial(n as u64 - 1, s as u64 - 1) <= EXHAUSTIVE_SPLITS {
-        let splits = split::all_splits(n, s);
-        let runs = splits.len();
-        for split in splits {
-            if let Some(e) = evaluate_split(model, profile, opts, &key, table, Some(split)) {
-                if better(&e, &best) {
-                    best = e;
-                }
-            }
-        }
-        return (best, runs);
-    }
-    let actions_per_run = 2 * est.schedule.num_actions().max(1) as u64;
-    let budget = REFINE_BUDGET.min((REFINE_ACTION_BUDGET / actions_per_run) as usize);
-    let mut counts: Vec<usize> = best
-        .stages
-        .iter()
-        .map(|s| s.layers[1] - s.layers[0] + 1)
-        .collect();
-    let mut runs = 0;
-    'rounds: loop {
-        let mut improved = false;
-        for boundary in 0..counts.len().saturating_sub(1) {
-            for (from, to) in [(boundary, boundary + 1), (boundary + 1, boundary)] {
-                for size in 1..=2 {
-                    if counts[from] <= size {
-                        continue;
-                    }
-                    if runs >= budget {
-                        break 'rounds;
-                    }
-                    let mut trial = counts.clone();
-                    trial[from] -= size;
-                    trial[to] += size;
-                    runs += 1;
-                    let split = Some(trial.clone());
-                    if let Some(e) = evaluate_split(model, profile, opts, &key, table, split) {
-                        if better(&e, &best) {
-                            best = e;
-                            counts = trial;
-                            improved = true;
-                        }
-                    }
-                }
-            }
-        }
-        if !improved {
-            break;
-        }
-    }
-    (best, runs)
-}
-
-/// A split with the embedding alone in the first stage and the head alone in the last, the
-/// transformer layers spread evenly over the stages between (`E|t*4|t*4|L`): with several
-/// stages per rank this often balances the ranks best. `None` when there are too few stages.
-fn isolate_ends(layers: &[LayerCost], split: &[usize]) -> Option<Vec<usize>> {
-    use autopp_models::LayerKind;
-    let s = split.len();
-    let n = layers.len();
-    let ends =
-        layers.first()?.kind == LayerKind::Embedding && layers.last()?.kind == LayerKind::Head;
-    if !ends || s < 3 || n - 2 < s - 2 {
-        return None;
-    }
-    let body = n - 2;
-    let middle = s - 2;
-    let mut out = vec![1; s];
-    for (i, c) in out.iter_mut().enumerate().skip(1).take(middle) {
-        *c = body / middle + usize::from(i - 1 < body % middle);
-    }
-    Some(out)
 }
 
 /// The error when no configuration can even be formed: a batch too small for every

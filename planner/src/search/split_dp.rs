@@ -74,6 +74,52 @@ pub struct StageBudget {
     pub extra_if_last_bytes: f64,
 }
 
+/// Whether any split fits the budgets, in `O(S · n)`: stage `k` can end at layer `j` when
+/// some `i` in the (contiguous) set of starts whose range `i+1..=j` fits stage `k` is a
+/// possible end of stage `k − 1`. The smallest fitting start only grows with `j`, so a pointer
+/// finds it, and prefix counts of the previous stage's possible ends answer each `j` in O(1).
+/// [`best_split`] is `None` exactly when this is `false`; the search uses it to skip the full
+/// dynamic program for configurations that cannot fit.
+pub fn any_split_fits(sums: &LayerSums, budgets: &[StageBudget]) -> bool {
+    let n = sums.len();
+    let s = budgets.len();
+    if s == 0 || n < s {
+        return false;
+    }
+    let fits = |k: usize, first: usize, last: usize| {
+        let b = &budgets[k];
+        let extra = if last == n - 1 {
+            b.extra_if_last_bytes
+        } else {
+            0.0
+        };
+        sums.mem_bytes(first, last, b.inflight) + extra <= b.bytes
+    };
+    // prev[j + 1] = number of possible ends of the previous stage among layers 0..=j
+    let mut prev = vec![0u32; n + 1];
+    let mut next = vec![0u32; n + 1];
+    for j in 0..n {
+        prev[j + 1] = prev[j] + u32::from(j <= n - s && fits(0, 0, j));
+    }
+    for k in 1..s {
+        next[..=k].fill(0);
+        // the smallest start `first` with first..=j fitting, for the current j
+        let mut first = k;
+        for j in k..n {
+            let reachable = j <= n - s + k && {
+                while first <= j && !fits(k, first, j) {
+                    first += 1;
+                }
+                // the previous stage ends at i = first−1 ..= j−1
+                first <= j && prev[j] > prev[first - 1]
+            };
+            next[j + 1] = next[j] + u32::from(reachable);
+        }
+        std::mem::swap(&mut prev, &mut next);
+    }
+    prev[n] > prev[n - 1]
+}
+
 /// The split with the smallest bottleneck under the budgets: layer-list entries per stage, and
 /// the bottleneck in seconds. `None` when no split fits.
 pub fn best_split(sums: &LayerSums, budgets: &[StageBudget]) -> Option<(Vec<usize>, f64)> {
@@ -230,6 +276,11 @@ mod tests {
                     b[s - 1].extra_if_last_bytes = (trial as f64) * 2.0;
                     let dp = best_split(&sums, &b);
                     let bf = brute(&sums, &b);
+                    assert_eq!(
+                        any_split_fits(&sums, &b),
+                        bf.is_some(),
+                        "n {n} s {s} trial {trial}"
+                    );
                     match (dp, bf) {
                         (None, None) => {}
                         (Some((counts, v)), Some(w)) => {
