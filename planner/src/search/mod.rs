@@ -98,6 +98,10 @@ pub(crate) struct LayerTable {
     layers: Vec<LayerCost>,
     /// Per recompute mode (index as in `Recompute::ALL`): per-layer stage costs.
     per_mode: Vec<Vec<StageCost>>,
+    /// Per recompute mode: prefix sums of per-layer F+B seconds, parameters (the fixed part,
+    /// in parameters: [`score`] scales the budgets by the bytes per parameter instead) and
+    /// activation bytes per in-flight micro-batch.
+    sums: Vec<LayerSums>,
 }
 
 fn mode_index(mode: Recompute) -> usize {
@@ -496,7 +500,7 @@ fn layer_table(
         }
         _ => 0,
     };
-    let per_mode = Recompute::ALL
+    let per_mode: Vec<Vec<StageCost>> = Recompute::ALL
         .iter()
         .map(|&mode| {
             let ctx = StageContext {
@@ -511,12 +515,28 @@ fn layer_table(
             stages::stage_costs(&layers, &singles, &ctx)
         })
         .collect();
-    Ok(LayerTable { layers, per_mode })
+    let sums = per_mode
+        .iter()
+        .map(|costs: &Vec<StageCost>| {
+            let time: Vec<f64> = costs
+                .iter()
+                .map(|c| c.forward_s() + c.backward_s())
+                .collect();
+            let params: Vec<f64> = costs.iter().map(|c| c.params as f64).collect();
+            let act: Vec<f64> = costs.iter().map(|c| c.activation_bytes as f64).collect();
+            LayerSums::new(&time, &params, &act)
+        })
+        .collect();
+    Ok(LayerTable {
+        layers,
+        per_mode,
+        sums,
+    })
 }
 
 /// A schedule kind whose closed-form times are all over this factor × the best does not get its
 /// quota in the shortlist.
-const GIVE_UP_FACTOR: f64 = 1.3;
+const GIVE_UP_FACTOR: f64 = 1.15;
 
 /// Candidates of each schedule kind that the shortlist holds at least (see [`search`]).
 const PER_KIND: usize = 6;
@@ -589,13 +609,7 @@ fn score(
     }
     let shard = key.dp * key.cp;
     let per_param = state_bytes_per_param(key.zero_stage, shard);
-    let time: Vec<f64> = costs
-        .iter()
-        .map(|c| c.forward_s() + c.backward_s())
-        .collect();
-    let fixed: Vec<f64> = costs.iter().map(|c| c.params as f64 * per_param).collect();
-    let act: Vec<f64> = costs.iter().map(|c| c.activation_bytes as f64).collect();
-    let sums = LayerSums::new(&time, &fixed, &act);
+    let sums = &table.sums[mode_index(key.recompute)];
     let capacity = profile.cluster.gpu.memory_bytes as f64;
     let groups = [key.tp, key.cp, key.dp, key.pp]
         .iter()
@@ -620,18 +634,20 @@ fn score(
     }
     let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
     let placement = key.schedule.placement();
+    // The sums hold parameters, not model-state bytes: every term of a stage's memory
+    // inequality is divided by the bytes per parameter.
     let budgets: Vec<StageBudget> = (0..s)
         .map(|k| {
             let r = placement.rank_of(k, pp);
             StageBudget {
-                bytes: rank_budget / v as f64,
-                inflight: inflight[r] as f64 / v as f64,
-                extra_if_last_bytes: if pp > 1 { tied as f64 * per_param } else { 0.0 },
+                bytes: rank_budget / v as f64 / per_param,
+                inflight: inflight[r] as f64 / v as f64 / per_param,
+                extra_if_last_bytes: if pp > 1 { tied as f64 } else { 0.0 },
             }
         })
         .collect();
-    let best = if split_dp::any_split_fits(&sums, &budgets) {
-        split_dp::best_split(&sums, &budgets)
+    let best = if split_dp::any_split_fits(sums, &budgets) {
+        split_dp::best_split(sums, &budgets)
     } else {
         None
     };
