@@ -623,8 +623,13 @@ fn score(
         zero3_gather = (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
             * memory::WEIGHT_BYTES_PER_PARAM as f64;
     }
+    // The fixed terms of `memory::rank_memory`. Its fragmentation term is left out on
+    // purpose: with several stages per rank the DP gives each stage an equal share of the
+    // rank's budget, which can reject splits that fit; the slack evens that out, and every
+    // candidate's memory is checked exactly when it is simulated.
     let rank_budget = capacity
         - opts.memory_reserve_bytes as f64
+        - memory::CONTEXT_BYTES as f64
         - groups * NCCL_BUFFER_BYTES_PER_GROUP as f64
         - transient
         - p2p
