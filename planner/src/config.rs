@@ -33,8 +33,15 @@ pub struct ParallelConfig {
     pub schedule: ScheduleKind,
     /// Micro-batch group size of interleaved schedules (Megatron's default: `pp`).
     pub group_size: Option<u64>,
-    /// Recompute mode of every transformer layer.
+    /// Recompute mode of the transformer layers (those not counted in `recompute_layers`).
     pub recompute: Recompute,
+    /// Partial recompute: per stage, in global stage order, how many of its transformer layers
+    /// are fully recomputed — the first ones of the stage, as Megatron-LM's
+    /// `--recompute-method block --recompute-num-layers N` — while the others use `recompute`.
+    /// One entry applies to every stage, capped at the stage's layers (Megatron-LM's meaning).
+    /// `None`: every transformer layer uses `recompute`.
+    #[serde(default)]
+    pub recompute_layers: Option<Vec<u64>>,
     /// Megatron sequence parallelism.
     pub sequence_parallel: bool,
     /// ZeRO stage 0–3 (1 is Megatron's distributed optimizer).

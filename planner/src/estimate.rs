@@ -266,7 +266,8 @@ pub fn evaluate_scheduled(
         cp_link,
         cp_kv_bytes,
     };
-    let stage_costs = stages::stage_costs(layers, &ranges, &ctx);
+    let full_layers = partial_recompute(c, layers, &ranges)?;
+    let stage_costs = stages::stage_costs_partial(layers, &ranges, &ctx, &full_layers);
 
     // Pipeline sends between consecutive stages that sit on different ranks: `1/t` of the
     // boundary activation per GPU with Megatron's scatter/gather, the whole of it without.
@@ -458,15 +459,30 @@ pub fn evaluate_scheduled(
                 .iter()
                 .map(|&k| stage_costs[k].num_transformer_layers)
                 .sum();
+            let per_stage: Vec<u64> = ks
+                .iter()
+                .map(|&k| {
+                    if c.recompute == Recompute::Full {
+                        stage_costs[k].num_transformer_layers
+                    } else {
+                        full_layers.get(k).copied().unwrap_or(0)
+                    }
+                })
+                .collect();
+            let full: u64 = per_stage.iter().sum();
+            let recompute = if full == 0 {
+                c.recompute.to_string()
+            } else if full == transformer_layers {
+                Recompute::Full.to_string()
+            } else {
+                String::from("partial")
+            };
             RankPlan {
                 rank: r as u64,
                 stages: ks.iter().map(|&k| ranges[k]).collect(),
-                recompute: c.recompute.to_string(),
-                recompute_num_layers: if c.recompute == Recompute::Full {
-                    transformer_layers
-                } else {
-                    0
-                },
+                recompute,
+                recompute_num_layers: full,
+                recompute_num_layers_per_stage: per_stage,
                 memory_bytes: memory[r].total_bytes(),
                 compute_time_s: sim.busy_s[r],
             }
@@ -503,6 +519,48 @@ pub fn evaluate_scheduled(
         optimizer_s,
         warnings,
     })
+}
+
+/// The fully recomputed transformer layers of each stage under `c.recompute_layers`, checked
+/// against the split (empty when there is no partial recompute).
+fn partial_recompute(
+    c: &ParallelConfig,
+    layers: &[LayerCost],
+    ranges: &[[usize; 2]],
+) -> Result<Vec<u64>, PlanError> {
+    let Some(counts) = &c.recompute_layers else {
+        return Ok(Vec::new());
+    };
+    let recomputable = |&[first, last]: &[usize; 2]| {
+        layers[first..=last]
+            .iter()
+            .filter(|l| l.recomputable)
+            .count() as u64
+    };
+    if let [n] = counts[..] {
+        // Megatron-LM: the first N layers of every stage, all of a shorter stage's
+        return Ok(ranges.iter().map(|r| n.min(recomputable(r))).collect());
+    }
+    if counts.len() != ranges.len() {
+        return Err(PlanError::invalid(
+            "--recompute-num-layers",
+            format!(
+                "gives {} stage counts but the plan has {} stages (pp × virtual stages): give one number for every stage, or one for all",
+                counts.len(),
+                ranges.len()
+            ),
+        ));
+    }
+    for (k, (&n, range)) in counts.iter().zip(ranges).enumerate() {
+        let recomputable = recomputable(range);
+        if n > recomputable {
+            return Err(PlanError::invalid(
+                "--recompute-num-layers",
+                format!("stage {k} has {recomputable} recomputable layers, fewer than the {n} asked to be fully recomputed"),
+            ));
+        }
+    }
+    Ok(counts.clone())
 }
 
 /// Seconds of one rank's optimizer step: memory-bound Adam over the parameters it owns
@@ -616,6 +674,7 @@ mod tests {
             schedule: ScheduleKind::OneFOneB,
             group_size: None,
             recompute: Recompute::Full,
+            recompute_layers: None,
             sequence_parallel: false,
             zero_stage: 0,
             split: None,

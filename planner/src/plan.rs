@@ -14,10 +14,16 @@ pub struct RankPlan {
     /// Inclusive `[first_layer, last_layer]` of each stage the rank holds, in stage order
     /// (indices into the layer list: 0 is the embedding).
     pub stages: Vec<[usize; 2]>,
-    /// Recompute mode of the rank's transformer layers.
+    /// Recompute of the rank's transformer layers: `none`, `selective` or `full` when all are
+    /// alike; `partial` when `recompute_num_layers` of them are fully recomputed and the others
+    /// use the plan's `recompute`.
     pub recompute: String,
     /// Transformer layers on the rank that are fully recomputed.
     pub recompute_num_layers: u64,
+    /// Of those, how many in each of the rank's stages (in the order of `stages`; the first
+    /// layers of each stage).
+    #[serde(default)]
+    pub recompute_num_layers_per_stage: Vec<u64>,
     /// Peak memory per GPU of the rank, bytes.
     pub memory_bytes: u64,
     /// Busy time per iteration of one GPU of the rank (compute and tensor-parallel

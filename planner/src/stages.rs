@@ -97,6 +97,18 @@ pub fn stage_costs(
     ranges: &[[usize; 2]],
     ctx: &StageContext<'_>,
 ) -> Vec<StageCost> {
+    stage_costs_partial(layers, ranges, ctx, &[])
+}
+
+/// [`stage_costs`] with partial recompute: in stage `k`, the first `full_layers[k]`
+/// recomputable layers are fully recomputed and the others use `ctx.recompute` (a missing
+/// entry counts as 0).
+pub fn stage_costs_partial(
+    layers: &[LayerCost],
+    ranges: &[[usize; 2]],
+    ctx: &StageContext<'_>,
+    full_layers: &[u64],
+) -> Vec<StageCost> {
     let profile = ctx.profile;
     // All transformer layers are alike: time each distinct layer once.
     let timed: Vec<_> = layers.iter().map(|l| profile.layer_times(l)).collect();
@@ -112,11 +124,13 @@ pub fn stage_costs(
     };
     ranges
         .iter()
-        .map(|&[first, last]| {
+        .enumerate()
+        .map(|(k, &[first, last])| {
             let mut st = StageCost {
                 layers: [first, last],
                 ..StageCost::default()
             };
+            let mut full_left = full_layers.get(k).copied().unwrap_or(0);
             for (layer, times) in layers[first..=last].iter().zip(&timed[first..=last]) {
                 let is_block = layer.kind == LayerKind::Transformer;
                 let tp_f = profile.collectives_time_s(&layer.tp_forward, ctx.tp, &ctx.tp_link)
@@ -137,10 +151,13 @@ pub fn stage_costs(
                 } else {
                     tp_b
                 };
-                let mode = if layer.recomputable {
-                    ctx.recompute
-                } else {
+                let mode = if !layer.recomputable {
                     Recompute::None
+                } else if full_left > 0 {
+                    full_left -= 1;
+                    Recompute::Full
+                } else {
+                    ctx.recompute
                 };
                 st.recompute_s += match mode {
                     Recompute::None => 0.0,
@@ -150,7 +167,11 @@ pub fn stage_costs(
                 if mode == Recompute::Full {
                     st.recompute_comm_s += tp_f;
                 }
-                st.activation_bytes += layer.activation_bytes_for(ctx.recompute);
+                st.activation_bytes += layer.activation_bytes_for(if mode == Recompute::Full {
+                    Recompute::Full
+                } else {
+                    ctx.recompute
+                });
                 st.weight_grad_bytes += layer.weight_grad_bytes;
                 // Backward working set: under full recompute one layer's whole activations
                 // come back; always, the output gradient and the input gradient of one layer.

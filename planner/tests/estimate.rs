@@ -31,6 +31,7 @@ fn config(tp: u64, pp: u64, dp: u64) -> ParallelConfig {
         schedule: ScheduleKind::OneFOneB,
         group_size: None,
         recompute: Recompute::None,
+        recompute_layers: None,
         sequence_parallel: false,
         zero_stage: 0,
         split: None,
@@ -159,4 +160,55 @@ fn zero_three_shards_everything() {
     assert!(z3.memory[0].weights_bytes < base.memory[0].weights_bytes);
     assert!(z3.memory[0].grads_bytes * 8 <= base.memory[0].grads_bytes + 8);
     assert!(z3.result.predicted.breakdown_s.dp_comm > base.result.predicted.breakdown_s.dp_comm);
+}
+
+/// Partial recompute, hand-worked on 2 stages of 4 transformer layers (stage 0 also holds the
+/// embedding, stage 1 the head): fully recomputing N layers of a stage takes N · (selective −
+/// full) activation bytes off it and adds N forwards (with their tensor-parallel collectives)
+/// to its backward; one number means that N for every stage.
+#[test]
+fn partial_recompute_trades_n_forwards_for_n_layers_of_activations() {
+    let (m, p) = (model(), profile(4));
+    let mut base = config(2, 2, 1);
+    base.recompute = Recompute::Selective;
+    let sel = evaluate(&m, &p, &base).unwrap();
+    let mut all_full = base.clone();
+    all_full.recompute = Recompute::Full;
+    let full = evaluate(&m, &p, &all_full).unwrap();
+    let layers = 4.0;
+    for n in [1u64, 3] {
+        let mut c = base.clone();
+        c.recompute_layers = Some(vec![n]);
+        let e = evaluate(&m, &p, &c).unwrap();
+        for k in 0..2 {
+            let per_layer_saved =
+                (sel.stages[k].activation_bytes - full.stages[k].activation_bytes) / 4;
+            assert_eq!(
+                e.stages[k].activation_bytes,
+                sel.stages[k].activation_bytes - n * per_layer_saved,
+                "stage {k}, N = {n}"
+            );
+            // the recompute grows by n/4 of the all-full stage's extra forwards over selective
+            let extra = (full.stages[k].recompute_s - sel.stages[k].recompute_s) / layers;
+            let got = e.stages[k].recompute_s - sel.stages[k].recompute_s;
+            assert!(
+                (got - n as f64 * extra).abs() < 1e-12,
+                "stage {k}, N = {n}: {got} vs {}",
+                n as f64 * extra
+            );
+        }
+        let rank = &e.result.plan.ranks[0];
+        assert_eq!(rank.recompute, "partial");
+        assert_eq!(rank.recompute_num_layers, n);
+        assert_eq!(rank.recompute_num_layers_per_stage, vec![n]);
+    }
+    // per-stage counts, and a count above a stage's layers is an error naming the flag
+    let mut c = base.clone();
+    c.recompute_layers = Some(vec![4, 0]);
+    let e = evaluate(&m, &p, &c).unwrap();
+    assert_eq!(e.result.plan.ranks[0].recompute, "full");
+    assert_eq!(e.result.plan.ranks[1].recompute, "selective");
+    c.recompute_layers = Some(vec![5, 0]);
+    let err = evaluate(&m, &p, &c).unwrap_err().to_string();
+    assert!(err.contains("--recompute-num-layers"), "{err}");
 }

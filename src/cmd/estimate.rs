@@ -63,6 +63,12 @@ pub struct EstimateArgs {
     /// full (keep only each layer's input).
     #[arg(long, default_value = "none", value_name = "MODE")]
     pub recompute: Recompute,
+    /// Partial recompute: fully recompute the first N transformer layers of every stage (one
+    /// number, capped at each stage's layers: Megatron-LM's `--recompute-method block
+    /// --recompute-num-layers N`) or of each stage (one number per stage, in stage order); the
+    /// other layers use --recompute.
+    #[arg(long, value_delimiter = ',', value_name = "N[,N,…]")]
+    pub recompute_num_layers: Option<Vec<u64>>,
     /// Megatron sequence parallelism (needs --tp ≥ 2).
     #[arg(long)]
     pub sequence_parallel: bool,
@@ -140,6 +146,7 @@ impl EstimateArgs {
             schedule,
             group_size: self.group_size,
             recompute: self.recompute,
+            recompute_layers: self.recompute_num_layers.clone(),
             sequence_parallel: self.sequence_parallel,
             zero_stage: self.zero_stage,
             split: self.split.clone(),
@@ -232,7 +239,7 @@ pub fn render(
     let _ = writeln!(
         o,
         "  memory        recompute {} · sequence parallel {} · ZeRO {} · {}{}",
-        c.recompute,
+        recompute_text(plan),
         if c.sequence_parallel { "on" } else { "off" },
         c.zero_stage,
         c.precision,
@@ -353,5 +360,27 @@ fn stage_list(stages: &[[usize; 2]]) -> String {
         one(&stages[1]),
         one(&stages[stages.len() - 1]),
         stages.len()
+    )
+}
+
+/// The recompute line: the mode, or for partial recompute the fully recomputed layers per rank
+/// and the mode of the others (`full on 3/12, 2/12, … layers per rank, others selective`).
+fn recompute_text(plan: &autopp_planner::Plan) -> String {
+    if plan.ranks.iter().all(|r| r.recompute != "partial") {
+        return plan
+            .ranks
+            .first()
+            .map_or(plan.recompute.clone(), |r| r.recompute.clone());
+    }
+    let per_rank: Vec<String> = plan
+        .ranks
+        .iter()
+        .map(|r| r.recompute_num_layers.to_string())
+        .collect();
+    format!(
+        "full on {} layers of ranks 0–{}, the others {}",
+        per_rank.join("/"),
+        plan.ranks.len() - 1,
+        plan.recompute
     )
 }

@@ -121,6 +121,7 @@ pub fn config_of(key: &Key, opts: &SearchOptions, split: Option<Vec<usize>>) -> 
         schedule: key.schedule,
         group_size: None,
         recompute: key.recompute,
+        recompute_layers: None,
         sequence_parallel: key.sequence_parallel,
         zero_stage: key.zero_stage,
         split,
