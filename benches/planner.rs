@@ -3,6 +3,7 @@
 use autopp_models::load;
 use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::search::{search, Fixed, SearchOptions, SpaceLimits};
+use autopp_planner::Framework;
 use autopp_planner::DEFAULT_MEMORY_RESERVE_BYTES;
 use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -19,6 +20,7 @@ fn case(c: &mut Criterion, name: &str, model: &str, gpu: &str, gpus: u64, batch:
             max_micro_batch_size: 16,
             max_virtual_stages: 8,
             schedules: ScheduleKind::ALL.to_vec(),
+            framework: Framework::Any,
         },
         fixed: Fixed::default(),
         top_k: 5,

@@ -84,6 +84,9 @@ pub struct Runtime {
     /// A pipeline send holds its sender until it completes (DeepSpeed's pipeline engine sends
     /// synchronously); `false`: sends run beside compute and only delay the receiver.
     pub pp_blocking_sends: bool,
+    /// The vocabulary is padded to a multiple of this times `tp` (Megatron-LM's
+    /// `--make-vocab-size-divisible-by`, 128; 1 for frameworks that do not pad).
+    pub vocab_pad_multiple: u64,
 }
 
 impl Default for Runtime {
@@ -93,6 +96,7 @@ impl Default for Runtime {
             fp32_main_grads: true,
             pp_scatter_gather: true,
             pp_blocking_sends: false,
+            vocab_pad_multiple: 128,
         }
     }
 }

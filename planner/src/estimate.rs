@@ -145,7 +145,7 @@ pub fn shard_spec(c: &ParallelConfig) -> ShardSpec {
         cp: c.cp,
         dtype_bytes: c.precision.bytes(),
         flash_attention: c.flash_attention,
-        ..ShardSpec::default()
+        vocab_pad_multiple: c.runtime.vocab_pad_multiple,
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod estimate;
+pub mod framework;
 pub mod memory;
 pub mod plan;
 pub mod planfile;
@@ -21,5 +22,6 @@ pub mod validate;
 
 pub use config::{ParallelConfig, PlanError, DEFAULT_MEMORY_RESERVE_BYTES};
 pub use estimate::{evaluate, Estimate};
+pub use framework::Framework;
 pub use plan::{Breakdown, Plan, PlanAndPrediction, Predicted, RankPlan, FORMAT_VERSION};
 pub use planfile::PlanFile;

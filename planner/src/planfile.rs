@@ -24,6 +24,9 @@ pub struct Settings {
     /// Framework behaviour (gradient dtype, overlap) that was modelled.
     #[serde(default)]
     pub runtime: crate::config::Runtime,
+    /// The framework the plan was made for (`any` when none was named).
+    #[serde(default)]
+    pub framework: crate::framework::Framework,
 }
 
 /// `plan.json`: self-contained.
@@ -66,8 +69,15 @@ impl PlanFile {
                 flash_attention: config.flash_attention,
                 group_size: config.group_size,
                 runtime: config.runtime,
+                framework: crate::framework::Framework::Any,
             },
         })
+    }
+
+    /// The same file, made for `framework`.
+    pub fn with_framework(mut self, framework: crate::framework::Framework) -> PlanFile {
+        self.settings.framework = framework;
+        self
     }
 
     /// Reads a plan file; errors name the file and what is wrong.
@@ -153,7 +163,7 @@ impl PlanFile {
             precision: self.settings.precision,
             memory_reserve_bytes: self.settings.memory_reserve_bytes,
             flash_attention: self.settings.flash_attention,
-            runtime: crate::config::Runtime::default(),
+            runtime: self.settings.runtime,
         })
     }
 }

@@ -6,6 +6,7 @@ use autopp_models::{load_str, Model};
 use autopp_planner::estimate::{evaluate_layers, shard_spec};
 use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::search::{self, config_of, space, Fixed, SearchOptions, SpaceLimits};
+use autopp_planner::Framework;
 use autopp_planner::{split, DEFAULT_MEMORY_RESERVE_BYTES};
 use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
 
@@ -18,6 +19,7 @@ fn options(global_batch: u64, precision: Precision) -> SearchOptions {
             max_micro_batch_size: 2,
             max_virtual_stages: 2,
             schedules: ScheduleKind::ALL.to_vec(),
+            framework: Framework::Any,
         },
         fixed: Fixed::default(),
         top_k: 3,

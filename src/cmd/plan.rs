@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::search::{self, explain, Fixed, SearchOptions, SpaceLimits};
-use autopp_planner::{ParallelConfig, PlanFile};
+use autopp_planner::{Framework, PlanFile};
 use autopp_profiler::{AnalyticProfile, Precision};
 use clap::Args;
 
@@ -66,6 +66,13 @@ pub struct PlanArgs {
     /// Only Megatron's default even layer split (no uneven stage layouts).
     #[arg(long)]
     pub even_split: bool,
+    /// The framework that will run the plan: megatron (1f1b and interleaved 1F1B, ZeRO ≤ 1,
+    /// recompute of the first N layers of every stage), torchtitan (its schedules, FSDP2,
+    /// uniform activation checkpointing), deepspeed (1F1B, ZeRO ≤ 1, even layers), or any
+    /// (everything autopp models, including a different recompute count per rank). See
+    /// docs/frameworks.md.
+    #[arg(long, default_value = "any", value_name = "NAME")]
+    pub framework: Framework,
     /// Print one JSON object: plan, predicted, search, alternatives.
     #[arg(long)]
     pub json: bool,
@@ -102,6 +109,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         Some(text) => Fixed::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
         None => Fixed::default(),
     };
+    let schedules = framework_schedules(args.framework, args.schedules.as_deref())?;
+    check_pins(args.framework, &fixed)?;
     let opts = SearchOptions {
         global_batch_size,
         limits: SpaceLimits {
@@ -109,18 +118,16 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             gpus_per_node: cluster.gpus_per_node,
             max_micro_batch_size: args.max_mbs,
             max_virtual_stages: args.max_virtual,
-            schedules: args
-                .schedules
-                .clone()
-                .unwrap_or_else(|| ScheduleKind::ALL.to_vec()),
+            schedules,
+            framework: args.framework,
         },
         fixed,
         top_k: args.top,
         precision: args.precision,
         memory_reserve_bytes: (args.memory_reserve_gib * (1u64 << 30) as f64) as u64,
         flash_attention: !args.no_flash_attention,
-        even_split_only: args.even_split,
-        runtime: Default::default(),
+        even_split_only: args.even_split || !args.framework.uneven_layouts(),
+        runtime: args.framework.runtime(),
     };
     let profile = AnalyticProfile::new(cluster.clone(), args.precision)?;
 
@@ -144,9 +151,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     }
 
     let best = &result.best;
-    let config = config_of(best, &opts)?;
+    let config = search::exact_config(best, &opts);
     if let Some(path) = &args.out {
-        let file = PlanFile::new(best, &model, &cluster, &config)?;
+        let file = PlanFile::new(best, &model, &cluster, &config)?.with_framework(args.framework);
         write_atomic(path, serde_json::to_string_pretty(&file)?.as_bytes())?;
     }
     if args.json {
@@ -225,16 +232,6 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     Ok(())
 }
 
-/// The configuration of an evaluated plan, with its exact split.
-fn config_of(e: &autopp_planner::Estimate, opts: &SearchOptions) -> Result<ParallelConfig> {
-    let split = e
-        .stages
-        .iter()
-        .map(|s| s.layers[1] - s.layers[0] + 1)
-        .collect();
-    Ok(search::config_of(&search::key_of(e), opts, Some(split)))
-}
-
 /// Greedy word wrap.
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
@@ -252,4 +249,66 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
         lines.push(line);
     }
     lines
+}
+
+/// The schedules to search: `--schedules` (each one the framework must run) or all the
+/// framework runs.
+fn framework_schedules(
+    framework: Framework,
+    asked: Option<&[ScheduleKind]>,
+) -> Result<Vec<ScheduleKind>> {
+    let runs = framework.schedules();
+    let names = |ks: &[ScheduleKind]| ks.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
+    match asked {
+        None => Ok(runs),
+        Some(asked) => {
+            if let Some(k) = asked.iter().find(|k| !framework.runs(**k)) {
+                bail!(
+                    "--schedules: {framework} does not run {k}; it runs {}",
+                    names(&runs)
+                );
+            }
+            Ok(asked.to_vec())
+        }
+    }
+}
+
+/// Pins the framework cannot run are errors, not empty searches.
+fn check_pins(framework: Framework, fixed: &Fixed) -> Result<()> {
+    if let Some(k) = fixed.schedule {
+        if !framework.runs(k) {
+            let runs: Vec<&str> = framework.schedules().iter().map(|k| k.as_str()).collect();
+            bail!(
+                "--fix schedule={k}: {framework} does not run it; it runs {}",
+                runs.join(", ")
+            );
+        }
+    }
+    if let Some(r) = fixed.recompute {
+        if !framework.recompute_modes().contains(&r) {
+            let modes: Vec<&str> = framework
+                .recompute_modes()
+                .iter()
+                .map(|m| m.as_str())
+                .collect();
+            bail!(
+                "--fix recompute={r}: {framework} does not run it; it runs {}",
+                modes.join(", ")
+            );
+        }
+    }
+    if let Some(z) = fixed.zero_stage {
+        if !framework.zero_stages().contains(&z) {
+            let zs: Vec<String> = framework
+                .zero_stages()
+                .iter()
+                .map(|z| z.to_string())
+                .collect();
+            bail!("--fix zero_stage={z}: {framework} does not run it with a pipeline; it runs ZeRO {}", zs.join(", "));
+        }
+    }
+    if fixed.cp.is_some_and(|c| c > 1) && !framework.context_parallel() {
+        bail!("--fix cp: {framework} does not run context parallelism beside a pipeline");
+    }
+    Ok(())
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use autopp_models::Model;
 use autopp_profiler::AnalyticProfile;
 
-use super::{config_of, Key, LayerTable, SearchOptions};
+use super::{config_with, key_of, Key, LayerTable, SearchOptions};
 use crate::config::ParallelConfig;
 use crate::estimate::{evaluate_scheduled, schedule_for, Detail, Estimate};
 use crate::schedule::{Schedule, ScheduleKind};
@@ -47,15 +47,17 @@ impl<'a> Evaluator<'a> {
         made
     }
 
-    /// Evaluates a key with a split (`None`: the even split) at the given detail.
+    /// Evaluates a key with a split (`None`: the even split) and, for partial recompute, the
+    /// fully recomputed layers per stage, at the given detail.
     pub fn evaluate(
         &self,
         key: &Key,
         table: &LayerTable,
         split: Option<Vec<usize>>,
+        recompute_layers: Option<Vec<u64>>,
         detail: Detail,
     ) -> Option<Estimate> {
-        let c = config_of(key, self.opts, split);
+        let c = config_with(key, self.opts, split, recompute_layers);
         let sched = self.schedule(&c)?;
         evaluate_scheduled(self.model, self.profile, &c, &table.layers, detail, sched).ok()
     }
@@ -66,7 +68,41 @@ impl<'a> Evaluator<'a> {
         key: &Key,
         table: &LayerTable,
         split: Option<Vec<usize>>,
+        recompute_layers: Option<Vec<u64>>,
     ) -> Option<Estimate> {
-        self.evaluate(key, table, split, Detail::TimeAndMemory)
+        self.evaluate(key, table, split, recompute_layers, Detail::TimeAndMemory)
     }
+
+    /// Evaluates an estimate's configuration again, with its exact split and recompute.
+    pub fn again(&self, e: &Estimate, table: &LayerTable, detail: Detail) -> Option<Estimate> {
+        let (split, recompute_layers) = choice_of(e);
+        self.evaluate(&key_of(e), table, Some(split), recompute_layers, detail)
+    }
+}
+
+/// An estimate's split (layer-list entries per stage) and, with partial recompute, its fully
+/// recomputed layers per stage, both in global stage order.
+pub(crate) fn choice_of(e: &Estimate) -> (Vec<usize>, Option<Vec<u64>>) {
+    let split = e
+        .stages
+        .iter()
+        .map(|s| s.layers[1] - s.layers[0] + 1)
+        .collect();
+    let p = &e.result.plan;
+    let partial = p.recompute != "full" && p.ranks.iter().any(|r| r.recompute_num_layers > 0);
+    let recompute_layers = partial.then(|| {
+        let mut per_stage: Vec<([usize; 2], u64)> = p
+            .ranks
+            .iter()
+            .flat_map(|r| {
+                r.stages
+                    .iter()
+                    .copied()
+                    .zip(r.recompute_num_layers_per_stage.iter().copied())
+            })
+            .collect();
+        per_stage.sort_unstable();
+        per_stage.into_iter().map(|(_, n)| n).collect()
+    });
+    (split, recompute_layers)
 }

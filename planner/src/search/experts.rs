@@ -2,6 +2,7 @@
 //! the same model, GPU kind and count and global batch, next to `estimate` of what the authors
 //! ran.
 
+use crate::framework::Framework;
 use autopp_profiler::AnalyticProfile;
 
 use crate::config::{ParallelConfig, PlanError};
@@ -49,6 +50,7 @@ pub fn compare(row: &PublishedRow) -> Result<Comparison, String> {
             max_micro_batch_size: 16,
             max_virtual_stages: 8,
             schedules: ScheduleKind::ALL.to_vec(),
+            framework: Framework::Any,
         },
         fixed: Fixed::default(),
         top_k: 3,

@@ -17,6 +17,7 @@ mod evaluator;
 pub mod experts;
 pub mod explain;
 pub mod inflight;
+mod partial;
 mod refine;
 pub mod space;
 pub mod split_dp;
@@ -39,6 +40,7 @@ use crate::split;
 use crate::stages::{self, StageContext, StageCost};
 
 use evaluator::{Evaluator, ScheduleShape};
+pub use partial::solver_name;
 pub use space::{Fixed, Key, SpaceLimits};
 use split_dp::{LayerSums, StageBudget};
 
@@ -89,6 +91,8 @@ pub struct SearchResult {
 struct Scored {
     key: Key,
     split: Vec<usize>,
+    /// Partial recompute: fully recomputed layers per stage.
+    recompute_layers: Option<Vec<u64>>,
     approx_s: f64,
     fits: bool,
 }
@@ -98,6 +102,9 @@ pub(crate) struct LayerTable {
     layers: Vec<LayerCost>,
     /// Per recompute mode (index as in `Recompute::ALL`): per-layer stage costs.
     per_mode: Vec<Vec<StageCost>>,
+    /// Per recompute mode: what fully recomputing one layer changes from that mode (`None` for
+    /// full recompute, and for layer lists that are not embedding, alike layers, head).
+    partial: Vec<Option<partial::PartialModel>>,
     /// Per recompute mode: prefix sums of per-layer F+B seconds, parameters (the fixed part,
     /// in parameters: [`score`] scales the budgets by the bytes per parameter instead) and
     /// activation bytes per in-flight micro-batch.
@@ -110,6 +117,22 @@ fn mode_index(mode: Recompute) -> usize {
 
 /// The configuration a key describes.
 pub fn config_of(key: &Key, opts: &SearchOptions, split: Option<Vec<usize>>) -> ParallelConfig {
+    config_with(key, opts, split, None)
+}
+
+/// The exact configuration of an evaluated plan: its key, split and recompute counts.
+pub fn exact_config(e: &Estimate, opts: &SearchOptions) -> ParallelConfig {
+    let (split, recompute_layers) = evaluator::choice_of(e);
+    config_with(&key_of(e), opts, Some(split), recompute_layers)
+}
+
+/// [`config_of`] with partial recompute's fully recomputed layers per stage.
+pub fn config_with(
+    key: &Key,
+    opts: &SearchOptions,
+    split: Option<Vec<usize>>,
+    recompute_layers: Option<Vec<u64>>,
+) -> ParallelConfig {
     ParallelConfig {
         tp: key.tp,
         pp: key.pp,
@@ -121,7 +144,7 @@ pub fn config_of(key: &Key, opts: &SearchOptions, split: Option<Vec<usize>>) -> 
         schedule: key.schedule,
         group_size: None,
         recompute: key.recompute,
-        recompute_layers: None,
+        recompute_layers,
         sequence_parallel: key.sequence_parallel,
         zero_stage: key.zero_stage,
         split,
@@ -288,13 +311,39 @@ pub fn search(
             Some(s.split.clone())
         }
     };
+    // the integer program for the fastest few partial-recompute candidates (by closed form)
+    let solved: std::collections::HashSet<Key> = chosen
+        .iter()
+        .filter(|s| s.key.partial_recompute)
+        .take(PARTIAL_SOLVED)
+        .map(|s| s.key)
+        .collect();
     let mut tiered: Vec<(Option<Estimate>, &Scored)> = chosen
         .par_iter()
         .map(|s| {
             let table = &tables[&group_of(&s.key)];
-            let e = eval
-                .time_and_memory(&s.key, table, first_split(s))
-                .filter(|e| e.result.predicted.fits);
+            let e = if solved.contains(&s.key) {
+                // the split and the recompute counts, jointly, under each rank's whole budget
+                let inflight = inflight_of(shape_of(&s.key, opts));
+                let answer = inflight.and_then(|q| solve_partial(profile, opts, &s.key, table, &q));
+                match answer {
+                    Some((split, layers)) => {
+                        eval.time_and_memory(&s.key, table, Some(split), Some(layers))
+                    }
+                    None => None,
+                }
+                .filter(|e| e.result.predicted.fits)
+                .or_else(|| {
+                    let layers = s.recompute_layers.clone();
+                    eval.time_and_memory(&s.key, table, Some(s.split.clone()), layers)
+                })
+            } else if s.key.partial_recompute {
+                let layers = s.recompute_layers.clone();
+                eval.time_and_memory(&s.key, table, Some(s.split.clone()), layers)
+            } else {
+                eval.time_and_memory(&s.key, table, first_split(s), None)
+            };
+            let e = e.filter(|e| e.result.predicted.fits);
             (e, *s)
         })
         .collect();
@@ -309,6 +358,10 @@ pub fn search(
             .take(SECOND_TIER)
             .map(|(first, s)| {
                 let table = &tables[&group_of(&s.key)];
+                if s.key.partial_recompute {
+                    // its split goes with its recompute counts
+                    return first.clone();
+                }
                 let even = split::default_split(&layer_kinds(&table.layers), s.split.len()).ok();
                 let mut others: Vec<Vec<usize>> = even.into_iter().collect();
                 if let Some(isolated) = refine::isolate_ends(&table.layers, &s.split) {
@@ -318,7 +371,7 @@ pub fn search(
                 others.dedup();
                 others
                     .into_iter()
-                    .filter_map(|o| eval.time_and_memory(&s.key, table, Some(o)))
+                    .filter_map(|o| eval.time_and_memory(&s.key, table, Some(o), None))
                     .chain(first.clone())
                     .filter(|e| e.result.predicted.fits)
                     .min_by(|a, b| time_of(a).total_cmp(&time_of(b)))
@@ -363,13 +416,7 @@ pub fn search(
     // The answers in full detail (the breakdown separates sends from the bubble).
     let full = |e: &Estimate| -> Result<Estimate, PlanError> {
         let key = key_of(e);
-        let split = e
-            .stages
-            .iter()
-            .map(|s| s.layers[1] - s.layers[0] + 1)
-            .collect();
-        let table = &tables[&group_of(&key)];
-        eval.evaluate(&key, table, Some(split), Detail::Breakdown)
+        eval.again(e, &tables[&group_of(&key)], Detail::Breakdown)
             .ok_or_else(|| {
                 PlanError::Schedule(format!("internal: the plan {key:?} no longer evaluates"))
             })
@@ -402,27 +449,19 @@ pub fn search(
         .par_iter()
         .map(|s| {
             let table = tables.get(&group_of(&s.key))?;
-            eval.time_and_memory(&s.key, table, Some(s.split.clone()))
+            eval.time_and_memory(
+                &s.key,
+                table,
+                Some(s.split.clone()),
+                s.recompute_layers.clone(),
+            )
         })
         .collect();
     let fastest_unfit = tried
         .into_iter()
         .flatten()
         .find(|e| time_of(e) < best_time && e.result.predicted.peak_memory_bytes <= 2 * capacity)
-        .and_then(|e| {
-            let key = key_of(&e);
-            let split = e
-                .stages
-                .iter()
-                .map(|s| s.layers[1] - s.layers[0] + 1)
-                .collect();
-            eval.evaluate(
-                &key,
-                &tables[&group_of(&key)],
-                Some(split),
-                Detail::Breakdown,
-            )
-        });
+        .and_then(|e| eval.again(&e, &tables[&group_of(&key_of(&e))], Detail::Breakdown));
     Ok(SearchResult {
         best,
         alternatives,
@@ -466,6 +505,7 @@ pub fn key_of(e: &Estimate) -> Key {
             .parse()
             .unwrap_or(schedule::ScheduleKind::OneFOneB),
         recompute: p.recompute.parse().unwrap_or(Recompute::None),
+        partial_recompute: evaluator::choice_of(e).1.is_some(),
         sequence_parallel: p.sequence_parallel,
         zero_stage: p.zero_stage,
     }
@@ -528,9 +568,22 @@ fn layer_table(
             LayerSums::new(&time, &params, &act)
         })
         .collect();
+    let full = mode_index(Recompute::Full);
+    let partial = Recompute::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, &mode)| {
+            if mode == Recompute::Full {
+                None
+            } else {
+                partial::PartialModel::new(&layers, &per_mode[i], &per_mode[full])
+            }
+        })
+        .collect();
     Ok(LayerTable {
         layers,
         per_mode,
+        partial,
         sums,
     })
 }
@@ -541,6 +594,10 @@ const GIVE_UP_FACTOR: f64 = 1.15;
 
 /// Candidates of each schedule kind that the shortlist holds at least (see [`search`]).
 const PER_KIND: usize = 6;
+
+/// Shortlisted partial-recompute configurations whose split and recompute counts the integer
+/// program chooses (the others keep the DP's); each solve takes up to tens of milliseconds.
+const PARTIAL_SOLVED: usize = 4;
 
 /// Shortlisted configurations that also try the even and the end-isolating splits.
 const SECOND_TIER: usize = 8;
@@ -611,33 +668,12 @@ fn score(
     let shard = key.dp * key.cp;
     let per_param = state_bytes_per_param(key.zero_stage, shard);
     let sums = &table.sums[mode_index(key.recompute)];
-    let capacity = profile.cluster.gpu.memory_bytes as f64;
-    let groups = [key.tp, key.cp, key.dp, key.pp]
-        .iter()
-        .filter(|&&d| d > 1)
-        .count() as f64;
-    let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
-    let p2p = 4.0 * costs.iter().map(|c| c.output_bytes).max().unwrap_or(0) as f64;
-    let mut zero3_gather = 0.0;
-    if key.zero_stage >= 3 {
-        let largest = costs.iter().map(|c| c.max_layer_params).max().unwrap_or(0);
-        zero3_gather = (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
-            * memory::WEIGHT_BYTES_PER_PARAM as f64;
-    }
-    // The fixed terms of `memory::rank_memory`. Its fragmentation term is left out on
-    // purpose: with several stages per rank the DP gives each stage an equal share of the
-    // rank's budget, which can reject splits that fit; the slack evens that out, and every
-    // candidate's memory is checked exactly when it is simulated.
-    let rank_budget = capacity
-        - opts.memory_reserve_bytes as f64
-        - memory::CONTEXT_BYTES as f64
-        - groups * NCCL_BUFFER_BYTES_PER_GROUP as f64
-        - transient
-        - p2p
-        - zero3_gather;
-    if rank_budget <= 0.0 {
-        return None;
-    }
+    // partial recompute: what fully recomputing one more layer buys and costs
+    let part = match key.partial_recompute {
+        true => Some(table.partial[mode_index(key.recompute)].as_ref()?),
+        false => None,
+    };
+    let rank_budget = rank_budget_bytes(profile, opts, key, costs)?;
     let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
     let placement = key.schedule.placement();
     // The sums hold parameters, not model-state bytes: every term of a stage's memory
@@ -652,11 +688,41 @@ fn score(
             }
         })
         .collect();
-    let best = if split_dp::any_split_fits(sums, &budgets) {
-        split_dp::best_split(sums, &budgets)
-    } else {
-        None
+    // the fewest fully recomputed layers that make layers first..=last fit stage k
+    let needed = |k: usize, first: usize, last: usize| -> Option<u64> {
+        let b = &budgets[k];
+        let extra = if last + 1 == n {
+            b.extra_if_last_bytes
+        } else {
+            0.0
+        };
+        let over = sums.mem_bytes(first, last, b.inflight) + extra - b.bytes;
+        if over <= 0.0 {
+            return Some(0);
+        }
+        let p = part?;
+        let need = (over / (b.inflight * p.delta_act_bytes)).ceil() as u64;
+        (need <= p.count(first, last)).then_some(need)
     };
+    let extra_s = |k: usize, first: usize, last: usize| {
+        part.map_or(0.0, |p| {
+            needed(k, first, last).unwrap_or(0) as f64 * p.delta_time_s
+        })
+    };
+    let best = match part {
+        None if split_dp::any_split_fits(sums, &budgets) => split_dp::best_split(sums, &budgets),
+        None => None,
+        Some(_) => split_dp::best_split_with(
+            n,
+            s,
+            |k, a, b| needed(k, a, b).is_some(),
+            |k, a, b| sums.time_s(a, b) + extra_s(k, a, b),
+        ),
+    };
+    if part.is_some() && best.is_none() {
+        // what more memory would buy is said by the uniform configurations
+        return None;
+    }
     let (split, fits) = match best {
         Some((split, _)) => (split, true),
         // Does not fit: kept (with the even split) only to say what more memory would buy.
@@ -668,7 +734,25 @@ fn score(
     // Closed form: the busiest rank's work plus the pipeline fill and drain, plus the tail
     // (the same data-parallel and optimizer terms as `estimate`).
     let ranges = split::stage_ranges(&split);
-    let stage_time: Vec<f64> = ranges.iter().map(|&[a, b]| sums.time_s(a, b)).collect();
+    let recompute_layers: Option<Vec<u64>> = part.map(|_| {
+        ranges
+            .iter()
+            .enumerate()
+            .map(|(k, &[a, b])| needed(k, a, b).unwrap_or(0))
+            .collect()
+    });
+    if recompute_layers
+        .as_ref()
+        .is_some_and(|r| r.iter().all(|&x| x == 0))
+    {
+        // nothing recomputed: the uniform configuration is the same plan
+        return None;
+    }
+    let stage_time: Vec<f64> = ranges
+        .iter()
+        .enumerate()
+        .map(|(k, &[a, b])| sums.time_s(a, b) + extra_s(k, a, b))
+        .collect();
     let stages: Vec<StageCost> = ranges
         .iter()
         .map(|&[a, b]| stages::combine(&costs[a..=b]))
@@ -706,9 +790,129 @@ fn score(
     Some(Scored {
         key: *key,
         split,
+        recompute_layers,
         approx_s: busiest + fill + tail,
         fits,
     })
+}
+
+/// Bytes one rank has for its layers' model states and activations: the GPU's memory less the
+/// reserve, the CUDA context, communication buffers and the backward's working set. `None`
+/// when nothing is left.
+fn rank_budget_bytes(
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+    costs: &[StageCost],
+) -> Option<f64> {
+    let capacity = profile.cluster.gpu.memory_bytes as f64;
+    let groups = [key.tp, key.cp, key.dp, key.pp]
+        .iter()
+        .filter(|&&d| d > 1)
+        .count() as f64;
+    let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
+    let p2p = 4.0 * costs.iter().map(|c| c.output_bytes).max().unwrap_or(0) as f64;
+    let mut zero3_gather = 0.0;
+    if key.zero_stage >= 3 {
+        let largest = costs.iter().map(|c| c.max_layer_params).max().unwrap_or(0);
+        zero3_gather = (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
+            * memory::WEIGHT_BYTES_PER_PARAM as f64;
+    }
+    // The fixed terms of `memory::rank_memory`. Its fragmentation term is left out on
+    // purpose: with several stages per rank the DP gives each stage an equal share of the
+    // rank's budget, which can reject splits that fit; the slack evens that out, and every
+    // candidate's memory is checked exactly when it is simulated.
+    let budget = capacity
+        - opts.memory_reserve_bytes as f64
+        - memory::CONTEXT_BYTES as f64
+        - groups * NCCL_BUFFER_BYTES_PER_GROUP as f64
+        - transient
+        - p2p
+        - zero3_gather;
+    (budget > 0.0).then_some(budget)
+}
+
+/// The partial-recompute integer program for a shortlisted key (see [`partial::solve`]).
+fn solve_partial(
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+    table: &LayerTable,
+    inflight: &[u32],
+) -> Option<(Vec<usize>, Vec<u64>)> {
+    let mode = mode_index(key.recompute);
+    let part = table.partial[mode].as_ref()?;
+    let costs = &table.per_mode[mode];
+    let budget = rank_budget_bytes(profile, opts, key, costs)?;
+    let per_param = state_bytes_per_param(key.zero_stage, key.dp * key.cp);
+    let (pp, v) = (key.pp as usize, key.virtual_stages as usize);
+    let placement = key.schedule.placement();
+    let s = pp * v;
+    let rank_of: Vec<usize> = (0..s).map(|k| placement.rank_of(k, pp)).collect();
+    let n = costs.len();
+    let time = |c: &StageCost| c.forward_s() + c.backward_s();
+    let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
+    let mut ends = vec![(0.0, 0.0, 0.0); pp];
+    for (k, c) in [(0, &costs[0]), (s - 1, &costs[n - 1])] {
+        let e = &mut ends[rank_of[k]];
+        e.0 += time(c);
+        e.1 += c.params as f64 * per_param;
+        e.2 += c.activation_bytes as f64;
+    }
+    if pp > 1 {
+        ends[rank_of[s - 1]].1 += tied as f64 * per_param;
+    }
+    // Here the rank's whole budget binds exactly (no equal shares per stage), so the
+    // allocator's fragmentation of the dynamic memory is counted: activations grow by it
+    // through the in-flight counts, the backward's working set through the budget.
+    let dynamic = 1.0 + memory::FRAGMENTATION;
+    let inflight_per_stage: Vec<f64> = inflight
+        .iter()
+        .map(|&q| q as f64 * dynamic / v as f64)
+        .collect();
+    let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
+    let budgets = vec![budget - transient * memory::FRAGMENTATION; pp];
+    let same_count = opts.limits.framework.partial_recompute()
+        == crate::framework::PartialRecompute::SameCountPerStage;
+    let answer = partial::solve(&partial::Problem {
+        pp,
+        virtual_stages: v,
+        layer_time_s: time(&costs[1]),
+        partial: part,
+        layer_fixed_bytes: costs[1].params as f64 * per_param,
+        layer_act_bytes: costs[1].activation_bytes as f64,
+        ends: &ends,
+        inflight_per_stage: &inflight_per_stage,
+        budget_bytes: &budgets,
+        same_count,
+    })?;
+    // each rank's layers and recomputes spread over its stages, the later stages taking
+    // the remainders
+    let mut split = vec![0usize; s];
+    let mut recompute = vec![0u64; s];
+    for r in 0..pp {
+        let stages: Vec<usize> = (0..s).filter(|&k| rank_of[k] == r).collect();
+        let spread = |total: u64| -> Vec<u64> {
+            let (base, rem) = (total / v as u64, (total % v as u64) as usize);
+            (0..v).map(|i| base + u64::from(i >= v - rem)).collect()
+        };
+        let layers = spread(answer.layers[r]);
+        let full = spread(answer.recompute_layers[r]);
+        for (i, &k) in stages.iter().enumerate() {
+            split[k] = layers[i] as usize;
+            recompute[k] = if same_count {
+                (answer.recompute_layers[r] / v as u64).min(layers[i])
+            } else {
+                full[i].min(layers[i])
+            };
+        }
+    }
+    split[0] += 1;
+    split[s - 1] += 1;
+    if split.contains(&0) {
+        return None;
+    }
+    Some((split, recompute))
 }
 
 /// The kinds of a layer list.

@@ -30,6 +30,10 @@ fn binomial(n: u64, k: u64) -> u64 {
 /// and the simulations run.
 pub(crate) fn refine(eval: &Evaluator, est: &Estimate, table: &LayerTable) -> (Estimate, usize) {
     let key = key_of(est);
+    if key.partial_recompute {
+        // the integer program chose the split together with the recompute counts
+        return (est.clone(), 0);
+    }
     let mut best = est.clone();
     let n = table.layers.len();
     let s = best.stages.len();
@@ -40,7 +44,7 @@ pub(crate) fn refine(eval: &Evaluator, est: &Estimate, table: &LayerTable) -> (E
         let splits = split::all_splits(n, s);
         let runs = splits.len();
         for split in splits {
-            if let Some(e) = eval.time_and_memory(&key, table, Some(split)) {
+            if let Some(e) = eval.time_and_memory(&key, table, Some(split), None) {
                 if better(&e, &best) {
                     best = e;
                 }
@@ -72,7 +76,7 @@ pub(crate) fn refine(eval: &Evaluator, est: &Estimate, table: &LayerTable) -> (E
                     trial[to] += size;
                     runs += 1;
                     let split = Some(trial.clone());
-                    if let Some(e) = eval.time_and_memory(&key, table, split) {
+                    if let Some(e) = eval.time_and_memory(&key, table, split, None) {
                         if better(&e, &best) {
                             best = e;
                             counts = trial;

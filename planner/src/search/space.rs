@@ -3,6 +3,7 @@
 use autopp_models::{Model, Recompute};
 use serde::{Deserialize, Serialize};
 
+use crate::framework::Framework;
 use crate::schedule::ScheduleKind;
 
 /// One discrete configuration (everything but the layer split). Field order is the tie-break
@@ -23,8 +24,11 @@ pub struct Key {
     pub micro_batch_size: u64,
     /// Schedule.
     pub schedule: ScheduleKind,
-    /// Recompute mode.
+    /// Recompute mode (of the layers not fully recomputed, with `partial_recompute`).
     pub recompute: Recompute,
+    /// Some transformer layers are fully recomputed, how many on each stage chosen with the
+    /// split (see [`super::partial`]); the others use `recompute`.
+    pub partial_recompute: bool,
     /// Sequence parallelism.
     pub sequence_parallel: bool,
     /// ZeRO stage.
@@ -120,6 +124,9 @@ pub struct SpaceLimits {
     pub max_virtual_stages: u64,
     /// Schedules allowed.
     pub schedules: Vec<ScheduleKind>,
+    /// The framework the plan must run on: its recompute options, ZeRO stages and context
+    /// parallelism bound the space (its schedules are for the caller to put in `schedules`).
+    pub framework: Framework,
 }
 
 fn divisors(n: u64) -> Vec<u64> {
@@ -169,6 +176,7 @@ pub fn enumerate(
                 .filter(|&c| {
                     c == 1
                         || (heads.is_some()
+                            && limits.framework.context_parallel()
                             && model.seq_length().is_multiple_of(c)
                             && (long_context || fixed.cp == Some(c)))
                 })
@@ -208,6 +216,7 @@ pub fn enumerate(
                         micro_batch_size: mbs,
                         schedule: ScheduleKind::OneFOneB,
                         recompute: Recompute::None,
+                        partial_recompute: false,
                         sequence_parallel: false,
                         zero_stage: 0,
                     };
@@ -248,7 +257,16 @@ fn push_schedules(
             if fixed.virtual_stages.is_some_and(|f| f != v) {
                 continue;
             }
-            for recompute in Recompute::ALL {
+            // every layer alike, then partial recompute over each base mode (not when a mode is
+            // pinned: a pin means all layers alike)
+            let fw = limits.framework;
+            let uniform = fw.recompute_modes().iter().map(|&r| (r, false));
+            let partial = fw
+                .partial_bases()
+                .iter()
+                .filter(|_| fixed.recompute.is_none())
+                .map(|&r| (r, true));
+            for (recompute, partial_recompute) in uniform.chain(partial) {
                 if fixed.recompute.is_some_and(|r| r != recompute) {
                     continue;
                 }
@@ -266,13 +284,17 @@ fn push_schedules(
                         Some(z) => vec![z],
                         None if dp == 1 && cp == 1 => vec![0],
                         None if pp == 1 => vec![0, 1, 2, 3],
+                        // FSDP2 inside a pipeline keeps the parameters gathered (stage 2)
+                        None if fw == Framework::Torchtitan => vec![0, 2],
                         None => vec![0, 1],
                     };
+                    let zeros = zeros.into_iter().filter(|z| fw.zero_stages().contains(z));
                     for zero_stage in zeros {
                         out.push(Key {
                             virtual_stages: v,
                             schedule,
                             recompute,
+                            partial_recompute,
                             sequence_parallel,
                             zero_stage,
                             ..base

@@ -81,20 +81,34 @@ pub struct StageBudget {
 /// [`best_split`] is `None` exactly when this is `false`; the search uses it to skip the full
 /// dynamic program for configurations that cannot fit.
 pub fn any_split_fits(sums: &LayerSums, budgets: &[StageBudget]) -> bool {
-    let n = sums.len();
-    let s = budgets.len();
+    any_fits_with(sums.len(), budgets.len(), |k, first, last| {
+        budget_fits(sums, budgets, k, first, last)
+    })
+}
+
+/// Whether layers `first..=last` fit stage `k`'s budget.
+fn budget_fits(
+    sums: &LayerSums,
+    budgets: &[StageBudget],
+    k: usize,
+    first: usize,
+    last: usize,
+) -> bool {
+    let b = &budgets[k];
+    let extra = if last + 1 == sums.len() {
+        b.extra_if_last_bytes
+    } else {
+        0.0
+    };
+    sums.mem_bytes(first, last, b.inflight) + extra <= b.bytes
+}
+
+/// [`any_split_fits`] for any `fits(stage, first, last)` that stays true when a fitting range
+/// shrinks.
+pub fn any_fits_with(n: usize, s: usize, fits: impl Fn(usize, usize, usize) -> bool) -> bool {
     if s == 0 || n < s {
         return false;
     }
-    let fits = |k: usize, first: usize, last: usize| {
-        let b = &budgets[k];
-        let extra = if last == n - 1 {
-            b.extra_if_last_bytes
-        } else {
-            0.0
-        };
-        sums.mem_bytes(first, last, b.inflight) + extra <= b.bytes
-    };
     // prev[j + 1] = number of possible ends of the previous stage among layers 0..=j
     let mut prev = vec![0u32; n + 1];
     let mut next = vec![0u32; n + 1];
@@ -123,27 +137,33 @@ pub fn any_split_fits(sums: &LayerSums, budgets: &[StageBudget]) -> bool {
 /// The split with the smallest bottleneck under the budgets: layer-list entries per stage, and
 /// the bottleneck in seconds. `None` when no split fits.
 pub fn best_split(sums: &LayerSums, budgets: &[StageBudget]) -> Option<(Vec<usize>, f64)> {
-    let n = sums.len();
-    let s = budgets.len();
+    best_split_with(
+        sums.len(),
+        budgets.len(),
+        |k, first, last| budget_fits(sums, budgets, k, first, last),
+        |_, first, last| sums.time_s(first, last),
+    )
+}
+
+/// [`best_split`] for any `fits(stage, first, last)` that stays true when a fitting range
+/// shrinks and any stage time `time_s(stage, first, last)` that does not grow when a range
+/// shrinks (both only asked of ranges that fit).
+pub fn best_split_with(
+    n: usize,
+    s: usize,
+    fits: impl Fn(usize, usize, usize) -> bool,
+    time_s: impl Fn(usize, usize, usize) -> f64,
+) -> Option<(Vec<usize>, f64)> {
     if s == 0 || n < s {
         return None;
     }
     let inf = f64::INFINITY;
-    let fits = |k: usize, first: usize, last: usize| {
-        let b = &budgets[k];
-        let extra = if last == n - 1 {
-            b.extra_if_last_bytes
-        } else {
-            0.0
-        };
-        sums.mem_bytes(first, last, b.inflight) + extra <= b.bytes
-    };
     // best[k][j], choice[k][j] = the i of stage k's range i+1..=j (usize::MAX for k = 0)
     let mut best = vec![vec![inf; n]; s];
     let mut choice = vec![vec![usize::MAX; n]; s];
     for (j, slot) in best[0].iter_mut().enumerate() {
         if fits(0, 0, j) {
-            *slot = sums.time_s(0, j);
+            *slot = time_s(0, 0, j);
         }
     }
     for k in 1..s {
@@ -172,7 +192,7 @@ pub fn best_split(sums: &LayerSums, budgets: &[StageBudget]) -> Option<(Vec<usiz
             let (mut a, mut b) = (lo, hi + 1);
             while a < b {
                 let mid = (a + b) / 2;
-                if best[k - 1][mid] >= sums.time_s(mid + 1, j) {
+                if best[k - 1][mid] >= time_s(k, mid + 1, j) {
                     b = mid;
                 } else {
                     a = mid + 1;
@@ -183,7 +203,7 @@ pub fn best_split(sums: &LayerSums, budgets: &[StageBudget]) -> Option<(Vec<usiz
                 if i < lo || i > hi {
                     continue;
                 }
-                let v = best[k - 1][i].max(sums.time_s(i + 1, j));
+                let v = best[k - 1][i].max(time_s(k, i + 1, j));
                 if v < pick.0 {
                     pick = (v, i);
                 }

@@ -287,6 +287,7 @@ fn runtime_of(row: &PublishedRow, fw: Framework) -> (bool, Runtime) {
                 fp32_main_grads: false,
                 pp_scatter_gather: false,
                 pp_blocking_sends: true,
+                ..Runtime::default()
             },
         ),
         // Composer's DEFAULT mixed precision reduces in fp32; PURE reduces in bf16.
