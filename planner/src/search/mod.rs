@@ -529,15 +529,18 @@ fn below_memory_floor(
 
 /// A lower bound on [`score`]'s closed-form time for any split: with `T` the F+B seconds of
 /// all layers for one micro-batch, the busiest rank does at least `m·T/pp` and the fill takes
-/// at least `(pp−1)·T/(pp·v)` (`v` times that for looped BFS).
+/// at least `(pp−1)·T/(pp·v)` (`v` times that for looped BFS; for the split-backward schedules,
+/// whose `W`s fill the drain, `(pp−1)·T_F/(pp·v)` with `T_F` the forward seconds alone).
 fn lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -> f64 {
-    let total: f64 = table.per_mode[mode_index(k.recompute)]
-        .iter()
-        .map(|c| c.forward_s() + c.backward_s())
-        .sum();
+    let costs = &table.per_mode[mode_index(k.recompute)];
+    let total: f64 = costs.iter().map(|c| c.forward_s() + c.backward_s()).sum();
     let (pp, v) = (k.pp as f64, k.virtual_stages as f64);
     let m = (opts.global_batch_size / (k.dp * k.micro_batch_size)) as f64;
-    let fill = (pp - 1.0) * total / (pp * v);
+    let fill = if k.schedule.splits_backward() {
+        (pp - 1.0) * costs.iter().map(|c| c.forward_s()).sum::<f64>() / (pp * v)
+    } else {
+        (pp - 1.0) * total / (pp * v)
+    };
     let fill = if k.schedule == schedule::ScheduleKind::LoopedBfs {
         fill * v
     } else {
@@ -570,7 +573,18 @@ fn score(
         .map(|c| c.forward_s() + c.backward_s())
         .collect();
     let fixed: Vec<f64> = costs.iter().map(|c| c.params as f64 * per_param).collect();
-    let act: Vec<f64> = costs.iter().map(|c| c.activation_bytes as f64).collect();
+    // A split backward holds a pair's activations until its I, then what its W needs until the
+    // W: per in-flight pair, at most the larger of the two.
+    let act: Vec<f64> = costs
+        .iter()
+        .map(|c| {
+            if key.schedule.splits_backward() {
+                c.activation_bytes.max(c.weight_grad_bytes) as f64
+            } else {
+                c.activation_bytes as f64
+            }
+        })
+        .collect();
     let sums = LayerSums::new(&time, &fixed, &act);
     let capacity = profile.cluster.gpu.memory_bytes as f64;
     let groups = [key.tp, key.cp, key.dp, key.pp]
@@ -633,6 +647,11 @@ fn score(
     let slowest_stage = stage_time.iter().cloned().fold(0.0, f64::max);
     let fill = match key.schedule {
         schedule::ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
+        // the deferred W's fill the drain: about one forward per hop is left
+        kind if kind.splits_backward() => {
+            let slowest_forward = stages.iter().map(|s| s.forward_s()).fold(0.0, f64::max);
+            (pp - 1) as f64 * slowest_forward
+        }
         _ => (pp - 1) as f64 * slowest_stage,
     };
     let layout = Layout {
