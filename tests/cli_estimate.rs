@@ -170,6 +170,42 @@ fn a_config_that_does_not_fit_is_still_evaluated() {
 }
 
 #[test]
+fn zero_bubble_schedules_are_estimated() {
+    let base = [
+        "estimate",
+        "llama3-8b",
+        "--gpus",
+        "8",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--json",
+    ];
+    let time = |extra: &[&str]| -> (f64, serde_json::Value) {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let j = json(&args);
+        (j["predicted"]["iteration_time_s"].as_f64().unwrap(), j)
+    };
+    let (one_f_one_b, _) = time(&["--schedule", "1f1b"]);
+    let (zb_h1, _) = time(&["--schedule", "zb-h1"]);
+    assert!(zb_h1 < one_f_one_b, "zb-h1 {zb_h1} vs 1f1b {one_f_one_b}");
+    // zb-v and dualpipe-v take two stages per rank by default
+    for kind in ["zb-v", "dualpipe-v"] {
+        let (_, j) = time(&["--schedule", kind]);
+        assert_eq!(j["plan"]["virtual_stages"], 2, "{kind}");
+        assert_eq!(j["plan"]["schedule"], kind);
+        assert_eq!(j["plan"]["ranks"][0]["stages"].as_array().unwrap().len(), 2);
+    }
+    let args: Vec<&str> = base
+        .iter()
+        .chain(&["--schedule", "zb-v", "--virtual", "4"])
+        .copied()
+        .collect();
+    fails_with(&args, "--virtual");
+}
+
+#[test]
 fn impossible_configurations_name_the_flag() {
     fails_with(
         &[

@@ -348,6 +348,139 @@ fn bad_input_names_the_flag() {
 }
 
 #[test]
+fn zero_bubble_kinds_run_with_their_default_virtual_stages() {
+    // zb-v and dualpipe-v place two stages per rank without being told.
+    for (kind, makespan) in [
+        ("zb-h1", 27.0),
+        ("zb-h2", 27.0),
+        ("zb-v", 51.0),
+        ("dualpipe-v", 54.0),
+    ] {
+        let out = stdout(&[
+            "schedule",
+            kind,
+            "--pp",
+            "4",
+            "--microbatches",
+            "8",
+            "--json",
+        ]);
+        let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(j["schedule"], kind);
+        assert_eq!(j["metrics"]["makespan"], makespan, "{kind}");
+        let v = if kind.ends_with("-v") { 2 } else { 1 };
+        assert_eq!(j["virtual_stages"], v, "{kind}");
+    }
+    let out = stdout(&["schedule", "zb-v", "--pp", "4", "--microbatches", "8"]);
+    assert!(out.contains("I backward-input, W backward-weight"), "{out}");
+    assert!(
+        out.contains("rank 0 0F0 0F1 0F2 0F3 0F4 0F5 0F6 7F0 7I0 7W0"),
+        "{out}"
+    );
+    // An overlapped pair is one cell with both labels.
+    let out = stdout(&["schedule", "dualpipe-v", "--pp", "4", "--microbatches", "8"]);
+    assert!(out.contains("0F7+7B3"), "{out}");
+    fails_with(
+        &[
+            "schedule",
+            "zb-v",
+            "--pp",
+            "4",
+            "--microbatches",
+            "8",
+            "--virtual",
+            "3",
+        ],
+        "--virtual must be 2",
+    );
+    fails_with(
+        &["schedule", "dualpipe-v", "--pp", "4", "--microbatches", "7"],
+        "--microbatches",
+    );
+    fails_with(
+        &[
+            "schedule",
+            "interleaved-zb",
+            "--pp",
+            "4",
+            "--microbatches",
+            "8",
+        ],
+        "--virtual",
+    );
+    fails_with(
+        &["schedule", "zb-h1", "--pp", "1", "--microbatches", "8"],
+        "--pp",
+    );
+}
+
+#[test]
+fn svg_of_dualpipe_v_draws_pairs_and_split_backwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("d.svg");
+    stdout(&[
+        "schedule",
+        "dualpipe-v",
+        "--pp",
+        "4",
+        "--microbatches",
+        "8",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let elements = parse_xml(&text).unwrap_or_else(|e| panic!("SVG does not parse: {e}"));
+    let class = |c: &str| {
+        elements
+            .iter()
+            .filter(|e| e.attrs.get("class").map(String::as_str) == Some(c))
+            .count()
+    };
+    let j: serde_json::Value = serde_json::from_str(&stdout(&[
+        "schedule",
+        "dualpipe-v",
+        "--pp",
+        "4",
+        "--microbatches",
+        "8",
+        "--json",
+    ]))
+    .unwrap();
+    let steps: Vec<String> = j["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter())
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    let count = |f: &dyn Fn(&str) -> bool| steps.iter().filter(|x| f(x)).count();
+    let pairs = count(&|x| x.starts_with('('));
+    assert!(pairs > 0);
+    assert_eq!(class("pair"), pairs);
+    assert_eq!(
+        class("I"),
+        count(&|x| !x.starts_with('(') && x.contains('I'))
+    );
+    assert_eq!(class("W"), class("I"));
+    assert!(class("I") > 0);
+    // every pair's fill is a gradient defined in the document
+    for e in elements
+        .iter()
+        .filter(|e| e.attrs.get("class").map(String::as_str) == Some("pair"))
+    {
+        let fill = &e.attrs["fill"];
+        let id = fill.trim_start_matches("url(#").trim_end_matches(')');
+        assert!(
+            elements
+                .iter()
+                .any(|g| g.name == "linearGradient"
+                    && g.attrs.get("id").map(String::as_str) == Some(id)),
+            "{fill}"
+        );
+    }
+}
+
+#[test]
 fn xml_reader_rejects_broken_documents() {
     assert!(parse_xml("<svg><rect></svg>").is_err());
     assert!(parse_xml("<svg a=1></svg>").is_err());

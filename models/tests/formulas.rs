@@ -127,6 +127,50 @@ fn activation_bytes_match_korthikanti_table_2() {
     }
 }
 
+/// Qi et al. 2023 ("Zero Bubble Pipeline Parallelism", Table 1): between a split backward's `I`
+/// and `W` a GPT layer (f = 4h, g = a, 16-bit) keeps only the inputs of its four GEMMs and their
+/// output gradients, `M_W = 32·sbh` bytes — less than the `34·sbh + 5as²b` held from F to B.
+/// By GEMM: inputs QKV 2sbh, out-proj 2sbh/t, MLP-up 2sbh, MLP-down 8sbh/t; output gradients
+/// QKV 6sbh/t, out-proj 2sbh, MLP-up 8sbh/t, MLP-down 2sbh. Sequence parallelism shards the
+/// replicated four (kept sharded, gathered again for W).
+#[test]
+fn weight_grad_bytes_match_zero_bubble_table_1() {
+    let t = spec("gpt3-175b");
+    let (s, h, a) = (2048u64, 12288u64, 96u64);
+    for b in [1u64, 2] {
+        let sbh = s * b * h;
+        let l = block(&t, &shard(b, 1, false));
+        assert_eq!(l.weight_grad_bytes, 32 * sbh);
+        assert!(l.weight_grad_bytes < l.activation_bytes.none);
+        assert_eq!(l.activation_bytes.none, 34 * sbh + 5 * a * s * s * b);
+        for tp in [2u64, 4, 8] {
+            let l = block(&t, &shard(b, tp, false));
+            assert_eq!(l.weight_grad_bytes, 8 * sbh + 24 * sbh / tp, "tp {tp}");
+            let l = block(&t, &shard(b, tp, true));
+            assert_eq!(l.weight_grad_bytes, 32 * sbh / tp, "tp {tp} sp");
+        }
+    }
+}
+
+/// The same count for Llama 3 70B (h = 8192, 8 key/value heads of 128, gated f = 28672, no
+/// bias, t = 1), per token in 2-byte elements. GEMM inputs: h for QKV, h for the output
+/// projection, h for gate/up and f for down; output gradients: h + 2·1024 for QKV, h for the
+/// output projection, 2f for gate/up and h for down. In all 2·(6·8192 + 2·1024 + 3·28672) =
+/// 274,432 bytes per token, × 8192 tokens. The embedding keeps its token ids (8 bytes each) and
+/// output gradient (2h); the head its input (2h) and logit gradients (2·128,256 per token).
+#[test]
+fn weight_grad_bytes_of_llama3_70b_by_hand() {
+    let t = spec("llama3-70b");
+    let layers = t.layers(&shard(1, 1, false)).unwrap();
+    let tokens = 8192u64;
+    assert_eq!(layers[1].weight_grad_bytes, 274_432 * tokens);
+    assert_eq!(layers[0].weight_grad_bytes, (8 + 2 * 8192) * tokens);
+    assert_eq!(
+        layers.last().unwrap().weight_grad_bytes,
+        2 * (8192 + 128_256) * tokens
+    );
+}
+
 #[test]
 fn fused_attention_drops_the_score_matrices() {
     let t = spec("gpt3-175b");

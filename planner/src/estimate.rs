@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::config::{ParallelConfig, PlanError};
 use crate::memory::{self, MemoryContext, RankMemory};
 use crate::plan::{Breakdown, Plan, PlanAndPrediction, Predicted, RankPlan, FORMAT_VERSION};
-use crate::schedule::{self, Schedule, ScheduleKind, ScheduleSpec, SimCosts, SimResult};
+use crate::schedule::{self, Schedule, ScheduleSpec, SimCosts, SimResult};
 use crate::split;
 use crate::stages::{self, StageContext, StageCost};
 
@@ -113,14 +113,25 @@ pub fn check_config(
             "needs --tp of 2 or more (it shards along the tensor-parallel group)",
         ));
     }
-    if c.virtual_stages > 1 && !supports_virtual_stages(c.schedule) {
+    if c.virtual_stages > 1 && c.schedule.fixed_virtual_stages() == Some(1) {
         return Err(PlanError::invalid(
             "--virtual",
             format!(
-                "{} places one stage per rank: use --virtual 1, or a schedule with virtual stages (interleaved-1f1b, looped-bfs)",
+                "{} places one stage per rank: use --virtual 1, or a schedule with virtual stages (interleaved-1f1b, looped-bfs, interleaved-zb; zb-v and dualpipe-v with 2)",
                 c.schedule
             ),
         ));
+    }
+    if let Some(v) = c.schedule.fixed_virtual_stages().filter(|&v| v > 1) {
+        if c.virtual_stages != v as u64 {
+            return Err(PlanError::invalid(
+                "--virtual",
+                format!(
+                    "{} places exactly {v} stages on each rank: use --virtual {v}, or leave --virtual out",
+                    c.schedule
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -640,18 +651,11 @@ pub fn dp_comm_time_s(
     }
 }
 
-/// Whether a schedule places more than one stage per rank.
-fn supports_virtual_stages(kind: ScheduleKind) -> bool {
-    matches!(
-        kind,
-        ScheduleKind::Interleaved1F1B | ScheduleKind::LoopedBfs
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Runtime;
+    use crate::schedule::ScheduleKind;
     use autopp_profiler::{hardware, Cluster, Precision};
 
     fn setup(gpus: u64, tp: u64, pp: u64) -> (Model, AnalyticProfile, ParallelConfig) {

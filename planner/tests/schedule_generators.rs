@@ -7,7 +7,7 @@
 //! `2·(p − r − 1) + (v − 1)·G` with it, capped at `v·m`.
 
 use autopp_planner::schedule::{
-    check, generate, parse_steps, resolve_group_size, simulate, Schedule, ScheduleError,
+    check, generate, parse_steps, resolve_group_size, simulate, Placement, Schedule, ScheduleError,
     ScheduleKind, ScheduleSpec, SimCosts, Step,
 };
 
@@ -277,7 +277,11 @@ fn kind_names_round_trip() {
             serde_json::to_string(&k).unwrap(),
             format!("\"{}\"", k.as_str())
         );
-        assert!(!k.splits_backward());
+        let zero_bubble = k.as_str().contains("zb") || k.as_str().starts_with("dualpipe");
+        assert_eq!(k.splits_backward(), zero_bubble, "{k}");
+        let v_shaped = matches!(k, ScheduleKind::ZbV | ScheduleKind::DualPipeV);
+        assert_eq!(k.placement() == Placement::V, v_shaped, "{k}");
+        assert_eq!(k.default_virtual_stages(), if v_shaped { 2 } else { 1 });
     }
     let e = "zb-h9".parse::<ScheduleKind>().unwrap_err();
     assert!(

@@ -66,9 +66,35 @@ fn svg_draws_split_backwards_and_overlapped_pairs() {
     };
     assert_eq!(class("I"), 1);
     assert_eq!(class("W"), 1);
-    assert_eq!(class("F"), 8);
-    assert_eq!(class("B"), 7);
+    // The pair (3F1;0B0) is one cell, not an F cell and a B cell.
+    assert_eq!(class("F"), 7);
+    assert_eq!(class("B"), 6);
+    assert_eq!(class("pair"), 1);
     assert!(text.contains(svg::COLOR_I) && text.contains(svg::COLOR_W));
+    // The pair's cell is split between the F and B colours of its stages and carries both
+    // micro-batch numbers.
+    let pair = doc
+        .descendants()
+        .find(|n| n.attribute("class") == Some("pair"))
+        .unwrap();
+    let fill = pair.attribute("fill").unwrap();
+    let id = fill
+        .strip_prefix("url(#")
+        .and_then(|f| f.strip_suffix(')'))
+        .unwrap();
+    let gradient = doc
+        .descendants()
+        .find(|n| n.has_tag_name("linearGradient") && n.attribute("id") == Some(id))
+        .expect("the pair's gradient is defined");
+    let stops: Vec<&str> = gradient
+        .children()
+        .filter_map(|n| n.attribute("stop-color"))
+        .collect();
+    assert_eq!(stops.len(), 2);
+    assert_ne!(stops[0], stops[1]);
+    assert!(doc
+        .descendants()
+        .any(|n| n.has_tag_name("text") && n.text() == Some("1+0")));
     let t = ascii::timeline(&s, &r);
     assert!(t.contains("3F1+0B0"), "{t}");
     assert!(t.contains("1I0") && t.contains("1W0"), "{t}");

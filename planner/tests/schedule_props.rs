@@ -1,9 +1,12 @@
 //! Property tests: every generator, over its supported inputs with p ∈ 1..16, v ∈ 1..4,
 //! m ∈ 1..64, yields a schedule the checker accepts and the simulator can time, with
 //! consistent metrics; unsupported inputs are rejected with the flag named.
+//!
+//! Busy time per rank is `v·m·(F + B)` for every schedule: the costs have `I + W = B`, and an
+//! overlapped pair lasts the sum of its parts.
 
 use autopp_planner::schedule::{
-    check, generate, simulate, ActionKind, Schedule, ScheduleKind, ScheduleSpec, SimCosts,
+    check, generate, simulate, ActionKind, Schedule, ScheduleKind, ScheduleSpec, SimCosts, Step,
 };
 use proptest::prelude::*;
 
@@ -33,10 +36,25 @@ fn valid(s: &Schedule) -> Result<(), TestCaseError> {
         }
         prop_assert_eq!(r.memory[rank].last().map(|x| x.1), Some(0));
     }
-    prop_assert!(r.timeline.iter().flatten().all(|t| t
-        .step
-        .actions()
-        .all(|a| a.kind == ActionKind::F || a.kind == ActionKind::B)));
+    // Only the split-backward schedules run I and W; only DualPipe-V overlaps pairs.
+    let splits = r
+        .timeline
+        .iter()
+        .flatten()
+        .flat_map(|t| t.step.actions())
+        .any(|a| matches!(a.kind, ActionKind::I | ActionKind::W));
+    prop_assert!(!splits || s.kind.splits_backward(), "{} runs I/W", s.kind);
+    let pairs = s
+        .ranks
+        .iter()
+        .flatten()
+        .any(|st| matches!(st, Step::Overlapped(..)));
+    prop_assert!(
+        !pairs || s.kind == ScheduleKind::DualPipeV,
+        "{} overlaps",
+        s.kind
+    );
+    prop_assert_eq!(s.placement, s.kind.placement());
     Ok(())
 }
 
@@ -107,6 +125,77 @@ proptest! {
         match generate(&spec) {
             Ok(s) => { prop_assert!(ok); check(&s).unwrap(); }
             Err(e) => { prop_assert!(!ok); prop_assert!(e.to_string().contains("--group-size")); }
+        }
+    }
+
+    #[test]
+    fn one_stage_zero_bubble_is_valid(p in 1usize..=16, m in 1usize..=64, h2: bool) {
+        let kind = if h2 { ScheduleKind::ZbH2 } else { ScheduleKind::ZbH1 };
+        match generate(&ScheduleSpec::new(kind, p, m)) {
+            Ok(s) => {
+                prop_assert!(p >= 2);
+                valid(&s)?;
+                let bound = if h2 { 2 * p - 1 } else { p };
+                prop_assert!(s.peak_inflight().iter().all(|&x| x as usize <= bound.min(m)));
+                // Rank 0 holds what 1F1B's rank 0 holds (ZB-H1) or up to 2p − 1 (ZB-H2).
+                if !h2 {
+                    prop_assert_eq!(s.peak_inflight()[0] as usize, p.min(m));
+                }
+            }
+            Err(e) => {
+                prop_assert!(p < 2);
+                prop_assert!(e.to_string().contains("--pp"), "{}", e);
+            }
+        }
+    }
+
+    #[test]
+    fn v_schedules_are_valid(p in 1usize..=16, m in 1usize..=64, dualpipe: bool) {
+        let kind = if dualpipe { ScheduleKind::DualPipeV } else { ScheduleKind::ZbV };
+        // --virtual defaults to 2 for the V schedules, and nothing else is accepted.
+        prop_assert_eq!(kind.default_virtual_stages(), 2);
+        let spec = ScheduleSpec::new(kind, p, m).with_virtual_stages(2);
+        let ok = if dualpipe { m >= 2 * p } else { p >= 2 };
+        match generate(&spec) {
+            Ok(s) => {
+                prop_assert!(ok);
+                valid(&s)?;
+                let bound = if dualpipe { 2 * p + 1 } else { 2 * p };
+                prop_assert!(s.peak_inflight().iter().all(|&x| x as usize <= bound));
+            }
+            Err(e) => {
+                prop_assert!(!ok);
+                let flag = if dualpipe { "--microbatches" } else { "--pp" };
+                prop_assert!(e.to_string().contains(flag), "{}", e);
+            }
+        }
+        for v in [1usize, 3, 4] {
+            let e = generate(&spec.with_virtual_stages(v)).unwrap_err().to_string();
+            prop_assert!(e.contains("--virtual must be 2"), "{}", e);
+        }
+    }
+
+    #[test]
+    fn interleaved_zb_is_valid(p in 1usize..=16, v in 2usize..=4, rounds in 1usize..=64) {
+        // m = k·p ≤ 64
+        let m = p * rounds.min(64 / p);
+        let spec = ScheduleSpec::new(ScheduleKind::InterleavedZb, p, m).with_virtual_stages(v);
+        let s = generate(&spec).unwrap();
+        valid(&s)?;
+        prop_assert!(s.peak_inflight().iter().all(|&x| x as usize <= v * p));
+    }
+
+    #[test]
+    fn interleaved_zb_rejects_what_it_cannot_run(p in 1usize..=16, v in 1usize..=4, m in 1usize..=64) {
+        let spec = ScheduleSpec::new(ScheduleKind::InterleavedZb, p, m).with_virtual_stages(v);
+        let ok = v >= 2 && m.is_multiple_of(p);
+        match generate(&spec) {
+            Ok(s) => { prop_assert!(ok); check(&s).unwrap(); }
+            Err(e) => {
+                prop_assert!(!ok);
+                let flag = if v < 2 { "--virtual" } else { "--microbatches" };
+                prop_assert!(e.to_string().contains(flag), "{}", e);
+            }
         }
     }
 }

@@ -49,11 +49,12 @@ pub struct EstimateArgs {
     /// Global batch in sequences [default: the model's published batch].
     #[arg(long, value_name = "G")]
     pub global_batch: Option<u64>,
-    /// Stages (model chunks) per pipeline rank; more than 1 needs an interleaved schedule.
-    #[arg(long = "virtual", default_value_t = 1, value_name = "V")]
-    pub virtual_stages: u64,
-    /// Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, looped-bfs [default: 1f1b, or
-    /// interleaved-1f1b with --virtual > 1].
+    /// Stages (model chunks) per pipeline rank; more than 1 needs an interleaved or V schedule
+    /// [default: 2 for zb-v and dualpipe-v, 1 otherwise].
+    #[arg(long = "virtual", value_name = "V")]
+    pub virtual_stages: Option<u64>,
+    /// Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v,
+    /// dualpipe-v, interleaved-zb [default: 1f1b, or interleaved-1f1b with --virtual > 1].
     #[arg(long, value_name = "KIND")]
     pub schedule: Option<ScheduleKind>,
     /// Micro-batch group size of interleaved schedules [default: pp].
@@ -105,7 +106,7 @@ impl EstimateArgs {
             ("--pp", self.pp),
             ("--cp", self.cp),
             ("--mbs", self.mbs),
-            ("--virtual", self.virtual_stages),
+            ("--virtual", self.virtual_stages.unwrap_or(1)),
         ] {
             if v == 0 {
                 bail!("{flag}: must be at least 1");
@@ -127,11 +128,16 @@ impl EstimateArgs {
             Some(g) => g,
             None => bail!("--global-batch: the model names no default batch; give one"),
         };
-        let schedule = self.schedule.unwrap_or(if self.virtual_stages > 1 {
-            ScheduleKind::Interleaved1F1B
-        } else {
-            ScheduleKind::OneFOneB
-        });
+        let schedule = self
+            .schedule
+            .unwrap_or(if self.virtual_stages.is_some_and(|v| v > 1) {
+                ScheduleKind::Interleaved1F1B
+            } else {
+                ScheduleKind::OneFOneB
+            });
+        let virtual_stages = self
+            .virtual_stages
+            .unwrap_or(schedule.default_virtual_stages() as u64);
         if !(self.memory_reserve_gib.is_finite() && self.memory_reserve_gib >= 0.0) {
             bail!("--memory-reserve-gib: must be zero or a positive number of GiB");
         }
@@ -140,7 +146,7 @@ impl EstimateArgs {
             pp: self.pp,
             dp,
             cp: self.cp,
-            virtual_stages: self.virtual_stages,
+            virtual_stages,
             micro_batch_size: self.mbs,
             global_batch_size,
             schedule,

@@ -35,7 +35,7 @@ pub struct PlanArgs {
     #[arg(long, value_name = "S")]
     pub seq_len: Option<u64>,
     /// Schedules to consider, comma-separated [default: all: gpipe, 1f1b, interleaved-1f1b,
-    /// looped-bfs].
+    /// looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, interleaved-zb].
     #[arg(long, value_delimiter = ',', value_name = "A,B,…")]
     pub schedules: Option<Vec<ScheduleKind>>,
     /// Largest tensor-parallel degree [default: GPUs per node].

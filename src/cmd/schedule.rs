@@ -14,7 +14,8 @@ use super::common::write_atomic;
 /// Example: autopp schedule interleaved-1f1b --pp 4 --microbatches 8 --virtual 2 --svg s.svg
 #[derive(Args, Debug)]
 pub struct ScheduleArgs {
-    /// Schedule: gpipe, 1f1b, interleaved-1f1b, looped-bfs.
+    /// Schedule: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v,
+    /// interleaved-zb.
     #[arg(value_name = "KIND", required_unless_present = "plan")]
     pub kind: Option<ScheduleKind>,
     /// Pipeline ranks.
@@ -30,9 +31,10 @@ pub struct ScheduleArgs {
         "kind", "pp", "microbatches", "virtual_stages", "group_size", "costs", "comm",
     ])]
     pub plan: Option<String>,
-    /// Stages per rank (interleaved-1f1b and looped-bfs).
-    #[arg(long = "virtual", default_value_t = 1, value_name = "V")]
-    pub virtual_stages: usize,
+    /// Stages per rank (interleaved-1f1b, looped-bfs, interleaved-zb; zb-v and dualpipe-v take
+    /// exactly 2) [default: 2 for zb-v and dualpipe-v, 1 otherwise].
+    #[arg(long = "virtual", value_name = "V")]
+    pub virtual_stages: Option<usize>,
     /// Micro-batch group size of interleaved-1f1b: p <= G <= m, m a multiple of G
     /// [default: pp, or PyTorch's regrouping m / floor(m/p) when pp does not divide m].
     #[arg(long, value_name = "G")]
@@ -263,7 +265,7 @@ fn from_flags(args: &ScheduleArgs) -> Result<Simulated> {
     let spec = ScheduleSpec {
         kind,
         pp,
-        virtual_stages: args.virtual_stages,
+        virtual_stages: args.virtual_stages.unwrap_or(kind.default_virtual_stages()),
         num_microbatches: microbatches,
         group_size: args.group_size,
     };

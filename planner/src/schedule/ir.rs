@@ -27,37 +27,101 @@ pub enum ScheduleKind {
     Interleaved1F1B,
     /// Breadth-first looped schedule (PyTorch `ScheduleLoopedBFS`).
     LoopedBfs,
+    /// Zero-bubble ZB-H1 (Qi et al., 2023): 1F1B with the backward split into `I` and `W`, the
+    /// `W`s deferred into the drain; rank 0 holds as much as in 1F1B.
+    #[serde(rename = "zb-h1")]
+    ZbH1,
+    /// Zero-bubble ZB-H2 (Qi et al., 2023): more warm-up forwards than ZB-H1 and more deferred
+    /// `W`s, for a smaller bubble at up to `2p − 1` micro-batches in flight.
+    #[serde(rename = "zb-h2")]
+    ZbH2,
+    /// Zero-bubble ZB-V (Qi et al., 2023, §6; PyTorch `ScheduleZBVZeroBubble`): two stages per
+    /// rank in a V, split backward.
+    #[serde(rename = "zb-v")]
+    ZbV,
+    /// DualPipe-V (DeepSeek's DualPipeV; PyTorch `ScheduleDualPipeV`): two stages per rank in a
+    /// V, one micro-batch's forward overlapped with another's backward.
+    #[serde(rename = "dualpipe-v")]
+    DualPipeV,
+    /// Interleaved zero bubble (PyTorch `ScheduleInterleavedZeroBubble`): interleaved 1F1B over
+    /// `v` looped stages per rank with the backward split and the `W`s deferred.
+    #[serde(rename = "interleaved-zb")]
+    InterleavedZb,
 }
 
 impl ScheduleKind {
     /// Every schedule kind, in the order they are documented.
-    pub const ALL: [ScheduleKind; 4] = [
+    pub const ALL: [ScheduleKind; 9] = [
         ScheduleKind::Gpipe,
         ScheduleKind::OneFOneB,
         ScheduleKind::Interleaved1F1B,
         ScheduleKind::LoopedBfs,
+        ScheduleKind::ZbH1,
+        ScheduleKind::ZbH2,
+        ScheduleKind::ZbV,
+        ScheduleKind::DualPipeV,
+        ScheduleKind::InterleavedZb,
     ];
 
     /// The name used on the command line and in JSON (`gpipe`, `1f1b`, `interleaved-1f1b`,
-    /// `looped-bfs`).
+    /// `looped-bfs`, `zb-h1`, `zb-h2`, `zb-v`, `dualpipe-v`, `interleaved-zb`).
     pub fn as_str(self) -> &'static str {
         match self {
             ScheduleKind::Gpipe => "gpipe",
             ScheduleKind::OneFOneB => "1f1b",
             ScheduleKind::Interleaved1F1B => "interleaved-1f1b",
             ScheduleKind::LoopedBfs => "looped-bfs",
+            ScheduleKind::ZbH1 => "zb-h1",
+            ScheduleKind::ZbH2 => "zb-h2",
+            ScheduleKind::ZbV => "zb-v",
+            ScheduleKind::DualPipeV => "dualpipe-v",
+            ScheduleKind::InterleavedZb => "interleaved-zb",
         }
     }
 
     /// Whether this schedule splits the backward into backward-input `I` and backward-weight
-    /// `W` (the zero-bubble family). None of the current kinds does.
+    /// `W` (the zero-bubble family; DualPipe-V splits some of its backwards and runs the others
+    /// whole).
     pub fn splits_backward(self) -> bool {
-        false
+        matches!(
+            self,
+            ScheduleKind::ZbH1
+                | ScheduleKind::ZbH2
+                | ScheduleKind::ZbV
+                | ScheduleKind::DualPipeV
+                | ScheduleKind::InterleavedZb
+        )
     }
 
-    /// Where this schedule places its stages on ranks.
+    /// Where this schedule places its stages on ranks: a V for `zb-v` and `dualpipe-v`, looped
+    /// for the others.
     pub fn placement(self) -> Placement {
-        Placement::Looped
+        match self {
+            ScheduleKind::ZbV | ScheduleKind::DualPipeV => Placement::V,
+            _ => Placement::Looped,
+        }
+    }
+
+    /// The stages per rank (`v`) this schedule requires, when it fixes them: 1 for `gpipe`,
+    /// `1f1b`, `zb-h1` and `zb-h2`, 2 for the V schedules `zb-v` and `dualpipe-v`; `None` for
+    /// the schedules that take any `v` (`interleaved-1f1b`, `looped-bfs`, `interleaved-zb`).
+    pub fn fixed_virtual_stages(self) -> Option<usize> {
+        match self {
+            ScheduleKind::Gpipe
+            | ScheduleKind::OneFOneB
+            | ScheduleKind::ZbH1
+            | ScheduleKind::ZbH2 => Some(1),
+            ScheduleKind::ZbV | ScheduleKind::DualPipeV => Some(2),
+            ScheduleKind::Interleaved1F1B
+            | ScheduleKind::LoopedBfs
+            | ScheduleKind::InterleavedZb => None,
+        }
+    }
+
+    /// The stages per rank used when `--virtual` is not given: the fixed count where the
+    /// schedule has one (2 for `zb-v` and `dualpipe-v`), 1 otherwise.
+    pub fn default_virtual_stages(self) -> usize {
+        self.fixed_virtual_stages().unwrap_or(1)
     }
 }
 
@@ -380,10 +444,19 @@ impl Schedule {
             .collect()
     }
 
-    /// Peak in-flight (stage, micro-batch) activations of each rank, counted along its list:
-    /// +1 at each `F`, −1 at each `B`, and for a backward split into `I` and `W`, −1 at the
-    /// `W` (an `I` frees nothing by this count). Within an overlapped pair the increment counts
-    /// before the decrement, so an `(F;B)` pair can raise the peak.
+    /// Peak in-flight (stage, micro-batch) pairs of each rank, counted along its list: +1 at
+    /// each `F`; −1 at each `B`, or, for a backward split into `I` and `W`, at the `W` — a pair
+    /// stays in flight while its activations wait for the `I` (F→I) and while what its `W`
+    /// needs waits for the `W` (I→W), so an `I` frees nothing by this count. Within an
+    /// overlapped pair the increment counts before the decrement, so an `(F;B)` pair can raise
+    /// the peak.
+    ///
+    /// This is the simulator's memory accounting with one byte per pair in both phases
+    /// (`activation_bytes = weight_grad_bytes = 1`, as [`SimCosts::uniform`] sets them): the
+    /// simulated `peak_activation_bytes` then equals this count. With real bytes a rank's peak is
+    /// at most this count times its largest `max(activation_bytes, weight_grad_bytes)`.
+    ///
+    /// [`SimCosts::uniform`]: super::SimCosts::uniform
     pub fn peak_inflight(&self) -> Vec<u32> {
         self.ranks
             .iter()

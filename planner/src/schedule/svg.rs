@@ -1,12 +1,14 @@
 //! An SVG Gantt chart of a simulated schedule: one lane per rank with time running to the
 //! right; `F`, `B`, `I`, `W` and idle in distinct colours (later stages of a rank in lighter
 //! shades of the same colour), the micro-batch number in each cell, and under each lane a
-//! strip showing the activation bytes alive over time.
+//! strip showing the activation bytes alive over time. An overlapped pair is one cell split
+//! diagonally between its two actions' colours, labelled with both micro-batches (`7+3`).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::ascii::fmt_time;
-use super::ir::{Action, ActionKind, Schedule};
+use super::ir::{Action, ActionKind, Schedule, Step};
 use super::simulator::SimResult;
 
 /// Fill colour of each action kind, and of idle time.
@@ -21,6 +23,9 @@ pub const COLOR_W: &str = "#b07aa1";
 pub const COLOR_IDLE: &str = "#e4e4e4";
 /// Fill colour of the memory strip.
 pub const COLOR_MEMORY: &str = "#e15759";
+
+/// The legend's swatch for an overlapped pair (defined in the document's `<defs>`).
+const PAIR_LEGEND_FILL: &str = "url(#pair-legend)";
 
 const LEFT_PX: f64 = 64.0;
 const RIGHT_PX: f64 = 70.0;
@@ -124,7 +129,14 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
     } else {
         1.0
     };
-    let legend_px = 560.0 + if s.virtual_stages > 1 { 250.0 } else { 0.0 };
+    let has_pairs = r
+        .timeline
+        .iter()
+        .flatten()
+        .any(|t| matches!(t.step, Step::Overlapped(..)));
+    let legend_px = 560.0
+        + if s.virtual_stages > 1 { 250.0 } else { 0.0 }
+        + if has_pairs { 150.0 } else { 0.0 };
     let chart_px = (makespan / r.shortest_step_s().unwrap_or(r.makespan_s.max(1.0)) * 22.0)
         .clamp(legend_px, 1800.0);
     let x_of = |t: f64| LEFT_PX + t / makespan * chart_px;
@@ -183,6 +195,9 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
     .filter(|(k, _)| used(*k))
     .map(|(k, name)| (kind_color(k), name))
     .collect();
+    if has_pairs {
+        legend.push((PAIR_LEGEND_FILL, "F+B overlapped pair"));
+    }
     legend.push((COLOR_IDLE, "idle"));
     legend.push((COLOR_MEMORY, "activations alive"));
     if s.virtual_stages > 1 {
@@ -199,6 +214,8 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
         lx += 24.0 + 6.5 * name.len() as f64;
     }
 
+    // Fills of overlapped pairs: one diagonal two-colour gradient per pair of colours.
+    let mut pair_fills: BTreeMap<(String, String), String> = BTreeMap::new();
     for (rank, steps) in r.timeline.iter().enumerate() {
         let y = TOP_PX + rank as f64 * row_px;
         let _ = writeln!(
@@ -217,33 +234,43 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
         );
         for t in steps {
             let (x0, x1) = (x_of(t.start_s), x_of(t.end_s));
-            let parts: Vec<Action> = t.step.actions().collect();
-            let h = LANE_PX / parts.len() as f64;
-            for (k, a) in parts.iter().enumerate() {
-                let yk = y + h * k as f64;
+            let (class, fill, label) = match t.step {
+                Step::One(a) => (
+                    a.kind.letter().to_string(),
+                    action_color(s, a),
+                    a.microbatch.to_string(),
+                ),
+                Step::Overlapped(a, b) => {
+                    let colors = (action_color(s, a), action_color(s, b));
+                    let next = pair_fills.len();
+                    let id = pair_fills
+                        .entry(colors)
+                        .or_insert_with(|| format!("pair{next}"));
+                    (
+                        "pair".to_string(),
+                        format!("url(#{id})"),
+                        format!("{}+{}", a.microbatch, b.microbatch),
+                    )
+                }
+            };
+            let _ = writeln!(
+                o,
+                r#"<rect class="{class}" x="{}" y="{}" width="{}" height="{}" fill="{fill}" stroke="white" stroke-width="0.5"><title>{} [{}, {}]</title></rect>"#,
+                fmt_num(x0),
+                fmt_num(y),
+                fmt_num((x1 - x0).max(0.0)),
+                LANE_PX,
+                xml_escape(&t.step.to_string()),
+                fmt_time(t.start_s),
+                fmt_time(t.end_s),
+            );
+            if x1 - x0 >= 6.5 * label.len() as f64 + 2.0 {
                 let _ = writeln!(
                     o,
-                    r#"<rect class="{kind}" x="{}" y="{}" width="{}" height="{}" fill="{}" stroke="white" stroke-width="0.5"><title>{} [{}, {}]</title></rect>"#,
-                    fmt_num(x0),
-                    fmt_num(yk),
-                    fmt_num((x1 - x0).max(0.0)),
-                    fmt_num(h),
-                    action_color(s, *a),
-                    xml_escape(&t.step.to_string()),
-                    fmt_time(t.start_s),
-                    fmt_time(t.end_s),
-                    kind = a.kind.letter(),
+                    r#"<text x="{}" y="{}" text-anchor="middle" fill="white" font-size="11">{label}</text>"#,
+                    fmt_num((x0 + x1) / 2.0),
+                    fmt_num(y + LANE_PX / 2.0 + 4.0),
                 );
-                let label = a.microbatch.to_string();
-                if x1 - x0 >= 6.5 * label.len() as f64 + 2.0 && h >= 10.0 {
-                    let _ = writeln!(
-                        o,
-                        r#"<text x="{}" y="{}" text-anchor="middle" fill="white" font-size="{}">{label}</text>"#,
-                        fmt_num((x0 + x1) / 2.0),
-                        fmt_num(yk + h / 2.0 + 4.0),
-                        if parts.len() > 1 { 9 } else { 11 }
-                    );
-                }
             }
         }
         // Memory strip: a step area of the bytes alive.
@@ -316,6 +343,20 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
         fmt_num(LEFT_PX + chart_px),
         fmt_num(axis_y + 30.0)
     );
+    if !pair_fills.is_empty() {
+        o.push_str("<defs>\n");
+        let _ = writeln!(
+            o,
+            r#"<linearGradient id="pair-legend" x1="0" y1="0" x2="1" y2="1"><stop offset="0.5" stop-color="{COLOR_F}"/><stop offset="0.5" stop-color="{COLOR_B}"/></linearGradient>"#
+        );
+        for ((a, b), id) in &pair_fills {
+            let _ = writeln!(
+                o,
+                r#"<linearGradient id="{id}" x1="0" y1="0" x2="1" y2="1"><stop offset="0.5" stop-color="{a}"/><stop offset="0.5" stop-color="{b}"/></linearGradient>"#
+            );
+        }
+        o.push_str("</defs>\n");
+    }
     o.push_str("</svg>\n");
     o
 }

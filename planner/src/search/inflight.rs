@@ -2,11 +2,13 @@
 //!
 //! The schedules either *saturate* — 1F1B-like orders hold at most a warm-up's worth of
 //! micro-batches, a count that stops growing once `m` exceeds it (for interleaved 1F1B at most
-//! `2·(p−1) + (v−1)·G + 1 < 4·p·v`) — or hold *everything*: GPipe and looped BFS run all
-//! forwards before any backward, so a rank holds `v·m`. So the counts at `m` follow from a
-//! schedule of about `4·p·v` micro-batches (with `m`'s remainder modulo `p`): taken as
-//! they are when they saturated, scaled by `m / m_small` when some rank held every one of its
-//! `v·m_small` (stage, micro-batch) pairs. A test checks this against full generation.
+//! `2·(p−1) + (v−1)·G + 1 < 4·p·v`; for the split-backward schedules, counted from `F` to `W`,
+//! at most `2p − 1` (zb-h2), `2p + 1` (dualpipe-v) or `v·p` (interleaved-zb)) — or hold
+//! *everything*: GPipe and looped BFS run all forwards before any backward, so a rank holds
+//! `v·m`. So the counts at `m` follow from a schedule of about `4·p·v` micro-batches (with
+//! `m`'s remainder modulo `p`): taken as they are when they saturated, scaled by `m / m_small`
+//! when some rank held every one of its `v·m_small` (stage, micro-batch) pairs. A test checks
+//! this against full generation, for every schedule kind.
 
 use crate::schedule::{self, resolve_group_size, ScheduleKind, ScheduleSpec};
 

@@ -109,6 +109,9 @@ pub(crate) struct LayerTable {
     /// in parameters: [`score`] scales the budgets by the bytes per parameter instead) and
     /// activation bytes per in-flight micro-batch.
     sums: Vec<LayerSums>,
+    /// [`LayerTable::sums`] for schedules that split the backward: per in-flight pair the
+    /// larger of the activation bytes (F to I) and the weight-gradient bytes (I to W).
+    split_sums: Vec<LayerSums>,
 }
 
 fn mode_index(mode: Recompute) -> usize {
@@ -556,18 +559,22 @@ fn layer_table(
             stages::stage_costs(&layers, &singles, &ctx)
         })
         .collect();
-    let sums = per_mode
-        .iter()
-        .map(|costs: &Vec<StageCost>| {
-            let time: Vec<f64> = costs
-                .iter()
-                .map(|c| c.forward_s() + c.backward_s())
-                .collect();
-            let params: Vec<f64> = costs.iter().map(|c| c.params as f64).collect();
-            let act: Vec<f64> = costs.iter().map(|c| c.activation_bytes as f64).collect();
-            LayerSums::new(&time, &params, &act)
-        })
-        .collect();
+    let sums_with = |held: fn(&StageCost) -> u64| -> Vec<LayerSums> {
+        per_mode
+            .iter()
+            .map(|costs: &Vec<StageCost>| {
+                let time: Vec<f64> = costs
+                    .iter()
+                    .map(|c| c.forward_s() + c.backward_s())
+                    .collect();
+                let params: Vec<f64> = costs.iter().map(|c| c.params as f64).collect();
+                let act: Vec<f64> = costs.iter().map(|c| held(c) as f64).collect();
+                LayerSums::new(&time, &params, &act)
+            })
+            .collect()
+    };
+    let sums = sums_with(|c| c.activation_bytes);
+    let split_sums = sums_with(|c| c.activation_bytes.max(c.weight_grad_bytes));
     let full = mode_index(Recompute::Full);
     let partial = Recompute::ALL
         .iter()
@@ -585,6 +592,7 @@ fn layer_table(
         per_mode,
         partial,
         sums,
+        split_sums,
     })
 }
 
@@ -631,15 +639,18 @@ fn below_memory_floor(
 
 /// A lower bound on [`score`]'s closed-form time for any split: with `T` the F+B seconds of
 /// all layers for one micro-batch, the busiest rank does at least `m·T/pp` and the fill takes
-/// at least `(pp−1)·T/(pp·v)` (`v` times that for looped BFS).
+/// at least `(pp−1)·T/(pp·v)` (`v` times that for looped BFS; for the split-backward schedules,
+/// whose `W`s fill the drain, `(pp−1)·T_F/(pp·v)` with `T_F` the forward seconds alone).
 fn lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -> f64 {
-    let total: f64 = table.per_mode[mode_index(k.recompute)]
-        .iter()
-        .map(|c| c.forward_s() + c.backward_s())
-        .sum();
+    let costs = &table.per_mode[mode_index(k.recompute)];
+    let total: f64 = costs.iter().map(|c| c.forward_s() + c.backward_s()).sum();
     let (pp, v) = (k.pp as f64, k.virtual_stages as f64);
     let m = (opts.global_batch_size / (k.dp * k.micro_batch_size)) as f64;
-    let fill = (pp - 1.0) * total / (pp * v);
+    let fill = if k.schedule.splits_backward() {
+        (pp - 1.0) * costs.iter().map(|c| c.forward_s()).sum::<f64>() / (pp * v)
+    } else {
+        (pp - 1.0) * total / (pp * v)
+    };
     let fill = if k.schedule == schedule::ScheduleKind::LoopedBfs {
         fill * v
     } else {
@@ -667,7 +678,13 @@ fn score(
     }
     let shard = key.dp * key.cp;
     let per_param = state_bytes_per_param(key.zero_stage, shard);
-    let sums = &table.sums[mode_index(key.recompute)];
+    // A split backward holds a pair's activations until its I, then what its W needs until
+    // the W: per in-flight pair, at most the larger of the two.
+    let sums = if key.schedule.splits_backward() {
+        &table.split_sums[mode_index(key.recompute)]
+    } else {
+        &table.sums[mode_index(key.recompute)]
+    };
     // partial recompute: what fully recomputing one more layer buys and costs
     let part = match key.partial_recompute {
         true => Some(table.partial[mode_index(key.recompute)].as_ref()?),
@@ -768,6 +785,11 @@ fn score(
     let slowest_stage = stage_time.iter().cloned().fold(0.0, f64::max);
     let fill = match key.schedule {
         schedule::ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
+        // the deferred W's fill the drain: about one forward per hop is left
+        kind if kind.splits_backward() => {
+            let slowest_forward = stages.iter().map(|s| s.forward_s()).fold(0.0, f64::max);
+            (pp - 1) as f64 * slowest_forward
+        }
         _ => (pp - 1) as f64 * slowest_stage,
     };
     let layout = Layout {

@@ -252,6 +252,19 @@ fn push_schedules(
             ScheduleKind::LoopedBfs => (2..=limits.max_virtual_stages)
                 .filter(|&v| pp >= 2 && pp * v <= body_layers)
                 .collect(),
+            // split-backward schedules (see `schedule::generate` for their input rules)
+            ScheduleKind::ZbH1 | ScheduleKind::ZbH2 if pp >= 2 => vec![1],
+            ScheduleKind::ZbV if pp >= 2 && 2 * pp <= body_layers => vec![2],
+            ScheduleKind::DualPipeV if pp >= 2 && 2 * pp <= body_layers && m >= 2 * pp => {
+                vec![2]
+            }
+            ScheduleKind::InterleavedZb => (2..=limits.max_virtual_stages)
+                .filter(|&v| pp >= 2 && pp * v <= body_layers && m.is_multiple_of(pp))
+                .collect(),
+            ScheduleKind::ZbH1
+            | ScheduleKind::ZbH2
+            | ScheduleKind::ZbV
+            | ScheduleKind::DualPipeV => Vec::new(),
         };
         for v in vs {
             if fixed.virtual_stages.is_some_and(|f| f != v) {
@@ -261,10 +274,11 @@ fn push_schedules(
             // pinned: a pin means all layers alike)
             let fw = limits.framework;
             let uniform = fw.recompute_modes().iter().map(|&r| (r, false));
+            // (not with a split backward, whose I-to-W bytes the counts do not model)
             let partial = fw
                 .partial_bases()
                 .iter()
-                .filter(|_| fixed.recompute.is_none())
+                .filter(|_| fixed.recompute.is_none() && !schedule.splits_backward())
                 .map(|&r| (r, true));
             for (recompute, partial_recompute) in uniform.chain(partial) {
                 if fixed.recompute.is_some_and(|r| r != recompute) {

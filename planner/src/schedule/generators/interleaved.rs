@@ -12,7 +12,7 @@ fn warmup_interleaved(pp: usize, v: usize, m: usize, g: usize, rank: usize) -> u
 /// The (local chunk, micro-batch) of forward step `k` when micro-batches go through the
 /// chunks in groups of `G` (`m` a multiple of `G`):
 /// `chunk = (k mod G·v) / G`, `microbatch = (k / G·v)·G + k mod G`.
-fn step_chunk_microbatch(k: usize, v: usize, g: usize) -> (usize, usize) {
+pub(super) fn step_chunk_microbatch(k: usize, v: usize, g: usize) -> (usize, usize) {
     let within = k % (g * v);
     (within / g, (k / (g * v)) * g + k % g)
 }

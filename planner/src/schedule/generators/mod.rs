@@ -8,16 +8,24 @@
 //! | `gpipe`, `1f1b` | any `p ≥ 1`, `m ≥ 1`; `v = 1` |
 //! | `looped-bfs` | any `p ≥ 1`, `v ≥ 1`, `m ≥ 1` |
 //! | `interleaved-1f1b` | `v = 1` (it is then `1f1b`), or `v ≥ 2` with `p ≤ G ≤ m` and `m mod G = 0` |
+//! | `zb-h1`, `zb-h2` | any `p ≥ 2`, `m ≥ 1`; `v = 1` |
+//! | `zb-v` | any `p ≥ 2`, `m ≥ 1`; `v = 2` |
+//! | `dualpipe-v` | any `p ≥ 1`, `m ≥ 2p`; `v = 2` |
+//! | `interleaved-zb` | any `p ≥ 1`, `v ≥ 2`, `m` a multiple of `p` |
 //!
 //! For `interleaved-1f1b` without `--group-size` the group size is `G = p` when `p` divides
 //! `m`; otherwise PyTorch's regrouping rule applies: `G = m / max(1, ⌊m/p⌋)` when that
 //! divides `m` exactly (so `G ≥ p` whenever `m ≥ p`); anything else is rejected with the
 //! group sizes that would work.
 
+mod dualpipe_v;
 mod gpipe;
 mod interleaved;
+mod interleaved_zb;
 mod looped_bfs;
 mod one_f_one_b;
+mod zb_v;
+mod zero_bubble;
 
 use serde::{Deserialize, Serialize};
 
@@ -81,7 +89,8 @@ pub enum ScheduleError {
     /// A one-stage-per-rank schedule was asked for several stages per rank.
     #[error(
         "{kind} places one stage on each rank, so --virtual must be 1 (got {virtual_stages}); \
-         use interleaved-1f1b or looped-bfs for several stages per rank"
+         use interleaved-1f1b, looped-bfs or interleaved-zb for several stages per rank, or \
+         zb-v or dualpipe-v for two"
     )]
     VirtualNotSupported {
         /// The schedule.
@@ -89,8 +98,70 @@ pub enum ScheduleError {
         /// The `--virtual` given.
         virtual_stages: usize,
     },
+    /// A V schedule was asked for other than two stages per rank.
+    #[error(
+        "{kind} places exactly two stages on each rank, in a V (rank r holds stages r and \
+         2·pp−1−r), so --virtual must be 2 (got {virtual_stages}); leave --virtual out to get 2"
+    )]
+    VirtualMustBeTwo {
+        /// The schedule.
+        kind: ScheduleKind,
+        /// The `--virtual` given.
+        virtual_stages: usize,
+    },
+    /// A schedule of several stages per rank was asked for one.
+    #[error(
+        "{kind} interleaves several stages on each rank, so --virtual must be at least 2 (got \
+         {virtual_stages}); with one stage per rank use zb-h1 or zb-h2"
+    )]
+    NeedsVirtual {
+        /// The schedule.
+        kind: ScheduleKind,
+        /// The `--virtual` given.
+        virtual_stages: usize,
+    },
+    /// A zero-bubble schedule was asked for a single rank.
+    #[error(
+        "{kind} needs --pp of at least 2 (got {pp}): it moves backward-weight work into the \
+         idle time between ranks, and one rank has none; use 1f1b or gpipe"
+    )]
+    NeedsTwoRanks {
+        /// The schedule.
+        kind: ScheduleKind,
+        /// The `--pp` given.
+        pp: usize,
+    },
+    /// DualPipe-V was asked for fewer than two micro-batches per stage.
+    #[error(
+        "{kind} needs --microbatches of at least 2 x --pp = {min} (got {num_microbatches}): \
+         its steady state pairs a forward with a backward on each of the 2 x --pp stages"
+    )]
+    TooFewMicrobatches {
+        /// The schedule.
+        kind: ScheduleKind,
+        /// The `--microbatches` given.
+        num_microbatches: usize,
+        /// The least it accepts.
+        min: usize,
+    },
+    /// Interleaved zero bubble was asked for a micro-batch count that is not a multiple of `p`.
+    #[error(
+        "{kind} runs micro-batches in groups of --pp, so --microbatches must be a multiple of \
+         --pp (got --microbatches {num_microbatches} with --pp {pp}); try --microbatches \
+         {suggestion}"
+    )]
+    MicrobatchesNotMultiple {
+        /// The schedule.
+        kind: ScheduleKind,
+        /// `p`.
+        pp: usize,
+        /// `m`.
+        num_microbatches: usize,
+        /// The nearest multiple of `p` above `m`.
+        suggestion: usize,
+    },
     /// `--group-size` was given to a schedule that has no micro-batch groups.
-    #[error("--group-size applies only to interleaved-1f1b; {kind} has no micro-batch groups")]
+    #[error("--group-size applies only to interleaved-1f1b; {kind} does not take one")]
     GroupSizeNotUsed {
         /// The schedule.
         kind: ScheduleKind,
@@ -219,15 +290,57 @@ fn validate_common(spec: &ScheduleSpec) -> Result<(), ScheduleError> {
             max: MAX_STAGE_MICROBATCHES,
         });
     }
-    match spec.kind {
-        ScheduleKind::Gpipe | ScheduleKind::OneFOneB if v != 1 => {
-            Err(ScheduleError::VirtualNotSupported {
-                kind: spec.kind,
+    let kind = spec.kind;
+    match kind.fixed_virtual_stages() {
+        Some(1) if v != 1 => {
+            return Err(ScheduleError::VirtualNotSupported {
+                kind,
                 virtual_stages: v,
             })
         }
-        ScheduleKind::Interleaved1F1B => Ok(()),
-        kind if spec.group_size.is_some() => Err(ScheduleError::GroupSizeNotUsed { kind }),
+        Some(2) if v != 2 => {
+            return Err(ScheduleError::VirtualMustBeTwo {
+                kind,
+                virtual_stages: v,
+            })
+        }
+        _ => {}
+    }
+    if kind != ScheduleKind::Interleaved1F1B && spec.group_size.is_some() {
+        return Err(ScheduleError::GroupSizeNotUsed { kind });
+    }
+    Ok(())
+}
+
+/// Checks the input rules of the split-backward schedules (see the [module docs](self)).
+fn validate_split_backward(spec: &ScheduleSpec) -> Result<(), ScheduleError> {
+    let (kind, p, v, m) = (
+        spec.kind,
+        spec.pp,
+        spec.virtual_stages,
+        spec.num_microbatches,
+    );
+    match kind {
+        ScheduleKind::ZbH1 | ScheduleKind::ZbH2 | ScheduleKind::ZbV if p < 2 => {
+            Err(ScheduleError::NeedsTwoRanks { kind, pp: p })
+        }
+        ScheduleKind::DualPipeV if m < 2 * p => Err(ScheduleError::TooFewMicrobatches {
+            kind,
+            num_microbatches: m,
+            min: 2 * p,
+        }),
+        ScheduleKind::InterleavedZb if v < 2 => Err(ScheduleError::NeedsVirtual {
+            kind,
+            virtual_stages: v,
+        }),
+        ScheduleKind::InterleavedZb if !m.is_multiple_of(p) => {
+            Err(ScheduleError::MicrobatchesNotMultiple {
+                kind,
+                pp: p,
+                num_microbatches: m,
+                suggestion: m.next_multiple_of(p),
+            })
+        }
         _ => Ok(()),
     }
 }
@@ -244,11 +357,17 @@ fn validate_common(spec: &ScheduleSpec) -> Result<(), ScheduleError> {
 /// ```
 pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, ScheduleError> {
     let group_size = resolve_group_size(spec)?;
+    validate_split_backward(spec)?;
     let (p, v, m) = (spec.pp, spec.virtual_stages, spec.num_microbatches);
     Ok(match (spec.kind, group_size) {
         (ScheduleKind::Gpipe, _) => gpipe::gpipe(p, m),
         (ScheduleKind::OneFOneB, _) => one_f_one_b::one_f_one_b(p, m),
         (ScheduleKind::LoopedBfs, _) => looped_bfs::looped_bfs(p, v, m),
+        (ScheduleKind::ZbH1, _) => zero_bubble::zb_h1(p, m),
+        (ScheduleKind::ZbH2, _) => zero_bubble::zb_h2(p, m),
+        (ScheduleKind::ZbV, _) => zb_v::zb_v(p, m),
+        (ScheduleKind::DualPipeV, _) => dualpipe_v::dualpipe_v(p, m),
+        (ScheduleKind::InterleavedZb, _) => interleaved_zb::interleaved_zb(p, v, m),
         (ScheduleKind::Interleaved1F1B, Some(g)) => interleaved::interleaved_1f1b(p, v, m, g),
         (ScheduleKind::Interleaved1F1B, None) => Schedule {
             kind: ScheduleKind::Interleaved1F1B,
