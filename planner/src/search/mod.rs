@@ -693,14 +693,25 @@ fn score(
     let rank_budget = rank_budget_bytes(profile, opts, key, costs)?;
     let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
     let placement = key.schedule.placement();
+    // With one stage per rank a stage's budget is its rank's, exactly, and the allocator's
+    // fragmentation of the dynamic memory (activations, the backward's working set) is
+    // counted as evaluation counts it. With several, each stage gets an equal share of the
+    // rank's budget — which can reject splits that fit — and the fragmentation is left out
+    // as slack. Either way every candidate's memory is checked exactly when simulated.
+    let (dynamic, transient_frag) = if v == 1 {
+        let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
+        (1.0 + memory::FRAGMENTATION, transient * memory::FRAGMENTATION)
+    } else {
+        (1.0, 0.0)
+    };
     // The sums hold parameters, not model-state bytes: every term of a stage's memory
     // inequality is divided by the bytes per parameter.
     let budgets: Vec<StageBudget> = (0..s)
         .map(|k| {
             let r = placement.rank_of(k, pp);
             StageBudget {
-                bytes: rank_budget / v as f64 / per_param,
-                inflight: inflight[r] as f64 / v as f64 / per_param,
+                bytes: (rank_budget - transient_frag) / v as f64 / per_param,
+                inflight: inflight[r] as f64 * dynamic / v as f64 / per_param,
                 extra_if_last_bytes: if pp > 1 { tied as f64 } else { 0.0 },
             }
         })
@@ -726,9 +737,24 @@ fn score(
             needed(k, first, last).unwrap_or(0) as f64 * p.delta_time_s
         })
     };
+    let base_fits = split_dp::any_split_fits(sums, &budgets);
+    if part.is_some() && base_fits {
+        // Partial recompute is for configurations memory binds: when the best split with no
+        // layer recomputed is as good as the best split with memory unlimited, the
+        // configuration without partial recompute covers it.
+        let with_memory = split_dp::best_split(sums, &budgets).map(|b| b.1);
+        let free = split_dp::best_split_with(n, s, |_, _, _| true, |_, a, b| sums.time_s(a, b))
+            .map(|b| b.1);
+        if let (Some(a), Some(b)) = (with_memory, free) {
+            if a <= b * (1.0 + 1e-9) {
+                return None;
+            }
+        }
+    }
     let best = match part {
-        None if split_dp::any_split_fits(sums, &budgets) => split_dp::best_split(sums, &budgets),
+        None if base_fits => split_dp::best_split(sums, &budgets),
         None => None,
+        Some(_) if !split_dp::any_fits_with(n, s, |k, a, b| needed(k, a, b).is_some()) => None,
         Some(_) => split_dp::best_split_with(
             n,
             s,
@@ -840,10 +866,7 @@ fn rank_budget_bytes(
         zero3_gather = (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
             * memory::WEIGHT_BYTES_PER_PARAM as f64;
     }
-    // The fixed terms of `memory::rank_memory`. Its fragmentation term is left out on
-    // purpose: with several stages per rank the DP gives each stage an equal share of the
-    // rank's budget, which can reject splits that fit; the slack evens that out, and every
-    // candidate's memory is checked exactly when it is simulated.
+    // The fixed terms of `memory::rank_memory` (its fragmentation is the caller's).
     let budget = capacity
         - opts.memory_reserve_bytes as f64
         - memory::CONTEXT_BYTES as f64
