@@ -135,7 +135,14 @@ fn block_gradients_match_finite_differences() {
     // 2 sequences of 5 tokens, hidden 8, 2 heads, FFN 16
     let block = Block::init(&mut rng, 8, 2, 16, 2, true, true);
     let x = random(&mut rng, 10, 8, 1.0);
-    check_layer(Layer::Block(Box::new(block)), Flow::Hidden(x), None, 2, 5, 1);
+    check_layer(
+        Layer::Block(Box::new(block)),
+        Flow::Hidden(x),
+        None,
+        2,
+        5,
+        1,
+    );
 }
 
 #[test]
@@ -143,7 +150,14 @@ fn block_without_biases_matches_finite_differences() {
     let mut rng = Rng::new(12);
     let block = Block::init(&mut rng, 8, 4, 12, 2, false, false);
     let x = random(&mut rng, 6, 8, 1.0);
-    check_layer(Layer::Block(Box::new(block)), Flow::Hidden(x), None, 1, 6, 2);
+    check_layer(
+        Layer::Block(Box::new(block)),
+        Flow::Hidden(x),
+        None,
+        1,
+        6,
+        2,
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! and the attention probabilities: `T·(8h + 2f + 2) + b·a·s²` elements.
 //!
 //! Backward-input hands backward-weight what the weight gradients need — each linear layer's
-//! input and output gradient, each norm's `x̂` and output gradient: `T·(13h + 2f)` elements.
+//! input and output gradient, each norm's `x̂` and output gradient: `T·(12h + 2f)` elements.
 
 use super::attention::{self, AttentionShape};
 use super::linear::Linear;
