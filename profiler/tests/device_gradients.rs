@@ -80,10 +80,9 @@ fn check_layer(
     layer.backward_weight(ws, &mut grads).unwrap();
 
     let mut worst = 0.0f64;
-    let mut check = |what: String, analytic: f32, plus: f64, minus: f64| {
+    let mut check = |what: String, analytic: f64, plus: f64, minus: f64| {
         let numeric = (plus - minus) / (2.0 * f64::from(EPS));
-        let err = (numeric - f64::from(analytic)).abs()
-            / (numeric.abs().max(f64::from(analytic).abs()) + 2e-2);
+        let err = (numeric - analytic).abs() / (numeric.abs().max(analytic.abs()) + 2e-2);
         worst = worst.max(err);
         assert!(err < 2e-2, "{what}: analytic {analytic}, numeric {numeric}");
     };
@@ -104,7 +103,7 @@ fn check_layer(
             );
             xp.data_mut()[i] -= 2.0 * EPS;
             let minus = objective(&layer, &Flow::Hidden(xp), &targets, &r, seqs, seq_len);
-            check(format!("input[{i}]"), dx.data()[i], plus, minus);
+            check(format!("input[{i}]"), f64::from(dx.data()[i]), plus, minus);
         }
     }
     // Every parameter.

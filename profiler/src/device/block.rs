@@ -13,7 +13,7 @@ use super::attention::{self, AttentionShape};
 use super::linear::Linear;
 use super::norm::{LayerNorm, NormSaved};
 use super::rng::Rng;
-use super::tensor::Tensor;
+use super::tensor::{Tensor, Tensor64};
 
 /// GeLU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2):
 /// `0.5·u·(1 + tanh(c·(u + 0.044715·u³)))`, `c = √(2/π)`.
@@ -29,23 +29,23 @@ pub fn gelu_grad(u: f32) -> f32 {
     0.5 * (1.0 + t) + 0.5 * u * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * u * u)
 }
 
-/// One transformer block's parameters.
+/// One transformer block's parameters — or, as `Block<Tensor64>`, their gradients.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Block {
+pub struct Block<T = Tensor> {
     /// Attention heads.
     pub heads: usize,
     /// Norm before attention.
-    pub ln1: LayerNorm,
+    pub ln1: LayerNorm<T>,
     /// Fused query/key/value projection, `h × 3h`.
-    pub qkv: Linear,
+    pub qkv: Linear<T>,
     /// Attention output projection, `h × h`.
-    pub proj: Linear,
+    pub proj: Linear<T>,
     /// Norm before the MLP.
-    pub ln2: LayerNorm,
+    pub ln2: LayerNorm<T>,
     /// MLP up-projection, `h × f`.
-    pub fc1: Linear,
+    pub fc1: Linear<T>,
     /// MLP down-projection, `f × h`.
-    pub fc2: Linear,
+    pub fc2: Linear<T>,
 }
 
 /// What a block's forward keeps for its backward.
@@ -242,7 +242,7 @@ impl Block {
     /// every score of a query, which the softmax cancels, so `∂L/∂b_K = Σ_j dK_j = 0` exactly
     /// (`Σ_j dS_ij = 0`). Leaving it at zero rather than at rounding noise keeps AdamW — which
     /// normalises a gradient's size away — from turning that noise into updates.
-    pub fn backward_weight(&self, ws: BlockWeightSaved, grads: &mut Block) {
+    pub fn backward_weight(&self, ws: BlockWeightSaved, grads: &mut Block<Tensor64>) {
         LayerNorm::backward_weight(&ws.ln1_xhat, &ws.d_ln1_out, &mut grads.ln1);
         let h = self.ln1.gamma.cols();
         let bias = grads.qkv.bias.take();
@@ -252,7 +252,7 @@ impl Block {
             for row in ws.d_qkv.data().chunks_exact(3 * h) {
                 for (j, v) in row.iter().enumerate() {
                     if !(h..2 * h).contains(&j) {
-                        db[j] += v;
+                        db[j] += f64::from(*v);
                     }
                 }
             }
@@ -264,8 +264,8 @@ impl Block {
         Linear::backward_weight(&ws.gelu_out, &ws.d_out, &mut grads.fc2);
     }
 
-    /// The same shapes, all zero (a gradient accumulator).
-    pub fn zeros_like(&self) -> Self {
+    /// Zero gradients of the same shapes.
+    pub fn zeros_like(&self) -> Block<Tensor64> {
         Block {
             heads: self.heads,
             ln1: self.ln1.zeros_like(),
@@ -276,9 +276,11 @@ impl Block {
             fc2: self.fc2.zeros_like(),
         }
     }
+}
 
-    /// The parameters with their names, in a fixed order.
-    pub fn params(&self) -> Vec<(&'static str, &Tensor)> {
+impl<T> Block<T> {
+    /// The parameters (or gradients) with their names, in a fixed order.
+    pub fn params(&self) -> Vec<(&'static str, &T)> {
         let mut out = vec![("ln1.gamma", &self.ln1.gamma), ("ln1.beta", &self.ln1.beta)];
         out.push(("qkv.weight", &self.qkv.weight));
         out.extend(self.qkv.bias.as_ref().map(|b| ("qkv.bias", b)));
@@ -293,8 +295,8 @@ impl Block {
         out
     }
 
-    /// The parameters, mutable, in the order of [`Block::params`].
-    pub fn params_mut(&mut self) -> Vec<&mut Tensor> {
+    /// The parameters (or gradients), mutable, in the order of [`Block::params`].
+    pub fn params_mut(&mut self) -> Vec<&mut T> {
         let mut out = vec![
             &mut self.ln1.gamma,
             &mut self.ln1.beta,

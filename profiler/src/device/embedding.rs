@@ -4,18 +4,18 @@
 //! is the first layer, so it has no input gradient.
 
 use super::rng::Rng;
-use super::tensor::Tensor;
+use super::tensor::{Tensor, Tensor64};
 
 /// Bytes of one saved token id (`u32`).
 pub const TOKEN_ID_BYTES: u64 = 4;
 
-/// The embedding tables.
+/// The embedding tables — or, as `Embedding<Tensor64>`, their gradients.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Embedding {
+pub struct Embedding<T = Tensor> {
     /// Token table, `vocab × h`.
-    pub tokens: Tensor,
+    pub tokens: T,
     /// Learned position table, `positions × h`, when the model has one.
-    pub positions: Option<Tensor>,
+    pub positions: Option<T>,
 }
 
 /// What backward-weight needs: the ids and the output gradient.
@@ -78,28 +78,28 @@ impl Embedding {
     }
 
     /// Backward-weight: scatters the output gradient into the tables' gradients.
-    pub fn backward_weight(ws: EmbeddingWeightSaved, grads: &mut Embedding) {
+    pub fn backward_weight(ws: EmbeddingWeightSaved, grads: &mut Embedding<Tensor64>) {
         for (t, &id) in ws.ids.iter().enumerate() {
             let d = ws.dy.row(t);
-            for (g, v) in grads.tokens.row_mut(id as usize).iter_mut().zip(d) {
-                *g += v;
+            for (g, &v) in grads.tokens.row_mut(id as usize).iter_mut().zip(d) {
+                *g += f64::from(v);
             }
             if let Some(p) = &mut grads.positions {
-                for (g, v) in p.row_mut(t % ws.seq_len.max(1)).iter_mut().zip(d) {
-                    *g += v;
+                for (g, &v) in p.row_mut(t % ws.seq_len.max(1)).iter_mut().zip(d) {
+                    *g += f64::from(v);
                 }
             }
         }
     }
 
-    /// The same shapes, all zero.
-    pub fn zeros_like(&self) -> Self {
+    /// Zero gradients of the same shapes.
+    pub fn zeros_like(&self) -> Embedding<Tensor64> {
         Embedding {
-            tokens: Tensor::zeros(self.tokens.rows(), self.tokens.cols()),
+            tokens: Tensor64::zeros(self.tokens.rows(), self.tokens.cols()),
             positions: self
                 .positions
                 .as_ref()
-                .map(|p| Tensor::zeros(p.rows(), p.cols())),
+                .map(|p| Tensor64::zeros(p.rows(), p.cols())),
         }
     }
 }

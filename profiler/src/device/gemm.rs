@@ -4,7 +4,7 @@
 
 use faer::{Accum, MatMut, MatRef, Par};
 
-use super::tensor::Tensor;
+use super::tensor::{Tensor, Tensor64};
 
 /// A read-only strided view of `rows × cols` elements of `data` starting at `offset`, with
 /// consecutive rows `row_stride` elements apart (column stride 1).
@@ -91,6 +91,27 @@ pub fn matmul(a: &Tensor, ta: bool, b: &Tensor, tb: bool) -> Tensor {
     c
 }
 
+/// `c += aᵀ·b` in f64 (the weight-gradient product `xᵀ·dy`, a sum over tokens; see
+/// [`Tensor64`] for why f64).
+///
+/// # Panics
+/// If the shapes do not chain.
+pub fn matmul_tn_acc_f64(c: &mut Tensor64, a: &Tensor, b: &Tensor) {
+    assert_eq!(a.rows(), b.rows(), "matmul_tn: inner dimensions differ");
+    assert_eq!(
+        (c.rows(), c.cols()),
+        (a.cols(), b.cols()),
+        "matmul_tn: output shape"
+    );
+    let a64: Vec<f64> = a.data().iter().map(|&x| f64::from(x)).collect();
+    let b64: Vec<f64> = b.data().iter().map(|&x| f64::from(x)).collect();
+    let av = MatRef::from_row_major_slice(&a64, a.rows(), a.cols()).transpose();
+    let bv = MatRef::from_row_major_slice(&b64, b.rows(), b.cols());
+    let (rows, cols) = (c.rows(), c.cols());
+    let cv = MatMut::from_column_major_slice_mut(c.data_mut(), cols, rows).transpose_mut();
+    faer::linalg::matmul::matmul(cv, Accum::Add, av, bv, 1.0f64, Par::Seq);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +156,12 @@ mod tests {
             .map(|x| 2.0 * x)
             .collect();
         assert_eq!(c.data(), twice.as_slice());
+        let mut acc = Tensor64::zeros(3, 5);
+        matmul_tn_acc_f64(&mut acc, &at, &b);
+        matmul_tn_acc_f64(&mut acc, &at, &b);
+        let want = naive(&at, true, &b, false);
+        for (x, y) in acc.data().iter().zip(want.data()) {
+            assert_eq!(*x, 2.0 * f64::from(*y));
+        }
     }
 }

@@ -8,18 +8,18 @@
 //! gradient, the LM head's input and `dlogits`: `T·(3h + V)` floats.
 
 use super::embedding::TOKEN_ID_BYTES;
-use super::gemm::{matmul, matmul_into};
+use super::gemm::{matmul, matmul_tn_acc_f64};
 use super::norm::{LayerNorm, NormSaved};
 use super::rng::Rng;
-use super::tensor::Tensor;
+use super::tensor::{Tensor, Tensor64};
 
-/// Final norm and LM head.
+/// Final norm and LM head — or, as `Head<Tensor64>`, their gradients.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Head {
+pub struct Head<T = Tensor> {
     /// The final norm.
-    pub norm: LayerNorm,
+    pub norm: LayerNorm<T>,
     /// The LM head, `h × V`.
-    pub lm_head: Tensor,
+    pub lm_head: T,
 }
 
 /// What the head's forward keeps.
@@ -128,23 +128,16 @@ impl Head {
     }
 
     /// Backward-weight: adds the norm's and the LM head's gradients into `grads`.
-    pub fn backward_weight(ws: HeadWeightSaved, grads: &mut Head) {
+    pub fn backward_weight(ws: HeadWeightSaved, grads: &mut Head<Tensor64>) {
         LayerNorm::backward_weight(&ws.xhat, &ws.d_norm_out, &mut grads.norm);
-        matmul_into(
-            &mut grads.lm_head,
-            &ws.norm_out,
-            true,
-            &ws.d_logits,
-            false,
-            true,
-        );
+        matmul_tn_acc_f64(&mut grads.lm_head, &ws.norm_out, &ws.d_logits);
     }
 
-    /// The same shapes, all zero.
-    pub fn zeros_like(&self) -> Self {
+    /// Zero gradients of the same shapes.
+    pub fn zeros_like(&self) -> Head<Tensor64> {
         Head {
             norm: self.norm.zeros_like(),
-            lm_head: Tensor::zeros(self.lm_head.rows(), self.lm_head.cols()),
+            lm_head: Tensor64::zeros(self.lm_head.rows(), self.lm_head.cols()),
         }
     }
 }

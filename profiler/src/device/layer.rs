@@ -5,7 +5,7 @@
 use super::block::{Block, BlockSaved, BlockWeightSaved};
 use super::embedding::{Embedding, EmbeddingWeightSaved, TOKEN_ID_BYTES};
 use super::head::{Head, HeadSaved, HeadWeightSaved};
-use super::tensor::Tensor;
+use super::tensor::{Tensor, Tensor64};
 use super::DeviceError;
 
 /// What flows between layers in the forward direction.
@@ -29,15 +29,15 @@ impl Flow {
     }
 }
 
-/// One layer-list entry.
+/// One layer-list entry — or, as `Layer<Tensor64>`, its gradients.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Layer {
+pub enum Layer<T = Tensor> {
     /// Token (and position) embedding.
-    Embedding(Embedding),
+    Embedding(Embedding<T>),
     /// Transformer block.
-    Block(Box<Block>),
+    Block(Box<Block<T>>),
     /// Final norm, LM head and loss.
-    Head(Head),
+    Head(Head<T>),
 }
 
 /// What a layer's forward keeps for its backward.
@@ -89,7 +89,7 @@ impl WeightSaved {
     }
 }
 
-impl Layer {
+impl<T> Layer<T> {
     /// `embedding`, `block` or `head`.
     pub fn kind_name(&self) -> &'static str {
         match self {
@@ -99,6 +99,38 @@ impl Layer {
         }
     }
 
+    /// The parameters (or gradients) with their names, in a fixed order.
+    pub fn params(&self) -> Vec<(&'static str, &T)> {
+        match self {
+            Layer::Embedding(e) => {
+                let mut v = vec![("tokens", &e.tokens)];
+                v.extend(e.positions.as_ref().map(|p| ("positions", p)));
+                v
+            }
+            Layer::Block(b) => b.params(),
+            Layer::Head(h) => vec![
+                ("norm.gamma", &h.norm.gamma),
+                ("norm.beta", &h.norm.beta),
+                ("lm_head", &h.lm_head),
+            ],
+        }
+    }
+
+    /// The parameters (or gradients), mutable, in the order of [`Layer::params`].
+    pub fn params_mut(&mut self) -> Vec<&mut T> {
+        match self {
+            Layer::Embedding(e) => {
+                let mut v = vec![&mut e.tokens];
+                v.extend(e.positions.as_mut());
+                v
+            }
+            Layer::Block(b) => b.params_mut(),
+            Layer::Head(h) => vec![&mut h.norm.gamma, &mut h.norm.beta, &mut h.lm_head],
+        }
+    }
+}
+
+impl Layer {
     /// Forward over `sequences` sequences of `seq_len` tokens. The head needs `targets` (one
     /// per token) and returns [`Flow::Loss`], the *sum* of the token losses.
     pub fn forward(
@@ -176,7 +208,11 @@ impl Layer {
 
     /// Backward-weight: adds this micro-batch's weight gradients into `grads` (a layer of the
     /// same kind and shapes, e.g. from [`Layer::zeros_like`]).
-    pub fn backward_weight(&self, ws: WeightSaved, grads: &mut Layer) -> Result<(), DeviceError> {
+    pub fn backward_weight(
+        &self,
+        ws: WeightSaved,
+        grads: &mut Layer<Tensor64>,
+    ) -> Result<(), DeviceError> {
         match (self, ws, grads) {
             (Layer::Embedding(_), WeightSaved::Embedding(ws), Layer::Embedding(g)) => {
                 Embedding::backward_weight(ws, g)
@@ -193,42 +229,12 @@ impl Layer {
         Ok(())
     }
 
-    /// The same kind and shapes with every parameter zero (a gradient accumulator).
-    pub fn zeros_like(&self) -> Layer {
+    /// Zero gradients of the same kind and shapes.
+    pub fn zeros_like(&self) -> Layer<Tensor64> {
         match self {
             Layer::Embedding(e) => Layer::Embedding(e.zeros_like()),
             Layer::Block(b) => Layer::Block(Box::new(b.zeros_like())),
             Layer::Head(h) => Layer::Head(h.zeros_like()),
-        }
-    }
-
-    /// The parameters with their names, in a fixed order.
-    pub fn params(&self) -> Vec<(&'static str, &Tensor)> {
-        match self {
-            Layer::Embedding(e) => {
-                let mut v = vec![("tokens", &e.tokens)];
-                v.extend(e.positions.as_ref().map(|p| ("positions", p)));
-                v
-            }
-            Layer::Block(b) => b.params(),
-            Layer::Head(h) => vec![
-                ("norm.gamma", &h.norm.gamma),
-                ("norm.beta", &h.norm.beta),
-                ("lm_head", &h.lm_head),
-            ],
-        }
-    }
-
-    /// The parameters, mutable, in the order of [`Layer::params`].
-    pub fn params_mut(&mut self) -> Vec<&mut Tensor> {
-        match self {
-            Layer::Embedding(e) => {
-                let mut v = vec![&mut e.tokens];
-                v.extend(e.positions.as_mut());
-                v
-            }
-            Layer::Block(b) => b.params_mut(),
-            Layer::Head(h) => vec![&mut h.norm.gamma, &mut h.norm.beta, &mut h.lm_head],
         }
     }
 

@@ -2,17 +2,18 @@
 //!
 //! Backward: `dx = dy·Wᵀ` (backward-input); `dW += xᵀ·dy`, `db += Σ_rows dy` (backward-weight).
 
-use super::gemm::{matmul, matmul_into};
+use super::gemm::{matmul, matmul_tn_acc_f64};
 use super::rng::Rng;
-use super::tensor::Tensor;
+use super::tensor::{Tensor, Tensor64};
 
-/// Weights `in × out` and an optional `1 × out` bias.
+/// Weights `in × out` and an optional `1 × out` bias — or, as `Linear<Tensor64>`, their
+/// gradients.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Linear {
+pub struct Linear<T = Tensor> {
     /// `W`, `in × out`.
-    pub weight: Tensor,
+    pub weight: T,
     /// `b`, `1 × out`, when the layer has one.
-    pub bias: Option<Tensor>,
+    pub bias: Option<T>,
 }
 
 impl Linear {
@@ -47,18 +48,18 @@ impl Linear {
     }
 
     /// Adds `xᵀ·dy` into `grads.weight` and the column sums of `dy` into `grads.bias`.
-    pub fn backward_weight(x: &Tensor, dy: &Tensor, grads: &mut Linear) {
-        matmul_into(&mut grads.weight, x, true, dy, false, true);
+    pub fn backward_weight(x: &Tensor, dy: &Tensor, grads: &mut Linear<Tensor64>) {
+        matmul_tn_acc_f64(&mut grads.weight, x, dy);
         if let Some(db) = &mut grads.bias {
-            dy.add_column_sums_into(db);
+            db.add_column_sums(dy);
         }
     }
 
-    /// The same shapes, all zero (a gradient accumulator).
-    pub fn zeros_like(&self) -> Self {
+    /// Zero gradients of the same shapes.
+    pub fn zeros_like(&self) -> Linear<Tensor64> {
         Linear {
-            weight: Tensor::zeros(self.weight.rows(), self.weight.cols()),
-            bias: self.bias.as_ref().map(|b| Tensor::zeros(1, b.cols())),
+            weight: Tensor64::zeros(self.weight.rows(), self.weight.cols()),
+            bias: self.bias.as_ref().map(|b| Tensor64::zeros(1, b.cols())),
         }
     }
 }

@@ -38,13 +38,13 @@ pub mod transport;
 
 pub use block::{Block, BlockSaved, BlockWeightSaved};
 pub use embedding::Embedding;
-pub use gemm::{matmul, matmul_into};
+pub use gemm::{matmul, matmul_into, matmul_tn_acc_f64};
 pub use head::Head;
 pub use layer::{Flow, Layer, Saved, WeightSaved};
 pub use linear::Linear;
 pub use norm::LayerNorm;
 pub use rng::Rng;
-pub use tensor::{Tensor, DTYPE_BYTES};
+pub use tensor::{Tensor, Tensor64, DTYPE_BYTES};
 pub use transport::{Direction, InProcess, Tag, Transport, TransportError};
 
 /// A layer was handed input it cannot use (the wrong kind of flow, ids outside the vocabulary,

@@ -4,18 +4,19 @@
 //! Backward (per row, `d = dy ∘ γ`, `n` features):
 //! `dx = rstd · (d − mean(d) − x̂ · mean(d ∘ x̂))`; `dγ = Σ_rows dy ∘ x̂`, `dβ = Σ_rows dy`.
 
-use super::tensor::Tensor;
+use super::tensor::{Tensor, Tensor64};
 
 /// The ε added to the variance (PyTorch's default).
 pub const LAYER_NORM_EPS: f32 = 1e-5;
 
-/// A LayerNorm's parameters: scale `γ` and shift `β`, both `1 × features`.
+/// A LayerNorm's parameters: scale `γ` and shift `β`, both `1 × features` — or, as
+/// `LayerNorm<Tensor64>`, their gradients.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LayerNorm {
+pub struct LayerNorm<T = Tensor> {
     /// Scale `γ`.
-    pub gamma: Tensor,
+    pub gamma: T,
     /// Shift `β`.
-    pub beta: Tensor,
+    pub beta: T,
 }
 
 /// What a LayerNorm's forward keeps for its backward: `x̂` (`rows × features`) and `rstd`
@@ -90,23 +91,23 @@ impl LayerNorm {
     }
 
     /// Adds this micro-batch's `dγ` and `dβ` into `grads`.
-    pub fn backward_weight(xhat: &Tensor, dy: &Tensor, grads: &mut LayerNorm) {
+    pub fn backward_weight(xhat: &Tensor, dy: &Tensor, grads: &mut LayerNorm<Tensor64>) {
         let n = dy.cols();
+        let dg = grads.gamma.data_mut();
         for i in 0..dy.rows() {
             let (xh, d) = (xhat.row(i), dy.row(i));
-            let dg = grads.gamma.data_mut();
             for j in 0..n {
-                dg[j] += d[j] * xh[j];
+                dg[j] += f64::from(d[j]) * f64::from(xh[j]);
             }
         }
-        dy.add_column_sums_into(&mut grads.beta);
+        grads.beta.add_column_sums(dy);
     }
 
-    /// A norm of the same width with every parameter zero (a gradient accumulator).
-    pub fn zeros_like(&self) -> Self {
+    /// Zero gradients of the same shapes.
+    pub fn zeros_like(&self) -> LayerNorm<Tensor64> {
         LayerNorm {
-            gamma: Tensor::zeros(1, self.gamma.cols()),
-            beta: Tensor::zeros(1, self.beta.cols()),
+            gamma: Tensor64::zeros(1, self.gamma.cols()),
+            beta: Tensor64::zeros(1, self.beta.cols()),
         }
     }
 }

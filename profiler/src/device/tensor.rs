@@ -156,6 +156,84 @@ impl Tensor {
     }
 }
 
+/// A dense row-major `rows × cols` matrix of `f64`: the accumulator of a weight gradient.
+///
+/// Weight gradients are sums over every token of the batch (`dW = Σ_t x_tᵀ·dy_t`). Summed in
+/// f64 they do not depend, to within 1e-16, on how the batch is cut into micro-batches and
+/// replicas or in which order the pieces arrive; rounded once to f32 for the optimizer they are
+/// the same bits as the single-worker sum almost always. In f32 the cut would change the
+/// rounding, and AdamW — which divides a gradient by its own running size — would magnify that
+/// on near-zero gradients.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Tensor64 {
+    rows: usize,
+    cols: usize,
+    data: Vec<f64>,
+}
+
+impl Tensor64 {
+    /// A `rows × cols` matrix of zeros.
+    pub fn zeros(rows: usize, cols: usize) -> Self {
+        Tensor64 {
+            rows,
+            cols,
+            data: vec![0.0; rows * cols],
+        }
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The elements, row-major.
+    pub fn data(&self) -> &[f64] {
+        &self.data
+    }
+
+    /// The elements, row-major, mutable.
+    pub fn data_mut(&mut self) -> &mut [f64] {
+        &mut self.data
+    }
+
+    /// Row `i`, mutable.
+    pub fn row_mut(&mut self, i: usize) -> &mut [f64] {
+        let c = self.cols;
+        &mut self.data[i * c..(i + 1) * c]
+    }
+
+    /// Sets every element to zero.
+    pub fn fill_zero(&mut self) {
+        self.data.fill(0.0);
+    }
+
+    /// Adds the column sums of `x` (`rows × cols` with `cols == self.len()`):
+    /// `self[j] += Σ_i x[i, j]`, in f64.
+    pub fn add_column_sums(&mut self, x: &Tensor) {
+        assert_eq!(self.len(), x.cols(), "column sums: width differs");
+        for row in x.data().chunks_exact(x.cols().max(1)) {
+            for (a, &v) in self.data.iter_mut().zip(row) {
+                *a += f64::from(v);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -101,7 +101,9 @@ pub trait Transport: Send {
 
     /// Sums `data` element-wise over the ranks of `group` (which must contain this rank); every
     /// member ends with the same bits. Every member calls it with its groups in the same order.
-    fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f32]) -> Result<(), TransportError>;
+    /// The data is f64 because weight gradients are accumulated in f64 (see
+    /// [`Tensor64`](super::Tensor64)); NCCL and MPI reduce f64 natively.
+    fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError>;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -110,10 +112,16 @@ enum Key {
     Reduce { group: Vec<usize>, seq: u64 },
 }
 
+/// What a message carries: a tensor, or one rank's part of an all-reduce.
+enum Payload {
+    Tensor(Tensor),
+    Reduce(Vec<f64>),
+}
+
 struct Message {
     from: usize,
     key: Key,
-    tensor: Tensor,
+    payload: Payload,
 }
 
 /// The in-process transport: ranks are threads of one process and messages go over channels.
@@ -122,7 +130,7 @@ pub struct InProcess {
     rank: usize,
     senders: Vec<Sender<Message>>,
     inbox: Receiver<Message>,
-    stash: HashMap<(usize, Key), VecDeque<Tensor>>,
+    stash: HashMap<(usize, Key), VecDeque<Payload>>,
     reduce_seq: HashMap<Vec<usize>, u64>,
     timeout: Duration,
 }
@@ -146,53 +154,63 @@ impl InProcess {
             .collect()
     }
 
+    fn invalid(&self, message: String) -> TransportError {
+        TransportError::Invalid {
+            rank: self.rank,
+            message,
+        }
+    }
+
     fn check_peer(&self, peer: usize) -> Result<(), TransportError> {
         if peer < self.senders.len() {
             Ok(())
         } else {
-            Err(TransportError::Invalid {
-                rank: self.rank,
-                message: format!("peer {peer} is outside the {} ranks", self.senders.len()),
-            })
+            Err(self.invalid(format!(
+                "peer {peer} is outside the {} ranks",
+                self.senders.len()
+            )))
         }
     }
 
-    fn post(&self, peer: usize, key: Key, tensor: Tensor) -> Result<(), TransportError> {
+    fn post(&self, peer: usize, key: Key, payload: Payload) -> Result<(), TransportError> {
         self.check_peer(peer)?;
+        let message = Message {
+            from: self.rank,
+            key,
+            payload,
+        };
         self.senders[peer]
-            .send(Message {
-                from: self.rank,
-                key,
-                tensor,
-            })
+            .send(message)
             .map_err(|_| TransportError::Disconnected {
                 rank: self.rank,
                 peer,
             })
     }
 
+    /// The payload `peer` sent under `key`: from the stash, or from the inbox (stashing what
+    /// else arrives meanwhile), waiting at most the timeout.
     fn take(
         &mut self,
         peer: usize,
         key: Key,
         what: impl Fn() -> String,
-    ) -> Result<Tensor, TransportError> {
+    ) -> Result<Payload, TransportError> {
         self.check_peer(peer)?;
         let wanted = (peer, key);
-        if let Some(t) = self.stash.get_mut(&wanted).and_then(VecDeque::pop_front) {
-            return Ok(t);
+        if let Some(p) = self.stash.get_mut(&wanted).and_then(VecDeque::pop_front) {
+            return Ok(p);
         }
         let start = Instant::now();
         let deadline = start + self.timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.inbox.recv_timeout(left) {
-                Ok(m) if m.from == wanted.0 && m.key == wanted.1 => return Ok(m.tensor),
+                Ok(m) if m.from == wanted.0 && m.key == wanted.1 => return Ok(m.payload),
                 Ok(m) => self
                     .stash
                     .entry((m.from, m.key))
                     .or_default()
-                    .push_back(m.tensor),
+                    .push_back(m.payload),
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(TransportError::Timeout {
                         rank: self.rank,
@@ -222,21 +240,25 @@ impl Transport for InProcess {
     }
 
     fn send(&mut self, peer: usize, tag: Tag, tensor: Tensor) -> Result<(), TransportError> {
-        self.post(peer, Key::P2p(tag), tensor)
+        self.post(peer, Key::P2p(tag), Payload::Tensor(tensor))
     }
 
     fn recv(&mut self, peer: usize, tag: Tag) -> Result<Tensor, TransportError> {
-        self.take(peer, Key::P2p(tag), || tag.to_string())
+        match self.take(peer, Key::P2p(tag), || tag.to_string())? {
+            Payload::Tensor(t) => Ok(t),
+            Payload::Reduce(_) => Err(self.invalid(format!(
+                "{tag} from rank {peer} arrived as an all-reduce part"
+            ))),
+        }
     }
 
     /// Every member sends its data to every other member, then adds all contributions in
     /// group order, so the sum is bitwise the same everywhere.
-    fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f32]) -> Result<(), TransportError> {
+    fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError> {
         if !group.contains(&self.rank) {
-            return Err(TransportError::Invalid {
-                rank: self.rank,
-                message: format!("all-reduce over group {group:?}, which does not contain it"),
-            });
+            return Err(self.invalid(format!(
+                "all-reduce over group {group:?}, which does not contain it"
+            )));
         }
         if group.len() == 1 {
             return Ok(());
@@ -248,30 +270,34 @@ impl Transport for InProcess {
             group: group.to_vec(),
             seq,
         };
-        let mine = Tensor::from_vec(1, data.len(), data.to_vec());
+        let mine = data.to_vec();
         for &peer in group.iter().filter(|&&p| p != self.rank) {
-            self.post(peer, key.clone(), mine.clone())?;
+            self.post(peer, key.clone(), Payload::Reduce(mine.clone()))?;
         }
-        let mut sum = vec![0.0f32; data.len()];
+        let mut sum = vec![0.0f64; data.len()];
         for &peer in group {
             let part = if peer == self.rank {
                 mine.clone()
             } else {
-                self.take(peer, key.clone(), || {
+                match self.take(peer, key.clone(), || {
                     format!("its part of all-reduce #{seq}")
-                })?
+                })? {
+                    Payload::Reduce(v) => v,
+                    Payload::Tensor(_) => {
+                        return Err(self.invalid(format!(
+                            "all-reduce #{seq}: rank {peer} sent a tensor instead"
+                        )))
+                    }
+                }
             };
             if part.len() != sum.len() {
-                return Err(TransportError::Invalid {
-                    rank: self.rank,
-                    message: format!(
-                        "all-reduce #{seq}: rank {peer} sent {} elements, this rank has {}",
-                        part.len(),
-                        sum.len()
-                    ),
-                });
+                return Err(self.invalid(format!(
+                    "all-reduce #{seq}: rank {peer} sent {} elements, this rank has {}",
+                    part.len(),
+                    sum.len()
+                )));
             }
-            for (s, x) in sum.iter_mut().zip(part.data()) {
+            for (s, x) in sum.iter_mut().zip(&part) {
                 *s += x;
             }
         }
@@ -318,7 +344,7 @@ mod tests {
     #[test]
     fn all_reduce_sums_in_group_order_on_every_thread() {
         let world = InProcess::world(4, Duration::from_secs(5));
-        let results: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let results: Vec<Vec<f64>> = std::thread::scope(|s| {
             let handles: Vec<_> = world
                 .into_iter()
                 .map(|mut t| {
@@ -328,7 +354,7 @@ mod tests {
                         } else {
                             vec![1, 3]
                         };
-                        let mut data = vec![t.rank() as f32, 1.0];
+                        let mut data = vec![t.rank() as f64, 1.0];
                         t.all_reduce_sum(&group, &mut data).unwrap();
                         t.all_reduce_sum(&group, &mut data).unwrap();
                         data
