@@ -128,7 +128,7 @@ impl ExecConfig {
         }
         if !(self.recv_timeout_s > 0.0 && self.recv_timeout_s.is_finite()) {
             return Err(ExecError::invalid(
-                "--timeout",
+                "--recv-timeout",
                 "must be a positive number of seconds",
             ));
         }

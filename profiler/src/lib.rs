@@ -21,6 +21,8 @@
 //! assert!(t_s > 0.02 && t_s < 0.03);
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod analytic;
 pub mod cluster;
 pub mod device;

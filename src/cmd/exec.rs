@@ -66,6 +66,9 @@ pub struct ExecArgs {
     /// Seed of the initial weights and the synthetic data.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
+    /// Seconds a rank waits for a tensor from another rank before it fails, naming the peer.
+    #[arg(long, default_value_t = 60.0, value_name = "S")]
+    pub recv_timeout: f64,
     /// AdamW learning rate.
     #[arg(long, default_value_t = 3e-3, value_name = "LR")]
     pub lr: f64,
@@ -155,6 +158,7 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
         bail!("--lr must be a positive number (got {})", args.lr);
     }
     cfg.optimizer.lr = args.lr;
+    cfg.recv_timeout_s = args.recv_timeout;
     cfg.validate()?;
     Ok(cfg)
 }
