@@ -26,6 +26,8 @@ enum Command {
     Schedule(cmd::schedule::ScheduleArgs),
     /// Compare predictions with published, measured training runs.
     Validate(cmd::validate::ValidateArgs),
+    /// Train a small model for real with a pipeline schedule, one thread per rank.
+    Exec(cmd::exec::ExecArgs),
     /// List the bundled model presets.
     Models {
         /// Print JSON.
@@ -76,6 +78,7 @@ fn main() {
         Command::Estimate(args) => cmd::estimate::run(args),
         Command::Schedule(args) => cmd::schedule::run(args),
         Command::Validate(args) => cmd::validate::run(args),
+        Command::Exec(args) => cmd::exec::run_exec(args),
         Command::Models { json } => cmd::catalog::models(*json),
         Command::Gpus { json } => cmd::catalog::gpus(*json),
     };

@@ -1,9 +1,49 @@
 //! # autopp-executor
 //!
-//! Runs a plan's schedule IR for real: one worker per rank executing its action list over the
-//! profiler's device layer. This crate is an empty placeholder until the executor issue lands; it
-//! exists so the workspace has its final shape and dependency direction
-//! (`models ← profiler ← planner ← executor ← autopp`).
+//! Runs a schedule IR for real: one worker thread per rank (`pp × dp`) executing its action
+//! list over the profiler's device layer — fp32 CPU layers with explicit forward /
+//! backward-input / backward-weight, an in-process [`Transport`] between ranks — with saved
+//! activations per (stage, micro-batch), gradients accumulated over micro-batches and scaled as
+//! one full-batch step, a data-parallel all-reduce, and AdamW. [`check`] trains the same model
+//! on one worker with the whole batch at once and compares losses and weights.
+//!
+//! The schedule IR is the only thing the executor is told about order: any [`Schedule`] that
+//! passes the checker runs, including split backwards (`I`, `W`) and overlapped pairs.
+//!
+//! ```
+//! use autopp_executor::{check, run, ExecConfig};
+//! use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
+//!
+//! let model = autopp_models::load("tiny-gpt").unwrap().with_seq_length(8).unwrap();
+//! let schedule = generate(&ScheduleSpec::new(ScheduleKind::OneFOneB, 2, 4)).unwrap();
+//! let mut cfg = ExecConfig::new(&model, schedule, 1, 1, None).unwrap();
+//! cfg.steps = 2;
+//! let report = run(&cfg, &mut |_| {}).unwrap();
+//! let reference = check::train_single_worker(&cfg).unwrap();
+//! let c = check::compare(&report, &reference, check::DEFAULT_TOLERANCE);
+//! assert!(c.passed, "{}: {}", c.worst, c.max_rel_err);
+//! assert_eq!(report.peak_activation_bytes, report.predicted_peak_activation_bytes);
+//! ```
+//!
+//! [`Transport`]: autopp_profiler::device::Transport
+//! [`Schedule`]: autopp_planner::schedule::Schedule
 
-/// The executor's version, the crate version.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+#![warn(missing_docs)]
+
+mod barrier;
+pub mod check;
+pub mod config;
+pub mod data;
+mod error;
+pub mod optim;
+pub mod predict;
+pub mod run;
+pub mod stage;
+pub mod trace;
+mod worker;
+
+pub use check::{compare, train_single_worker, CheckReport, Reference};
+pub use config::{AdamWConfig, ExecConfig, MAX_PARAMS};
+pub use error::ExecError;
+pub use run::{run, ExecReport, RankTrace, StepSummary};
+pub use worker::{ActionEvent, RankStep};

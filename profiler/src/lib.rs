@@ -3,7 +3,9 @@
 //! Everything that touches hardware: the GPU catalog, the cluster description (nodes, links,
 //! where each parallel group sits), and the *profile* — seconds for each layer's passes and for
 //! collectives and sends. Today the profile is analytic (a roofline with shape-dependent
-//! efficiency); measured profiles and the device layer come with the executor issues.
+//! efficiency). The [`device`] layer — fp32 CPU layers with explicit forward / backward-input /
+//! backward-weight, and the transports between ranks — is what the executor runs; measured
+//! profiles will time it.
 //!
 //! This crate never chooses plans.
 //!
@@ -19,8 +21,11 @@
 //! assert!(t_s > 0.02 && t_s < 0.03);
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod analytic;
 pub mod cluster;
+pub mod device;
 pub mod hardware;
 
 pub use analytic::{AnalyticProfile, Efficiency, LayerTimes};

@@ -2,6 +2,7 @@
 pub mod catalog;
 pub mod common;
 pub mod estimate;
+pub mod exec;
 pub mod plan;
 pub mod schedule;
 pub mod validate;

@@ -1,0 +1,247 @@
+//! [`ExecConfig`]: what to run — the model, the schedule IR, the data-parallel degree, the
+//! micro-batch size, the layer split, the steps, the seed and the optimizer — and the checks
+//! that refuse what the executor cannot run.
+
+use std::ops::Range;
+
+use autopp_models::{LayerKind, Model, Norm, TransformerSpec};
+use autopp_planner::schedule::{check, Schedule};
+use autopp_planner::split::{check_split, default_split};
+use serde::Serialize;
+
+use crate::error::ExecError;
+
+/// The most parameters the executor accepts: it runs fp32 on the CPU and is meant for small
+/// models such as tiny-gpt (1.9 M parameters).
+pub const MAX_PARAMS: u64 = 100_000_000;
+
+/// The most bytes one step's single-worker check may keep for backward (the whole global batch
+/// at once).
+pub const MAX_BATCH_ACTIVATION_BYTES: u64 = 16 << 30;
+
+/// AdamW's hyperparameters (Loshchilov & Hutter 2019): decoupled weight decay, applied to
+/// matrices only (not to biases and norm parameters).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AdamWConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// First-moment decay `β₁`.
+    pub beta1: f64,
+    /// Second-moment decay `β₂`.
+    pub beta2: f64,
+    /// `ε` added to `√v̂`.
+    pub eps: f64,
+    /// Decoupled weight decay.
+    pub weight_decay: f64,
+}
+
+impl Default for AdamWConfig {
+    fn default() -> Self {
+        AdamWConfig {
+            lr: 3e-3,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.01,
+        }
+    }
+}
+
+/// Everything a run needs. Make it with [`ExecConfig::new`], which checks it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecConfig {
+    /// The model (a transformer within the executor's subset; see [`ExecConfig::new`]).
+    pub model: TransformerSpec,
+    /// The schedule IR: the only description of order the executor is told.
+    pub schedule: Schedule,
+    /// Data-parallel replicas of the pipeline.
+    pub dp: usize,
+    /// Sequences per micro-batch.
+    pub micro_batch_size: usize,
+    /// Layer-list entries (embedding, blocks, head) per global stage, in stage order.
+    pub split: Vec<usize>,
+    /// Training steps.
+    pub steps: usize,
+    /// Seed of the weights and the data.
+    pub seed: u64,
+    /// Optimizer.
+    pub optimizer: AdamWConfig,
+    /// How long a receive waits before it fails, seconds.
+    pub recv_timeout_s: f64,
+}
+
+impl ExecConfig {
+    /// A checked configuration: `model` must be a transformer the executor implements
+    /// (LayerNorm, multi-head attention, plain GeLU MLP, untied LM head, no dropout) and at
+    /// most [`MAX_PARAMS`] parameters; `schedule` must pass the checker; `split` (default:
+    /// Megatron's even split) must give each stage at least one layer-list entry.
+    pub fn new(
+        model: &Model,
+        schedule: Schedule,
+        dp: usize,
+        micro_batch_size: usize,
+        split: Option<Vec<usize>>,
+    ) -> Result<ExecConfig, ExecError> {
+        let Model::Transformer(spec) = model else {
+            return Err(ExecError::Unsupported(format!(
+                "exec runs transformers; '{}' is a layer list, whose layers have costs but no definition to execute",
+                model.name()
+            )));
+        };
+        let entries = spec.num_layers as usize + 2;
+        let split = match split {
+            Some(s) => s,
+            None => {
+                let mut kinds = vec![LayerKind::Embedding];
+                kinds.extend(std::iter::repeat_n(LayerKind::Transformer, entries - 2));
+                kinds.push(LayerKind::Head);
+                default_split(&kinds, schedule.num_stages())
+                    .map_err(|e| ExecError::invalid("--pp", e.to_string().replace("--pp: ", "")))?
+            }
+        };
+        let cfg = ExecConfig {
+            model: spec.clone(),
+            schedule,
+            dp,
+            micro_batch_size,
+            split,
+            steps: 10,
+            seed: 0,
+            optimizer: AdamWConfig::default(),
+            recv_timeout_s: 60.0,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks the configuration (also run by [`crate::run`], since the fields are public).
+    pub fn validate(&self) -> Result<(), ExecError> {
+        check_model(&self.model)?;
+        if self.dp == 0 {
+            return Err(ExecError::invalid("--dp", "must be at least 1"));
+        }
+        if self.micro_batch_size == 0 {
+            return Err(ExecError::invalid("--mbs", "must be at least 1"));
+        }
+        if self.steps == 0 {
+            return Err(ExecError::invalid("--steps", "must be at least 1"));
+        }
+        if !(self.recv_timeout_s > 0.0 && self.recv_timeout_s.is_finite()) {
+            return Err(ExecError::invalid(
+                "--recv-timeout",
+                "must be a positive number of seconds",
+            ));
+        }
+        check(&self.schedule).map_err(|e| ExecError::Schedule(e.to_string()))?;
+        check_split(
+            &self.split,
+            self.model.num_layers as usize + 2,
+            self.num_stages(),
+        )
+        .map_err(|e| ExecError::invalid("--split", e.to_string().replace("--split: ", "")))?;
+        let batch = self.global_batch_size() as u64;
+        let per_sequence: u64 = self
+            .model
+            .fp32_layer_bytes(1)
+            .iter()
+            .map(|b| b.activation_bytes)
+            .sum();
+        let bytes = per_sequence.saturating_mul(batch);
+        if bytes > MAX_BATCH_ACTIVATION_BYTES {
+            return Err(ExecError::Unsupported(format!(
+                "one step keeps {:.1} GiB of activations for the whole batch of {batch} sequences of {} tokens (the single-worker check runs it at once), above the limit of {} GiB: use fewer or smaller micro-batches or a shorter --seq-len",
+                bytes as f64 / (1u64 << 30) as f64,
+                self.model.seq_length,
+                MAX_BATCH_ACTIVATION_BYTES >> 30
+            )));
+        }
+        Ok(())
+    }
+
+    /// Pipeline ranks.
+    pub fn pp(&self) -> usize {
+        self.schedule.pp
+    }
+
+    /// Global stages, `pp · v`.
+    pub fn num_stages(&self) -> usize {
+        self.schedule.num_stages()
+    }
+
+    /// Micro-batches per step per replica.
+    pub fn num_microbatches(&self) -> usize {
+        self.schedule.num_microbatches
+    }
+
+    /// Sequences per step over all replicas: `m · mbs · dp`.
+    pub fn global_batch_size(&self) -> usize {
+        self.num_microbatches() * self.micro_batch_size * self.dp
+    }
+
+    /// Ranks (threads): `pp · dp`.
+    pub fn world_size(&self) -> usize {
+        self.pp() * self.dp
+    }
+
+    /// Tokens per sequence.
+    pub fn seq_len(&self) -> usize {
+        self.model.seq_length as usize
+    }
+
+    /// The layer-list entries of each global stage.
+    pub fn stage_ranges(&self) -> Vec<Range<usize>> {
+        let mut first = 0;
+        self.split
+            .iter()
+            .map(|&n| {
+                let r = first..first + n;
+                first += n;
+                r
+            })
+            .collect()
+    }
+
+    /// The global sequence indices of micro-batch `microbatch` of replica `replica`: sequences
+    /// are numbered replica-major, then micro-batch, then row, so the whole batch in order is
+    /// what the single-worker check trains on.
+    pub fn sequences_of(&self, replica: usize, microbatch: usize) -> Range<usize> {
+        let first = (replica * self.num_microbatches() + microbatch) * self.micro_batch_size;
+        first..first + self.micro_batch_size
+    }
+}
+
+/// Refuses models outside the executor's subset, and models too large for it.
+fn check_model(m: &TransformerSpec) -> Result<(), ExecError> {
+    m.validate()
+        .map_err(|e| ExecError::Unsupported(e.to_string()))?;
+    let name = &m.name;
+    let unsupported = |what: &str| {
+        Err(ExecError::Unsupported(format!(
+            "exec does not implement {what} (model '{name}'); it runs LayerNorm transformers with multi-head attention, a GeLU MLP, an untied LM head and no dropout, such as tiny-gpt"
+        )))
+    };
+    if m.gated_mlp {
+        return unsupported("gated MLPs (\"gated_mlp\": true)");
+    }
+    if m.norm != Norm::Layernorm {
+        return unsupported("RMSNorm (\"norm\": \"rmsnorm\")");
+    }
+    if m.kv_heads() != m.num_attention_heads {
+        return unsupported("grouped-query attention (\"num_kv_heads\")");
+    }
+    if m.tied_embeddings {
+        return unsupported("tied embeddings (set \"tied_embeddings\": false)");
+    }
+    if m.dropout {
+        return unsupported("dropout (set \"dropout\": false)");
+    }
+    let params = m.num_params();
+    if params > MAX_PARAMS {
+        return Err(ExecError::Unsupported(format!(
+            "exec trains in fp32 on the CPU and is meant for small models such as tiny-gpt (1.9 M parameters); '{name}' has {:.1} M parameters, above the limit of {} M",
+            params as f64 / 1e6,
+            MAX_PARAMS / 1_000_000
+        )));
+    }
+    Ok(())
+}

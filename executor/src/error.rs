@@ -1,0 +1,60 @@
+//! [`ExecError`]: why a run could not start or did not finish.
+
+use autopp_profiler::device::{DeviceError, TransportError};
+
+/// Why the executor refused a configuration or a run failed. One line each, naming the flag
+/// or the rank at fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ExecError {
+    /// A flag's value cannot run (e.g. a split that does not match the stages).
+    #[error("{flag}: {message}")]
+    Invalid {
+        /// The flag at fault.
+        flag: String,
+        /// What is wrong and what would be right.
+        message: String,
+    },
+    /// The model uses something the executor does not implement, or is too large for the CPU.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The schedule is incomplete, inconsistent or deadlocks.
+    #[error("the schedule cannot run: {0}")]
+    Schedule(String),
+    /// A rank failed while running.
+    #[error(
+        "rank {rank} (replica {replica}, pipeline rank {pp_rank}) failed at step {step}: {message}"
+    )]
+    Rank {
+        /// World rank.
+        rank: usize,
+        /// Data-parallel replica.
+        replica: usize,
+        /// Pipeline rank.
+        pp_rank: usize,
+        /// Training step (1-based).
+        step: usize,
+        /// What happened.
+        message: String,
+    },
+}
+
+impl ExecError {
+    /// An [`ExecError::Invalid`] for `flag`.
+    pub fn invalid(flag: &str, message: impl Into<String>) -> Self {
+        ExecError::Invalid {
+            flag: flag.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What went wrong inside one rank, before the rank is known to the message.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum RankError {
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("{0}")]
+    Schedule(String),
+}

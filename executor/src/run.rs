@@ -1,0 +1,307 @@
+//! The coordinator: one thread per rank (`pp × dp`), in-process transport between them,
+//! per-step summaries as they complete, and the report at the end.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use autopp_planner::schedule::ActionKind;
+use autopp_profiler::device::{InProcess, Tensor};
+use serde::Serialize;
+
+use crate::barrier::Barrier;
+use crate::config::ExecConfig;
+use crate::data::SyntheticData;
+use crate::error::{ExecError, RankError};
+use crate::predict;
+use crate::stage::Stage;
+use crate::worker::{RankStep, Shared, Worker};
+
+/// One finished step, reported while the run goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StepSummary {
+    /// Step number, 1-based.
+    pub step: usize,
+    /// Mean token loss over the global batch.
+    pub loss: f64,
+    /// Wall time of the step (first rank leaving the start barrier to the last rank's optimizer
+    /// step), seconds.
+    pub time_s: f64,
+}
+
+/// Everything one rank did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankTrace {
+    /// World rank.
+    pub rank: usize,
+    /// Data-parallel replica.
+    pub replica: usize,
+    /// Pipeline rank.
+    pub pp_rank: usize,
+    /// Every step.
+    pub steps: Vec<RankStep>,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecReport {
+    /// Mean token loss per step.
+    pub losses: Vec<f64>,
+    /// Wall time per step, seconds.
+    pub step_time_s: Vec<f64>,
+    /// Median of the step times after the first (the first when there is one step), seconds.
+    pub iteration_time_s: f64,
+    /// Per pipeline rank, measured `1 − busy / makespan` of the pipeline phase, averaged over
+    /// replicas and the steps after the first.
+    pub bubble_fraction: Vec<f64>,
+    /// Per pipeline rank, the simulator's bubble with the measured mean action times.
+    pub predicted_bubble_fraction: Vec<f64>,
+    /// Per pipeline rank, the most bytes kept for backward after any action of any step.
+    pub peak_activation_bytes: Vec<u64>,
+    /// Per pipeline rank, the simulator's peak from the models' fp32 byte counts.
+    pub predicted_peak_activation_bytes: Vec<u64>,
+    /// Per world rank, every action of every step.
+    pub ranks: Vec<RankTrace>,
+    /// Per world rank, its stages after the last step.
+    pub final_stages: Vec<Vec<Stage>>,
+}
+
+impl ExecReport {
+    /// The parameters of replica `replica` after the last step, as `("layer 3 qkv.weight",
+    /// tensor)` in layer-list order.
+    pub fn params_of_replica(&self, replica: usize) -> Vec<(String, &Tensor)> {
+        let mut stages: Vec<&Stage> = self
+            .ranks
+            .iter()
+            .zip(&self.final_stages)
+            .filter(|(r, _)| r.replica == replica)
+            .flat_map(|(_, s)| s)
+            .collect();
+        stages.sort_by_key(|s| s.first_layer);
+        stages.into_iter().flat_map(Stage::named_params).collect()
+    }
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+type Report = (usize, usize, Result<RankStep, ExecError>);
+
+/// Trains `cfg.steps` steps of `cfg.model` under `cfg.schedule` on `pp × dp` threads, calling
+/// `on_step` as each step completes.
+pub fn run(
+    cfg: &ExecConfig,
+    on_step: &mut dyn FnMut(StepSummary),
+) -> Result<ExecReport, ExecError> {
+    cfg.validate()?;
+    let world = cfg.world_size();
+    let shared = Shared {
+        cfg,
+        data: SyntheticData::new(cfg.seed, cfg.model.vocab_size as usize, cfg.seq_len()),
+        barrier: Barrier::new(world),
+        epoch: Instant::now(),
+    };
+    let endpoints = InProcess::world(world, Duration::from_secs_f64(cfg.recv_timeout_s));
+    let (tx, rx) = mpsc::channel::<Report>();
+    let mut per_step: Vec<Vec<Option<RankStep>>> = vec![vec![None; world]; cfg.steps];
+    let mut first_error: Option<ExecError> = None;
+    let finals: Vec<Option<(usize, usize, Vec<Stage>)>> = std::thread::scope(|scope| {
+        let shared = &shared;
+        let handles: Vec<_> = endpoints
+            .into_iter()
+            .map(|t| {
+                let tx = tx.clone();
+                scope.spawn(move || {
+                    let mut w = Worker::new(shared, t);
+                    let (rank, (replica, pp_rank)) = (w.rank(), w.position());
+                    for step in 0..cfg.steps {
+                        let r = w.run_step(step).map_err(|(action, e)| {
+                            shared.barrier.abort();
+                            let at = action.map(|a| format!("at {a}: ")).unwrap_or_default();
+                            ExecError::Rank {
+                                rank,
+                                replica,
+                                pp_rank,
+                                step: step + 1,
+                                message: format!("{at}{}", describe(&e)),
+                            }
+                        });
+                        let failed = r.is_err();
+                        let _ = tx.send((rank, step, r));
+                        if failed {
+                            return None;
+                        }
+                    }
+                    Some((replica, pp_rank, w.into_stages()))
+                })
+            })
+            .collect();
+        drop(tx);
+        let mut done = vec![0usize; cfg.steps];
+        for (rank, step, r) in rx {
+            match r {
+                Ok(s) => {
+                    per_step[step][rank] = Some(s);
+                    done[step] += 1;
+                    if done[step] == world && first_error.is_none() {
+                        on_step(summarize(cfg, step, &per_step[step]));
+                    }
+                }
+                Err(e) => {
+                    // The root cause is the first failure; the others time out after it.
+                    if first_error.is_none() || is_timeout(&first_error) && !is_timeout_err(&e) {
+                        first_error = Some(e);
+                    }
+                }
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().ok().flatten())
+            .collect()
+    });
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let mut ranks = Vec::with_capacity(world);
+    let mut final_stages = Vec::with_capacity(world);
+    for (rank, f) in finals.into_iter().enumerate() {
+        let (replica, pp_rank, stages) = f.ok_or_else(|| ExecError::Rank {
+            rank,
+            replica: rank / cfg.pp(),
+            pp_rank: rank % cfg.pp(),
+            step: cfg.steps,
+            message: "the rank's thread panicked".into(),
+        })?;
+        let steps = per_step
+            .iter_mut()
+            .map(|s| s[rank].take())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ExecError::Rank {
+                rank,
+                replica,
+                pp_rank,
+                step: cfg.steps,
+                message: "a step report is missing".into(),
+            })?;
+        ranks.push(RankTrace {
+            rank,
+            replica,
+            pp_rank,
+            steps,
+        });
+        final_stages.push(stages);
+    }
+    report(cfg, ranks, final_stages)
+}
+
+fn describe(e: &RankError) -> String {
+    e.to_string()
+}
+
+fn is_timeout(e: &Option<ExecError>) -> bool {
+    e.as_ref().is_some_and(is_timeout_err)
+}
+
+fn is_timeout_err(e: &ExecError) -> bool {
+    let text = e.to_string();
+    text.contains("waited") || text.contains("another rank failed") || text.contains("timed out")
+}
+
+/// Loss and wall time of step `step` from every rank's report.
+fn summarize(cfg: &ExecConfig, step: usize, reports: &[Option<RankStep>]) -> StepSummary {
+    let tokens = (cfg.global_batch_size() * cfg.seq_len()) as f64;
+    let all: Vec<&RankStep> = reports.iter().flatten().collect();
+    // in world-rank order, so replicas add up in a fixed order
+    let loss = all.iter().map(|r| r.loss_sum).sum::<f64>() / tokens;
+    let start = all.iter().map(|r| r.start_s).fold(f64::INFINITY, f64::min);
+    let end = all.iter().map(|r| r.end_s).fold(0.0, f64::max);
+    StepSummary {
+        step: step + 1,
+        loss,
+        time_s: end - start,
+    }
+}
+
+fn report(
+    cfg: &ExecConfig,
+    ranks: Vec<RankTrace>,
+    final_stages: Vec<Vec<Stage>>,
+) -> Result<ExecReport, ExecError> {
+    let pp = cfg.pp();
+    let steps = cfg.steps;
+    let by_step: Vec<Vec<Option<RankStep>>> = (0..steps)
+        .map(|k| ranks.iter().map(|r| Some(r.steps[k].clone())).collect())
+        .collect();
+    let summaries: Vec<StepSummary> = (0..steps).map(|k| summarize(cfg, k, &by_step[k])).collect();
+    let step_time_s: Vec<f64> = summaries.iter().map(|s| s.time_s).collect();
+    let measured: Vec<usize> = if steps > 1 {
+        (1..steps).collect()
+    } else {
+        vec![0]
+    };
+    let iteration_time_s = median(&measured.iter().map(|&k| step_time_s[k]).collect::<Vec<_>>());
+
+    let mut bubble = vec![0.0; pp];
+    let mut peak = vec![0u64; pp];
+    let mut sums = vec![[0.0f64; 4]; cfg.num_stages()];
+    let mut counts = vec![[0usize; 4]; cfg.num_stages()];
+    for &k in &measured {
+        for d in 0..cfg.dp {
+            let replica: Vec<&RankTrace> = ranks.iter().filter(|r| r.replica == d).collect();
+            let start = replica
+                .iter()
+                .map(|r| r.steps[k].start_s)
+                .fold(f64::INFINITY, f64::min);
+            let end = replica
+                .iter()
+                .map(|r| r.steps[k].pipeline_end_s)
+                .fold(0.0, f64::max);
+            let makespan = (end - start).max(f64::MIN_POSITIVE);
+            for r in &replica {
+                bubble[r.pp_rank] += (1.0 - r.steps[k].busy_s() / makespan).max(0.0);
+            }
+        }
+    }
+    let n = (measured.len() * cfg.dp) as f64;
+    bubble.iter_mut().for_each(|b| *b /= n);
+    for r in &ranks {
+        for s in &r.steps {
+            peak[r.pp_rank] = peak[r.pp_rank].max(s.peak_activation_bytes);
+        }
+        for &k in &measured {
+            for e in &r.steps[k].events {
+                let kind = match e.action.kind {
+                    ActionKind::F => 0,
+                    ActionKind::B => 1,
+                    ActionKind::I => 2,
+                    ActionKind::W => 3,
+                };
+                sums[e.action.stage as usize][kind] += e.end_s - e.start_s;
+                counts[e.action.stage as usize][kind] += 1;
+            }
+        }
+    }
+    let times: predict::StageTimes = sums
+        .iter()
+        .zip(&counts)
+        .map(|(s, c)| std::array::from_fn(|k| if c[k] > 0 { s[k] / c[k] as f64 } else { 0.0 }))
+        .collect();
+    Ok(ExecReport {
+        losses: summaries.iter().map(|s| s.loss).collect(),
+        step_time_s,
+        iteration_time_s,
+        bubble_fraction: bubble,
+        predicted_bubble_fraction: predict::bubble_fraction(cfg, &times)?,
+        peak_activation_bytes: peak,
+        predicted_peak_activation_bytes: predict::peak_activation_bytes(cfg)?,
+        ranks,
+        final_stages,
+    })
+}

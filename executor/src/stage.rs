@@ -1,0 +1,178 @@
+//! A pipeline stage: a contiguous run of layer-list entries with their gradient accumulators,
+//! and the initialisation that makes every rank's stage equal to the same layers of the
+//! single-worker model.
+
+use autopp_models::{PositionEmbedding, TransformerSpec};
+use autopp_profiler::device::{
+    Block, Embedding, Flow, Head, Layer, Rng, Saved, Tensor, Tensor64, WeightSaved,
+};
+
+use crate::error::RankError;
+
+const INIT_STREAM: u64 = 0x1A17;
+
+/// Layer-list entry `index` of `spec` (0 the embedding, then the blocks, then the head),
+/// initialised from its own stream of `seed`, so the same entry gets the same weights on
+/// whichever rank holds it.
+pub fn init_layer(spec: &TransformerSpec, seed: u64, index: usize) -> Layer {
+    let mut rng = Rng::derive(seed, &[INIT_STREAM, index as u64]);
+    let (h, v) = (spec.hidden_size as usize, spec.vocab_size as usize);
+    let last = spec.num_layers as usize + 1;
+    if index == 0 {
+        let positions = match spec.position_embedding {
+            PositionEmbedding::Learned => Some(spec.position_table_rows() as usize),
+            PositionEmbedding::None => None,
+        };
+        Layer::Embedding(Embedding::init(&mut rng, v, h, positions))
+    } else if index == last {
+        Layer::Head(Head::init(&mut rng, h, v))
+    } else {
+        Layer::Block(Box::new(Block::init(
+            &mut rng,
+            h,
+            spec.num_attention_heads as usize,
+            spec.ffn() as usize,
+            spec.num_layers as usize,
+            spec.bias,
+            spec.has_qkv_bias(),
+        )))
+    }
+}
+
+/// One stage's layers and their accumulated gradients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    /// Index of the stage's first layer in the layer list.
+    pub first_layer: usize,
+    /// The layers.
+    pub layers: Vec<Layer>,
+    /// Gradients accumulated over micro-batches (in f64), one per layer.
+    pub grads: Vec<Layer<Tensor64>>,
+}
+
+/// What a stage's forward keeps for one micro-batch: each layer's saved tensors.
+#[derive(Debug)]
+pub struct StageSaved(Vec<Saved>);
+
+/// What a stage's backward-input keeps for its backward-weight.
+#[derive(Debug)]
+pub struct StageWeightSaved(Vec<WeightSaved>);
+
+impl StageSaved {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.0.iter().map(Saved::bytes).sum()
+    }
+}
+
+impl StageWeightSaved {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.0.iter().map(WeightSaved::bytes).sum()
+    }
+}
+
+impl Stage {
+    /// Layer-list entries `range` of `spec`, initialised from `seed`.
+    pub fn new(spec: &TransformerSpec, seed: u64, range: std::ops::Range<usize>) -> Self {
+        let first_layer = range.start;
+        let layers: Vec<Layer> = range.map(|i| init_layer(spec, seed, i)).collect();
+        let grads = layers.iter().map(Layer::zeros_like).collect();
+        Stage {
+            first_layer,
+            layers,
+            grads,
+        }
+    }
+
+    /// Forward of `sequences` sequences of `seq_len` tokens; the head (if the stage has it)
+    /// takes `targets` and the stage then returns [`Flow::Loss`].
+    pub(crate) fn forward(
+        &self,
+        input: Flow,
+        mut targets: Option<Vec<u32>>,
+        sequences: usize,
+        seq_len: usize,
+    ) -> Result<(Flow, StageSaved), RankError> {
+        let mut flow = input;
+        let mut saved = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            let t = matches!(layer, Layer::Head(_))
+                .then(|| targets.take())
+                .flatten();
+            let (out, s) = layer.forward(flow, t, sequences, seq_len)?;
+            flow = out;
+            saved.push(s);
+        }
+        Ok((flow, StageSaved(saved)))
+    }
+
+    /// Backward-input through the layers in reverse: from the gradient of the stage's output
+    /// (`None` when the stage ends with the head) to the gradient of its input (`None` when it
+    /// starts with the embedding).
+    pub(crate) fn backward_input(
+        &self,
+        saved: StageSaved,
+        d_out: Option<Tensor>,
+        loss_scale: f32,
+    ) -> Result<(Option<Tensor>, StageWeightSaved), RankError> {
+        let mut grad = d_out;
+        let mut kept = Vec::with_capacity(saved.0.len());
+        for (layer, s) in self.layers.iter().zip(saved.0).rev() {
+            let (dx, ws) = layer.backward_input(s, grad, loss_scale)?;
+            grad = dx;
+            kept.push(ws);
+        }
+        kept.reverse();
+        Ok((grad, StageWeightSaved(kept)))
+    }
+
+    /// Backward-weight: adds the micro-batch's weight gradients into [`Stage::grads`].
+    pub(crate) fn backward_weight(&mut self, ws: StageWeightSaved) -> Result<(), RankError> {
+        for ((layer, grads), w) in self.layers.iter().zip(&mut self.grads).zip(ws.0) {
+            layer.backward_weight(w, grads)?;
+        }
+        Ok(())
+    }
+
+    /// Every gradient element, concatenated in layer and parameter order (for the all-reduce).
+    pub fn flat_grads(&self) -> Vec<f64> {
+        self.grads
+            .iter()
+            .flat_map(|g| g.params().into_iter().flat_map(|(_, t)| t.data().to_vec()))
+            .collect()
+    }
+
+    /// Writes back a buffer from [`Stage::flat_grads`].
+    pub fn set_flat_grads(&mut self, flat: &[f64]) {
+        let mut at = 0;
+        for g in &mut self.grads {
+            for t in g.params_mut() {
+                let n = t.len();
+                t.data_mut().copy_from_slice(&flat[at..at + n]);
+                at += n;
+            }
+        }
+    }
+
+    /// Zeroes the accumulated gradients.
+    pub fn zero_grads(&mut self) {
+        for g in &mut self.grads {
+            g.params_mut().into_iter().for_each(Tensor64::fill_zero);
+        }
+    }
+
+    /// The parameters as `("layer 3 qkv.weight", tensor)`, with layer-list indices.
+    pub fn named_params(&self) -> Vec<(String, &Tensor)> {
+        self.layers
+            .iter()
+            .enumerate()
+            .flat_map(|(k, l)| {
+                let i = self.first_layer + k;
+                l.params()
+                    .into_iter()
+                    .map(move |(n, t)| (format!("layer {i} {n}"), t))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,365 @@
+//! One rank's runtime: it runs its list of the schedule IR in order — receive, compute, send —
+//! keeps each (stage, micro-batch)'s saved tensors from `F` to `B` (or `I`, then what `W` needs
+//! until `W`), accumulates gradients over micro-batches, all-reduces them across data-parallel
+//! replicas and takes an AdamW step.
+//!
+//! An overlapped pair runs its two actions one after the other, forward first: the pair's
+//! forward allocates before its backward frees, as the simulator counts it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use autopp_planner::schedule::{Action, ActionKind, Step};
+use autopp_profiler::device::{Direction, Flow, Tag, Tensor, Transport};
+use serde::Serialize;
+
+use crate::barrier::Barrier;
+use crate::config::ExecConfig;
+use crate::data::SyntheticData;
+use crate::error::RankError;
+use crate::optim::AdamState;
+use crate::stage::{Stage, StageSaved, StageWeightSaved};
+
+/// One action as it ran on a rank. Times are seconds since the start of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ActionEvent {
+    /// The action.
+    #[serde(serialize_with = "as_text")]
+    pub action: Action,
+    /// When its inputs had arrived and compute began.
+    pub start_s: f64,
+    /// When its compute and sends were done.
+    pub end_s: f64,
+    /// How long it waited for its inputs before `start_s`.
+    pub wait_s: f64,
+}
+
+fn as_text<S: serde::Serializer>(a: &Action, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(a)
+}
+
+/// One step on one rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankStep {
+    /// Summed token loss of the micro-batches this rank's head saw (0 without the head).
+    pub loss_sum: f64,
+    /// Every action, in order.
+    pub events: Vec<ActionEvent>,
+    /// `(time, bytes kept for backward)` after each action.
+    pub memory: Vec<(f64, u64)>,
+    /// Largest bytes kept for backward after any action.
+    pub peak_activation_bytes: u64,
+    /// When the rank left the start-of-step barrier.
+    pub start_s: f64,
+    /// When it finished its list.
+    pub pipeline_end_s: f64,
+    /// When it finished the all-reduce and the optimizer step.
+    pub end_s: f64,
+}
+
+impl RankStep {
+    /// Seconds spent computing actions.
+    pub fn busy_s(&self) -> f64 {
+        self.events.iter().map(|e| e.end_s - e.start_s).sum()
+    }
+}
+
+/// What a rank keeps for a (stage, micro-batch) between its actions.
+enum Held {
+    Activations(StageSaved),
+    ForWeights(StageWeightSaved),
+}
+
+impl Held {
+    fn bytes(&self) -> u64 {
+        match self {
+            Held::Activations(s) => s.bytes(),
+            Held::ForWeights(w) => w.bytes(),
+        }
+    }
+}
+
+/// What every rank shares.
+pub(crate) struct Shared<'a> {
+    pub(crate) cfg: &'a ExecConfig,
+    pub(crate) data: SyntheticData,
+    pub(crate) barrier: Barrier,
+    pub(crate) epoch: Instant,
+}
+
+/// One rank.
+pub(crate) struct Worker<'a, T: Transport> {
+    shared: &'a Shared<'a>,
+    replica: usize,
+    pp_rank: usize,
+    stages: BTreeMap<usize, (Stage, AdamState)>,
+    transport: T,
+    held: HashMap<(u32, u32), Held>,
+    held_bytes: u64,
+    /// Tensors between two stages on this rank.
+    local: HashMap<Tag, Tensor>,
+    loss_scale: f32,
+}
+
+impl<'a, T: Transport> Worker<'a, T> {
+    /// The rank `transport.rank()`: replica `rank / pp`, pipeline rank `rank mod pp`.
+    pub(crate) fn new(shared: &'a Shared<'a>, transport: T) -> Self {
+        let cfg = shared.cfg;
+        let pp = cfg.pp();
+        let rank = transport.rank();
+        let (replica, pp_rank) = (rank / pp, rank % pp);
+        let ranges = cfg.stage_ranges();
+        let stages = cfg
+            .schedule
+            .stages_of(pp_rank)
+            .into_iter()
+            .map(|s| {
+                let stage = Stage::new(&cfg.model, cfg.seed, ranges[s].clone());
+                let adam = AdamState::new(&stage);
+                (s, (stage, adam))
+            })
+            .collect();
+        let tokens = cfg.global_batch_size() * cfg.seq_len();
+        Worker {
+            shared,
+            replica,
+            pp_rank,
+            stages,
+            transport,
+            held: HashMap::new(),
+            held_bytes: 0,
+            local: HashMap::new(),
+            loss_scale: 1.0 / tokens as f32,
+        }
+    }
+
+    /// World rank.
+    pub(crate) fn rank(&self) -> usize {
+        self.transport.rank()
+    }
+
+    fn now_s(&self) -> f64 {
+        self.shared.epoch.elapsed().as_secs_f64()
+    }
+
+    /// Runs training step `step` (0-based).
+    pub(crate) fn run_step(
+        &mut self,
+        step: usize,
+    ) -> Result<RankStep, (Option<Action>, RankError)> {
+        let cfg = self.shared.cfg;
+        let timeout = Duration::from_secs_f64(cfg.recv_timeout_s);
+        self.shared
+            .barrier
+            .wait(timeout)
+            .map_err(|e| (None, RankError::Schedule(e.to_string())))?;
+        let start_s = self.now_s();
+        let mut out = RankStep {
+            loss_sum: 0.0,
+            events: Vec::new(),
+            memory: Vec::new(),
+            peak_activation_bytes: 0,
+            start_s,
+            pipeline_end_s: start_s,
+            end_s: start_s,
+        };
+        let list = &cfg.schedule.ranks[self.pp_rank];
+        for s in list {
+            let actions: Vec<Action> = match *s {
+                Step::One(a) => vec![a],
+                Step::Overlapped(a, b) if b.kind == ActionKind::F && a.kind != ActionKind::F => {
+                    vec![b, a]
+                }
+                Step::Overlapped(a, b) => vec![a, b],
+            };
+            for a in actions {
+                let event = self
+                    .run_action(a, step, &mut out.loss_sum)
+                    .map_err(|e| (Some(a), e))?;
+                out.events.push(event);
+                out.memory.push((event.end_s, self.held_bytes));
+                out.peak_activation_bytes = out.peak_activation_bytes.max(self.held_bytes);
+            }
+        }
+        if !self.held.is_empty() || !self.local.is_empty() {
+            return Err((
+                None,
+                RankError::Schedule(format!(
+                    "the list ended with {} (stage, micro-batch) pairs still holding tensors and {} unconsumed local tensors",
+                    self.held.len(),
+                    self.local.len()
+                )),
+            ));
+        }
+        out.pipeline_end_s = self.now_s();
+        self.reduce_and_step().map_err(|e| (None, e))?;
+        out.end_s = self.now_s();
+        Ok(out)
+    }
+
+    /// The data-parallel all-reduce of each stage's gradients (one buffer per stage, stages in
+    /// order), then AdamW and zeroed gradients.
+    fn reduce_and_step(&mut self) -> Result<(), RankError> {
+        let cfg = self.shared.cfg;
+        let group: Vec<usize> = (0..cfg.dp).map(|d| d * cfg.pp() + self.pp_rank).collect();
+        for (stage, adam) in self.stages.values_mut() {
+            if group.len() > 1 {
+                let mut flat = stage.flat_grads();
+                self.transport.all_reduce_sum(&group, &mut flat)?;
+                stage.set_flat_grads(&flat);
+            }
+            adam.step(&cfg.optimizer, stage);
+            stage.zero_grads();
+        }
+        Ok(())
+    }
+
+    /// World rank of pipeline rank `pp_rank` in this rank's replica.
+    fn world(&self, pp_rank: usize) -> usize {
+        self.replica * self.shared.cfg.pp() + pp_rank
+    }
+
+    /// Hands `tensor` to the rank that holds `tag.stage`: locally when that is this rank.
+    fn deliver(&mut self, tag: Tag, tensor: Tensor) -> Result<(), RankError> {
+        let to = self.shared.cfg.schedule.rank_of(tag.stage as usize);
+        if to == self.pp_rank {
+            self.local.insert(tag, tensor);
+            Ok(())
+        } else {
+            let peer = self.world(to);
+            Ok(self.transport.send(peer, tag, tensor)?)
+        }
+    }
+
+    /// Takes the tensor for `tag`, sent by the rank that holds stage `from_stage`.
+    fn fetch(&mut self, tag: Tag, from_stage: usize) -> Result<Tensor, RankError> {
+        let from = self.shared.cfg.schedule.rank_of(from_stage);
+        if from == self.pp_rank {
+            self.local.remove(&tag).ok_or_else(|| {
+                RankError::Schedule(format!(
+                    "{tag} should come from stage {from_stage} on this rank, which has not produced it yet"
+                ))
+            })
+        } else {
+            let peer = self.world(from);
+            Ok(self.transport.recv(peer, tag)?)
+        }
+    }
+
+    fn hold(&mut self, key: (u32, u32), held: Held) {
+        self.held_bytes += held.bytes();
+        self.held.insert(key, held);
+    }
+
+    fn release(&mut self, key: (u32, u32)) -> Option<Held> {
+        let h = self.held.remove(&key)?;
+        self.held_bytes -= h.bytes();
+        Some(h)
+    }
+
+    fn run_action(
+        &mut self,
+        a: Action,
+        step: usize,
+        loss_sum: &mut f64,
+    ) -> Result<ActionEvent, RankError> {
+        let cfg = self.shared.cfg;
+        let (s, i) = (a.stage as usize, a.microbatch as usize);
+        let last = cfg.num_stages() - 1;
+        let key = (a.stage, a.microbatch);
+        let sequences = cfg.sequences_of(self.replica, i);
+        let tag = |stage: usize, direction| Tag {
+            stage: stage as u32,
+            microbatch: a.microbatch,
+            direction,
+        };
+        let missing = |what: &str| RankError::Schedule(format!("{a} runs before {what}"));
+        if !self.stages.contains_key(&s) {
+            return Err(RankError::Schedule(format!(
+                "{a} names stage {s}, which this rank does not hold"
+            )));
+        }
+        let t0 = self.now_s();
+        let event = match a.kind {
+            ActionKind::F => {
+                let input = if s == 0 {
+                    Flow::Tokens(self.shared.data.inputs(step, sequences.clone()))
+                } else {
+                    Flow::Hidden(self.fetch(tag(s, Direction::Activation), s - 1)?)
+                };
+                let targets =
+                    (s == last).then(|| self.shared.data.targets(step, sequences.clone()));
+                let start_s = self.now_s();
+                let (stage, _) = &self.stages[&s];
+                let (out, saved) = stage.forward(input, targets, sequences.len(), cfg.seq_len())?;
+                if self.held.contains_key(&key) {
+                    return Err(RankError::Schedule(format!("{a} runs twice")));
+                }
+                self.hold(key, Held::Activations(saved));
+                match out {
+                    Flow::Loss(l) => *loss_sum += l,
+                    Flow::Hidden(y) => self.deliver(tag(s + 1, Direction::Activation), y)?,
+                    Flow::Tokens(_) => return Err(missing("its stage produced tokens")),
+                }
+                (start_s, self.now_s())
+            }
+            ActionKind::B | ActionKind::I => {
+                let d_out = if s == last {
+                    None
+                } else {
+                    Some(self.fetch(tag(s, Direction::Gradient), s + 1)?)
+                };
+                let start_s = self.now_s();
+                let saved = match self.release(key) {
+                    Some(Held::Activations(saved)) => saved,
+                    Some(other) => {
+                        self.hold(key, other);
+                        return Err(missing("its forward (it was already backpropagated)"));
+                    }
+                    None => return Err(missing("its forward")),
+                };
+                let (stage, _) = self.stages.get_mut(&s).ok_or_else(|| missing("stage"))?;
+                let (dx, ws) = stage.backward_input(saved, d_out, self.loss_scale)?;
+                if a.kind == ActionKind::B {
+                    stage.backward_weight(ws)?;
+                } else {
+                    self.hold(key, Held::ForWeights(ws));
+                }
+                if let (Some(dx), true) = (dx, s > 0) {
+                    self.deliver(tag(s - 1, Direction::Gradient), dx)?;
+                }
+                (start_s, self.now_s())
+            }
+            ActionKind::W => {
+                let start_s = self.now_s();
+                let ws = match self.release(key) {
+                    Some(Held::ForWeights(ws)) => ws,
+                    Some(other) => {
+                        self.hold(key, other);
+                        return Err(missing("its backward-input"));
+                    }
+                    None => return Err(missing("its backward-input")),
+                };
+                let (stage, _) = self.stages.get_mut(&s).ok_or_else(|| missing("stage"))?;
+                stage.backward_weight(ws)?;
+                (start_s, self.now_s())
+            }
+        };
+        Ok(ActionEvent {
+            action: a,
+            start_s: event.0,
+            end_s: event.1,
+            wait_s: event.0 - t0,
+        })
+    }
+
+    /// The rank's stages after the last step.
+    pub(crate) fn into_stages(self) -> Vec<Stage> {
+        self.stages.into_values().map(|(s, _)| s).collect()
+    }
+
+    /// Replica and pipeline rank.
+    pub(crate) fn position(&self) -> (usize, usize) {
+        (self.replica, self.pp_rank)
+    }
+}

@@ -1,0 +1,340 @@
+//! The pre-norm transformer block (GPT-2): `x₂ = x + Attn(LN₁(x))`, `y = x₂ + MLP(LN₂(x₂))`
+//! with `Attn = proj ∘ core ∘ qkv` (causal, multi-head) and `MLP = fc2 ∘ GeLU ∘ fc1`.
+//!
+//! Forward keeps, per micro-batch of `T` tokens (`b` sequences of `s`, hidden `h`, FFN `f`,
+//! `a` heads), in fp32: both norms' `x̂` and `rstd`, the inputs of the four linear layers
+//! (`LN₁(x)`, `Attn` core output, `LN₂(x₂)`, `GeLU(u)`), the fused `qkv`, the GeLU input `u`
+//! and the attention probabilities: `T·(8h + 2f + 2) + b·a·s²` elements.
+//!
+//! Backward-input hands backward-weight what the weight gradients need — each linear layer's
+//! input and output gradient, each norm's `x̂` and output gradient: `T·(12h + 2f)` elements.
+
+use super::attention::{self, AttentionShape};
+use super::linear::Linear;
+use super::norm::{LayerNorm, NormSaved};
+use super::rng::Rng;
+use super::tensor::{Tensor, Tensor64};
+
+/// `tanh(x) = 1 − 2/(e^{2x} + 1)` through `exp`: glibc's `tanhf` (via `expm1f`) took 40% of
+/// a training step; this is several times faster and within a few ulp.
+fn tanh(x: f32) -> f32 {
+    if x.abs() > 10.0 {
+        return x.signum();
+    }
+    1.0 - 2.0 / ((2.0 * x).exp() + 1.0)
+}
+
+/// GeLU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2):
+/// `0.5·u·(1 + tanh(c·(u + 0.044715·u³)))`, `c = √(2/π)`.
+pub fn gelu(u: f32) -> f32 {
+    let c = (2.0 / std::f32::consts::PI).sqrt();
+    0.5 * u * (1.0 + tanh(c * (u + 0.044715 * u * u * u)))
+}
+
+/// The derivative of [`gelu`].
+pub fn gelu_grad(u: f32) -> f32 {
+    let c = (2.0 / std::f32::consts::PI).sqrt();
+    let t = tanh(c * (u + 0.044715 * u * u * u));
+    0.5 * (1.0 + t) + 0.5 * u * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * u * u)
+}
+
+/// One transformer block's parameters — or, as `Block<Tensor64>`, their gradients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Block<T = Tensor> {
+    /// Attention heads.
+    pub heads: usize,
+    /// Norm before attention.
+    pub ln1: LayerNorm<T>,
+    /// Fused query/key/value projection, `h × 3h`.
+    pub qkv: Linear<T>,
+    /// Attention output projection, `h × h`.
+    pub proj: Linear<T>,
+    /// Norm before the MLP.
+    pub ln2: LayerNorm<T>,
+    /// MLP up-projection, `h × f`.
+    pub fc1: Linear<T>,
+    /// MLP down-projection, `f × h`.
+    pub fc2: Linear<T>,
+}
+
+/// What a block's forward keeps for its backward.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockSaved {
+    /// Sequences in the micro-batch.
+    pub sequences: usize,
+    /// LN₁'s `x̂` and `rstd`.
+    pub ln1: NormSaved,
+    /// `LN₁(x)`, the input of `qkv`.
+    pub ln1_out: Tensor,
+    /// The fused projection `[Q | K | V]`.
+    pub qkv: Tensor,
+    /// Attention probabilities, `b·a·s × s`.
+    pub probs: Tensor,
+    /// Attention core output, the input of `proj`.
+    pub attn_out: Tensor,
+    /// LN₂'s `x̂` and `rstd`.
+    pub ln2: NormSaved,
+    /// `LN₂(x₂)`, the input of `fc1`.
+    pub ln2_out: Tensor,
+    /// `fc1` output, the GeLU input.
+    pub fc1_out: Tensor,
+    /// GeLU output, the input of `fc2`.
+    pub gelu_out: Tensor,
+}
+
+impl BlockSaved {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.ln1.bytes()
+            + self.ln1_out.bytes()
+            + self.qkv.bytes()
+            + self.probs.bytes()
+            + self.attn_out.bytes()
+            + self.ln2.bytes()
+            + self.ln2_out.bytes()
+            + self.fc1_out.bytes()
+            + self.gelu_out.bytes()
+    }
+}
+
+/// What a block's backward-weight needs: each weight's input and output gradient.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockWeightSaved {
+    ln1_xhat: Tensor,
+    d_ln1_out: Tensor,
+    ln1_out: Tensor,
+    d_qkv: Tensor,
+    attn_out: Tensor,
+    d_x2: Tensor,
+    ln2_xhat: Tensor,
+    d_ln2_out: Tensor,
+    ln2_out: Tensor,
+    d_fc1_out: Tensor,
+    gelu_out: Tensor,
+    d_out: Tensor,
+}
+
+impl BlockWeightSaved {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        [
+            &self.ln1_xhat,
+            &self.d_ln1_out,
+            &self.ln1_out,
+            &self.d_qkv,
+            &self.attn_out,
+            &self.d_x2,
+            &self.ln2_xhat,
+            &self.d_ln2_out,
+            &self.ln2_out,
+            &self.d_fc1_out,
+            &self.gelu_out,
+            &self.d_out,
+        ]
+        .iter()
+        .map(|t| t.bytes())
+        .sum()
+    }
+}
+
+impl Block {
+    /// GPT-2's initialisation: linear weights `N(0, 0.02²)`, the two projections that write
+    /// into the residual stream (`proj`, `fc2`) scaled by `1/√(2·num_layers)`, biases zero,
+    /// norms identity.
+    pub fn init(
+        rng: &mut Rng,
+        hidden: usize,
+        heads: usize,
+        ffn: usize,
+        num_layers: usize,
+        bias: bool,
+        qkv_bias: bool,
+    ) -> Self {
+        let std = 0.02;
+        let residual_std = std / (2.0 * num_layers.max(1) as f64).sqrt();
+        Block {
+            heads,
+            ln1: LayerNorm::new(hidden),
+            qkv: Linear::init(rng, hidden, 3 * hidden, std, qkv_bias),
+            proj: Linear::init(rng, hidden, hidden, residual_std, bias),
+            ln2: LayerNorm::new(hidden),
+            fc1: Linear::init(rng, hidden, ffn, std, bias),
+            fc2: Linear::init(rng, ffn, hidden, residual_std, bias),
+        }
+    }
+
+    fn shape(&self, tokens: usize, sequences: usize) -> AttentionShape {
+        let h = self.ln1.gamma.cols();
+        AttentionShape {
+            sequences,
+            seq_len: tokens / sequences.max(1),
+            heads: self.heads,
+            head_dim: h / self.heads.max(1),
+        }
+    }
+
+    /// Forward over `sequences` sequences stacked in the rows of `x` (`tokens × h`).
+    pub fn forward(&self, x: &Tensor, sequences: usize) -> (Tensor, BlockSaved) {
+        let shape = self.shape(x.rows(), sequences);
+        let (ln1_out, ln1) = self.ln1.forward(x);
+        let qkv = self.qkv.forward(&ln1_out);
+        let (attn_out, probs) = attention::forward(&qkv, shape);
+        let mut x2 = self.proj.forward(&attn_out);
+        x2.add_assign(x);
+        let (ln2_out, ln2) = self.ln2.forward(&x2);
+        let fc1_out = self.fc1.forward(&ln2_out);
+        let gelu_out = Tensor::from_vec(
+            fc1_out.rows(),
+            fc1_out.cols(),
+            fc1_out.data().iter().map(|&u| gelu(u)).collect(),
+        );
+        let mut y = self.fc2.forward(&gelu_out);
+        y.add_assign(&x2);
+        let saved = BlockSaved {
+            sequences,
+            ln1,
+            ln1_out,
+            qkv,
+            probs,
+            attn_out,
+            ln2,
+            ln2_out,
+            fc1_out,
+            gelu_out,
+        };
+        (y, saved)
+    }
+
+    /// Backward-input: the gradient with respect to the block's input, and what
+    /// backward-weight needs. Consumes the forward's saved tensors.
+    pub fn backward_input(&self, saved: BlockSaved, d_out: Tensor) -> (Tensor, BlockWeightSaved) {
+        let shape = self.shape(d_out.rows(), saved.sequences);
+        let d_gelu = self.fc2.backward_input(&d_out);
+        let d_fc1_out = Tensor::from_vec(
+            d_gelu.rows(),
+            d_gelu.cols(),
+            d_gelu
+                .data()
+                .iter()
+                .zip(saved.fc1_out.data())
+                .map(|(&g, &u)| g * gelu_grad(u))
+                .collect(),
+        );
+        let d_ln2_out = self.fc1.backward_input(&d_fc1_out);
+        let mut d_x2 = self.ln2.backward_input(&saved.ln2, &d_ln2_out);
+        d_x2.add_assign(&d_out);
+        let d_attn = self.proj.backward_input(&d_x2);
+        let d_qkv = attention::backward(&saved.qkv, &saved.probs, &d_attn, shape);
+        let d_ln1_out = self.qkv.backward_input(&d_qkv);
+        let mut dx = self.ln1.backward_input(&saved.ln1, &d_ln1_out);
+        dx.add_assign(&d_x2);
+        let ws = BlockWeightSaved {
+            ln1_xhat: saved.ln1.xhat,
+            d_ln1_out,
+            ln1_out: saved.ln1_out,
+            d_qkv,
+            attn_out: saved.attn_out,
+            d_x2,
+            ln2_xhat: saved.ln2.xhat,
+            d_ln2_out,
+            ln2_out: saved.ln2_out,
+            d_fc1_out,
+            gelu_out: saved.gelu_out,
+            d_out,
+        };
+        (dx, ws)
+    }
+
+    /// Backward-weight: adds this micro-batch's weight gradients into `grads`.
+    ///
+    /// The key bias gets no gradient: adding a constant vector `c` to every key adds `q·c` to
+    /// every score of a query, which the softmax cancels, so `∂L/∂b_K = Σ_j dK_j = 0` exactly
+    /// (`Σ_j dS_ij = 0`). Leaving it at zero rather than at rounding noise keeps AdamW — which
+    /// normalises a gradient's size away — from turning that noise into updates.
+    pub fn backward_weight(&self, ws: BlockWeightSaved, grads: &mut Block<Tensor64>) {
+        LayerNorm::backward_weight(&ws.ln1_xhat, &ws.d_ln1_out, &mut grads.ln1);
+        let h = self.ln1.gamma.cols();
+        let bias = grads.qkv.bias.take();
+        Linear::backward_weight(&ws.ln1_out, &ws.d_qkv, &mut grads.qkv);
+        if let Some(mut b) = bias {
+            let db = b.data_mut();
+            for row in ws.d_qkv.data().chunks_exact(3 * h) {
+                for (j, v) in row.iter().enumerate() {
+                    if !(h..2 * h).contains(&j) {
+                        db[j] += f64::from(*v);
+                    }
+                }
+            }
+            grads.qkv.bias = Some(b);
+        }
+        Linear::backward_weight(&ws.attn_out, &ws.d_x2, &mut grads.proj);
+        LayerNorm::backward_weight(&ws.ln2_xhat, &ws.d_ln2_out, &mut grads.ln2);
+        Linear::backward_weight(&ws.ln2_out, &ws.d_fc1_out, &mut grads.fc1);
+        Linear::backward_weight(&ws.gelu_out, &ws.d_out, &mut grads.fc2);
+    }
+
+    /// Zero gradients of the same shapes.
+    pub fn zeros_like(&self) -> Block<Tensor64> {
+        Block {
+            heads: self.heads,
+            ln1: self.ln1.zeros_like(),
+            qkv: self.qkv.zeros_like(),
+            proj: self.proj.zeros_like(),
+            ln2: self.ln2.zeros_like(),
+            fc1: self.fc1.zeros_like(),
+            fc2: self.fc2.zeros_like(),
+        }
+    }
+}
+
+impl<T> Block<T> {
+    /// The parameters (or gradients) with their names, in a fixed order.
+    pub fn params(&self) -> Vec<(&'static str, &T)> {
+        let mut out = vec![("ln1.gamma", &self.ln1.gamma), ("ln1.beta", &self.ln1.beta)];
+        out.push(("qkv.weight", &self.qkv.weight));
+        out.extend(self.qkv.bias.as_ref().map(|b| ("qkv.bias", b)));
+        out.push(("proj.weight", &self.proj.weight));
+        out.extend(self.proj.bias.as_ref().map(|b| ("proj.bias", b)));
+        out.push(("ln2.gamma", &self.ln2.gamma));
+        out.push(("ln2.beta", &self.ln2.beta));
+        out.push(("fc1.weight", &self.fc1.weight));
+        out.extend(self.fc1.bias.as_ref().map(|b| ("fc1.bias", b)));
+        out.push(("fc2.weight", &self.fc2.weight));
+        out.extend(self.fc2.bias.as_ref().map(|b| ("fc2.bias", b)));
+        out
+    }
+
+    /// The parameters (or gradients), mutable, in the order of [`Block::params`].
+    pub fn params_mut(&mut self) -> Vec<&mut T> {
+        let mut out = vec![
+            &mut self.ln1.gamma,
+            &mut self.ln1.beta,
+            &mut self.qkv.weight,
+        ];
+        out.extend(self.qkv.bias.as_mut());
+        out.push(&mut self.proj.weight);
+        out.extend(self.proj.bias.as_mut());
+        out.push(&mut self.ln2.gamma);
+        out.push(&mut self.ln2.beta);
+        out.push(&mut self.fc1.weight);
+        out.extend(self.fc1.bias.as_mut());
+        out.push(&mut self.fc2.weight);
+        out.extend(self.fc2.bias.as_mut());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tanh_and_gelu_match_the_library() {
+        for i in -400..=400 {
+            let x = i as f32 * 0.05;
+            assert!((tanh(x) - x.tanh()).abs() < 1e-6, "tanh({x})");
+            let exact = 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh());
+            assert!((gelu(x) - exact).abs() < 1e-5, "gelu({x})");
+        }
+    }
+}

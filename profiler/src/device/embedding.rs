@@ -1,0 +1,105 @@
+//! Token embedding, plus learned positions when the model has them: row `t` of the output is
+//! `E[id_t] (+ P[pos_t])`. Forward keeps the token ids (4 bytes each); backward-weight
+//! scatters the output gradient back: `dE[id_t] += dy_t`, `dP[pos_t] += dy_t`. The embedding
+//! is the first layer, so it has no input gradient.
+
+use super::rng::Rng;
+use super::tensor::{Tensor, Tensor64};
+
+/// Bytes of one saved token id (`u32`).
+pub const TOKEN_ID_BYTES: u64 = 4;
+
+/// The embedding tables — or, as `Embedding<Tensor64>`, their gradients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedding<T = Tensor> {
+    /// Token table, `vocab × h`.
+    pub tokens: T,
+    /// Learned position table, `positions × h`, when the model has one.
+    pub positions: Option<T>,
+}
+
+/// What backward-weight needs: the ids and the output gradient.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbeddingWeightSaved {
+    ids: Vec<u32>,
+    seq_len: usize,
+    dy: Tensor,
+}
+
+impl EmbeddingWeightSaved {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.ids.len() as u64 * TOKEN_ID_BYTES + self.dy.bytes()
+    }
+}
+
+impl Embedding {
+    /// Tables drawn from `N(0, 0.02²)` (GPT-2).
+    pub fn init(rng: &mut Rng, vocab: usize, hidden: usize, positions: Option<usize>) -> Self {
+        let mut table = |rows: usize| {
+            let data = (0..rows * hidden)
+                .map(|_| (rng.normal() * 0.02) as f32)
+                .collect();
+            Tensor::from_vec(rows, hidden, data)
+        };
+        let tokens = table(vocab);
+        let positions = positions.map(table);
+        Embedding { tokens, positions }
+    }
+
+    /// Vocabulary size.
+    pub fn vocab(&self) -> usize {
+        self.tokens.rows()
+    }
+
+    /// Looks up `ids` (sequences of `seq_len` tokens, concatenated).
+    ///
+    /// # Panics
+    /// If an id is outside the vocabulary or a sequence is longer than the position table (the
+    /// executor checks both before it runs).
+    pub fn forward(&self, ids: &[u32], seq_len: usize) -> Tensor {
+        let h = self.tokens.cols();
+        let mut y = Tensor::zeros(ids.len(), h);
+        for (t, &id) in ids.iter().enumerate() {
+            let row = y.row_mut(t);
+            row.copy_from_slice(self.tokens.row(id as usize));
+            if let Some(p) = &self.positions {
+                for (v, pv) in row.iter_mut().zip(p.row(t % seq_len.max(1))) {
+                    *v += pv;
+                }
+            }
+        }
+        y
+    }
+
+    /// Backward-input: there is no input gradient; packs what backward-weight needs.
+    pub fn backward_input(ids: Vec<u32>, seq_len: usize, dy: Tensor) -> EmbeddingWeightSaved {
+        EmbeddingWeightSaved { ids, seq_len, dy }
+    }
+
+    /// Backward-weight: scatters the output gradient into the tables' gradients.
+    pub fn backward_weight(ws: EmbeddingWeightSaved, grads: &mut Embedding<Tensor64>) {
+        for (t, &id) in ws.ids.iter().enumerate() {
+            let d = ws.dy.row(t);
+            for (g, &v) in grads.tokens.row_mut(id as usize).iter_mut().zip(d) {
+                *g += f64::from(v);
+            }
+            if let Some(p) = &mut grads.positions {
+                for (g, &v) in p.row_mut(t % ws.seq_len.max(1)).iter_mut().zip(d) {
+                    *g += f64::from(v);
+                }
+            }
+        }
+    }
+
+    /// Zero gradients of the same shapes.
+    pub fn zeros_like(&self) -> Embedding<Tensor64> {
+        Embedding {
+            tokens: Tensor64::zeros(self.tokens.rows(), self.tokens.cols()),
+            positions: self
+                .positions
+                .as_ref()
+                .map(|p| Tensor64::zeros(p.rows(), p.cols())),
+        }
+    }
+}

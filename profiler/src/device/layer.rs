@@ -1,0 +1,245 @@
+//! [`Layer`]: one entry of a transformer's layer list (embedding, block or head) behind one
+//! interface — `forward`, `backward_input`, `backward_weight` — so a pipeline stage is a list of
+//! layers and a full backward `B` is `backward_input` then `backward_weight`.
+
+use super::block::{Block, BlockSaved, BlockWeightSaved};
+use super::embedding::{Embedding, EmbeddingWeightSaved, TOKEN_ID_BYTES};
+use super::head::{Head, HeadSaved, HeadWeightSaved};
+use super::tensor::{Tensor, Tensor64};
+use super::DeviceError;
+
+/// What flows between layers in the forward direction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Flow {
+    /// Token ids, sequences concatenated (into the embedding).
+    Tokens(Vec<u32>),
+    /// The hidden state, `tokens × h`.
+    Hidden(Tensor),
+    /// The summed token loss (out of the head).
+    Loss(f64),
+}
+
+impl Flow {
+    fn name(&self) -> &'static str {
+        match self {
+            Flow::Tokens(_) => "token ids",
+            Flow::Hidden(_) => "a hidden state",
+            Flow::Loss(_) => "a loss",
+        }
+    }
+}
+
+/// One layer-list entry — or, as `Layer<Tensor64>`, its gradients.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Layer<T = Tensor> {
+    /// Token (and position) embedding.
+    Embedding(Embedding<T>),
+    /// Transformer block.
+    Block(Box<Block<T>>),
+    /// Final norm, LM head and loss.
+    Head(Head<T>),
+}
+
+/// What a layer's forward keeps for its backward.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Saved {
+    /// The embedding keeps its token ids.
+    Embedding {
+        /// Token ids.
+        ids: Vec<u32>,
+        /// Tokens per sequence.
+        seq_len: usize,
+    },
+    /// A block's tensors.
+    Block(Box<BlockSaved>),
+    /// The head's tensors.
+    Head(HeadSaved),
+}
+
+impl Saved {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Saved::Embedding { ids, .. } => ids.len() as u64 * TOKEN_ID_BYTES,
+            Saved::Block(s) => s.bytes(),
+            Saved::Head(s) => s.bytes(),
+        }
+    }
+}
+
+/// What a layer's backward-weight needs, held from backward-input to backward-weight.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WeightSaved {
+    /// The embedding's ids and output gradient.
+    Embedding(EmbeddingWeightSaved),
+    /// A block's weight inputs and output gradients.
+    Block(Box<BlockWeightSaved>),
+    /// The head's.
+    Head(HeadWeightSaved),
+}
+
+impl WeightSaved {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            WeightSaved::Embedding(s) => s.bytes(),
+            WeightSaved::Block(s) => s.bytes(),
+            WeightSaved::Head(s) => s.bytes(),
+        }
+    }
+}
+
+impl<T> Layer<T> {
+    /// `embedding`, `block` or `head`.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Layer::Embedding(_) => "embedding",
+            Layer::Block(_) => "block",
+            Layer::Head(_) => "head",
+        }
+    }
+
+    /// The parameters (or gradients) with their names, in a fixed order.
+    pub fn params(&self) -> Vec<(&'static str, &T)> {
+        match self {
+            Layer::Embedding(e) => {
+                let mut v = vec![("tokens", &e.tokens)];
+                v.extend(e.positions.as_ref().map(|p| ("positions", p)));
+                v
+            }
+            Layer::Block(b) => b.params(),
+            Layer::Head(h) => vec![
+                ("norm.gamma", &h.norm.gamma),
+                ("norm.beta", &h.norm.beta),
+                ("lm_head", &h.lm_head),
+            ],
+        }
+    }
+
+    /// The parameters (or gradients), mutable, in the order of [`Layer::params`].
+    pub fn params_mut(&mut self) -> Vec<&mut T> {
+        match self {
+            Layer::Embedding(e) => {
+                let mut v = vec![&mut e.tokens];
+                v.extend(e.positions.as_mut());
+                v
+            }
+            Layer::Block(b) => b.params_mut(),
+            Layer::Head(h) => vec![&mut h.norm.gamma, &mut h.norm.beta, &mut h.lm_head],
+        }
+    }
+}
+
+impl Layer {
+    /// Forward over `sequences` sequences of `seq_len` tokens. The head needs `targets` (one
+    /// per token) and returns [`Flow::Loss`], the *sum* of the token losses.
+    pub fn forward(
+        &self,
+        input: Flow,
+        targets: Option<Vec<u32>>,
+        sequences: usize,
+        seq_len: usize,
+    ) -> Result<(Flow, Saved), DeviceError> {
+        match (self, input) {
+            (Layer::Embedding(e), Flow::Tokens(ids)) => {
+                if let Some(&bad) = ids.iter().find(|&&id| id as usize >= e.vocab()) {
+                    return Err(DeviceError::Input(format!(
+                        "token id {bad} is outside the vocabulary of {}",
+                        e.vocab()
+                    )));
+                }
+                let y = e.forward(&ids, seq_len);
+                Ok((Flow::Hidden(y), Saved::Embedding { ids, seq_len }))
+            }
+            (Layer::Block(b), Flow::Hidden(x)) => {
+                let (y, saved) = b.forward(&x, sequences);
+                Ok((Flow::Hidden(y), Saved::Block(Box::new(saved))))
+            }
+            (Layer::Head(h), Flow::Hidden(x)) => {
+                let targets = targets.ok_or_else(|| {
+                    DeviceError::Input("the head needs the targets of its micro-batch".into())
+                })?;
+                if targets.len() != x.rows() {
+                    return Err(DeviceError::Input(format!(
+                        "the head got {} targets for {} tokens",
+                        targets.len(),
+                        x.rows()
+                    )));
+                }
+                let (loss, saved) = h.forward(&x, targets);
+                Ok((Flow::Loss(loss), Saved::Head(saved)))
+            }
+            (layer, input) => Err(DeviceError::Input(format!(
+                "the {} layer cannot take {} as input",
+                layer.kind_name(),
+                input.name()
+            ))),
+        }
+    }
+
+    /// Backward-input: from the gradient of the layer's output (`None` for the head, which
+    /// starts from the loss scaled by `loss_scale`) to the gradient of its input (`None` for
+    /// the embedding), plus what backward-weight needs.
+    pub fn backward_input(
+        &self,
+        saved: Saved,
+        d_out: Option<Tensor>,
+        loss_scale: f32,
+    ) -> Result<(Option<Tensor>, WeightSaved), DeviceError> {
+        match (self, saved, d_out) {
+            (Layer::Embedding(_), Saved::Embedding { ids, seq_len }, Some(dy)) => Ok((
+                None,
+                WeightSaved::Embedding(Embedding::backward_input(ids, seq_len, dy)),
+            )),
+            (Layer::Block(b), Saved::Block(s), Some(dy)) => {
+                let (dx, ws) = b.backward_input(*s, dy);
+                Ok((Some(dx), WeightSaved::Block(Box::new(ws))))
+            }
+            (Layer::Head(h), Saved::Head(s), None) => {
+                let (dx, ws) = h.backward_input(s, loss_scale);
+                Ok((Some(dx), WeightSaved::Head(ws)))
+            }
+            (layer, _, _) => Err(DeviceError::Input(format!(
+                "backward of the {} layer got saved state or an output gradient of another kind",
+                layer.kind_name()
+            ))),
+        }
+    }
+
+    /// Backward-weight: adds this micro-batch's weight gradients into `grads` (a layer of the
+    /// same kind and shapes, e.g. from [`Layer::zeros_like`]).
+    pub fn backward_weight(
+        &self,
+        ws: WeightSaved,
+        grads: &mut Layer<Tensor64>,
+    ) -> Result<(), DeviceError> {
+        match (self, ws, grads) {
+            (Layer::Embedding(_), WeightSaved::Embedding(ws), Layer::Embedding(g)) => {
+                Embedding::backward_weight(ws, g)
+            }
+            (Layer::Block(b), WeightSaved::Block(ws), Layer::Block(g)) => b.backward_weight(*ws, g),
+            (Layer::Head(_), WeightSaved::Head(ws), Layer::Head(g)) => Head::backward_weight(ws, g),
+            (layer, _, _) => {
+                return Err(DeviceError::Input(format!(
+                    "backward-weight of the {} layer got state or gradients of another kind",
+                    layer.kind_name()
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Zero gradients of the same kind and shapes.
+    pub fn zeros_like(&self) -> Layer<Tensor64> {
+        match self {
+            Layer::Embedding(e) => Layer::Embedding(e.zeros_like()),
+            Layer::Block(b) => Layer::Block(Box::new(b.zeros_like())),
+            Layer::Head(h) => Layer::Head(h.zeros_like()),
+        }
+    }
+
+    /// Number of parameters.
+    pub fn num_params(&self) -> usize {
+        self.params().iter().map(|(_, t)| t.len()).sum()
+    }
+}

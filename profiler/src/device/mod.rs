@@ -1,0 +1,58 @@
+//! The device layer: what the executor runs and what a measured profile will time.
+//!
+//! - [`Tensor`]: dense row-major fp32 matrices; [`gemm`] multiplies them through `faer`, one
+//!   thread per rank.
+//! - Layers with explicit gradients, each with `forward` (returning what it keeps for the
+//!   backward), `backward_input` (`I`) and `backward_weight` (`W`); a full backward `B` is `I`
+//!   then `W`: [`Embedding`], [`Block`] (pre-norm: LayerNorm, causal multi-head attention,
+//!   GeLU MLP, residuals), [`Head`] (final norm, LM head, cross-entropy), behind the one
+//!   interface of [`Layer`].
+//! - [`Transport`]: point-to-point sends and receives of tagged tensors and all-reduce within
+//!   a group, with the in-process implementation [`InProcess`].
+//! - [`Rng`]: the fixed generator weights and synthetic data are drawn from.
+//!
+//! ```
+//! use autopp_profiler::device::{Block, Rng, Tensor};
+//!
+//! let mut rng = Rng::new(1);
+//! let block = Block::init(&mut rng, 8, 2, 32, 1, true, true);
+//! let x = Tensor::full(4, 8, 0.5); // one sequence of 4 tokens, hidden 8
+//! let (y, saved) = block.forward(&x, 1);
+//! let (dx, for_w) = block.backward_input(saved, Tensor::full(4, 8, 1.0));
+//! let mut grads = block.zeros_like();
+//! block.backward_weight(for_w, &mut grads);
+//! assert_eq!((y.shape(), dx.shape()), ((4, 8), (4, 8)));
+//! ```
+
+pub mod attention;
+pub mod block;
+pub mod embedding;
+pub mod gemm;
+pub mod head;
+pub mod layer;
+pub mod linear;
+pub mod norm;
+pub mod rng;
+pub mod tensor;
+pub mod transport;
+
+pub use block::{Block, BlockSaved, BlockWeightSaved};
+pub use embedding::Embedding;
+pub use gemm::{matmul, matmul_into, matmul_tn_acc_f64};
+pub use head::Head;
+pub use layer::{Flow, Layer, Saved, WeightSaved};
+pub use linear::Linear;
+pub use norm::LayerNorm;
+pub use rng::Rng;
+pub use tensor::{Tensor, Tensor64, DTYPE_BYTES};
+pub use transport::{Direction, InProcess, Tag, Transport, TransportError};
+
+/// A layer was handed input it cannot use (the wrong kind of flow, ids outside the vocabulary,
+/// targets of the wrong length). The runtime checks its inputs, so this means a bug or a bad
+/// schedule.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DeviceError {
+    /// What was wrong.
+    #[error("{0}")]
+    Input(String),
+}

@@ -1,0 +1,371 @@
+//! Moving tensors between ranks: the [`Transport`] trait and its in-process implementation
+//! ([`InProcess`]: one thread per rank, `std::sync::mpsc` channels).
+//!
+//! The trait is what every backend provides — point-to-point sends and receives of tensors
+//! named by a [`Tag`], and a summing all-reduce within a group of ranks — so an MPI backend
+//! (tags and communicators) and an NCCL backend (grouped send/recv, `ncclAllReduce`) can
+//! implement it later without the runtime changing. Sends never wait for their receive;
+//! receives wait at most a timeout and then fail naming the peer.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use super::tensor::Tensor;
+
+/// Which way a tensor travels along the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// A forward activation, from stage `s − 1` to stage `s`.
+    Activation,
+    /// A backward gradient, from stage `s + 1` to stage `s`.
+    Gradient,
+}
+
+/// Names one point-to-point message: the stage that *consumes* it, the micro-batch and the
+/// direction. An activation for stage 3 of micro-batch 5 is `Tag { stage: 3, microbatch: 5,
+/// direction: Activation }`; the gradient stage 3 sends back is for stage 2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tag {
+    /// The stage that consumes the tensor.
+    pub stage: u32,
+    /// The micro-batch.
+    pub microbatch: u32,
+    /// Activation or gradient.
+    pub direction: Direction,
+}
+
+impl fmt::Display for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.direction {
+            Direction::Activation => "activation",
+            Direction::Gradient => "gradient",
+        };
+        write!(
+            f,
+            "the {what} for stage {} of micro-batch {}",
+            self.stage, self.microbatch
+        )
+    }
+}
+
+/// Why a transfer failed. Messages name both ranks.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TransportError {
+    /// A receive waited longer than the timeout.
+    #[error("rank {rank} waited {waited_s:.1} s for {what} from rank {peer}, which never sent it (did rank {peer} fail or its schedule differ?)")]
+    Timeout {
+        /// The waiting rank.
+        rank: usize,
+        /// The rank it waited for.
+        peer: usize,
+        /// What it waited for.
+        what: String,
+        /// How long it waited, seconds.
+        waited_s: f64,
+    },
+    /// The peer is gone (its endpoint was dropped).
+    #[error("rank {rank} cannot reach rank {peer}: its endpoint is closed")]
+    Disconnected {
+        /// This rank.
+        rank: usize,
+        /// The rank it tried to reach.
+        peer: usize,
+    },
+    /// A rank or group outside the world, or a payload of the wrong size.
+    #[error("rank {rank}: {message}")]
+    Invalid {
+        /// This rank.
+        rank: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Point-to-point and collective transfers of one rank. One endpoint per rank; an endpoint is
+/// used by one thread.
+pub trait Transport: Send {
+    /// This endpoint's rank, `0..world_size`.
+    fn rank(&self) -> usize;
+
+    /// Number of ranks.
+    fn world_size(&self) -> usize;
+
+    /// Sends `tensor` to `peer`; returns without waiting for the receive.
+    fn send(&mut self, peer: usize, tag: Tag, tensor: Tensor) -> Result<(), TransportError>;
+
+    /// Receives the tensor `peer` sent with `tag`, waiting at most the endpoint's timeout.
+    /// Messages may arrive in any order; others are kept until asked for.
+    fn recv(&mut self, peer: usize, tag: Tag) -> Result<Tensor, TransportError>;
+
+    /// Sums `data` element-wise over the ranks of `group` (which must contain this rank); every
+    /// member ends with the same bits. Every member calls it with its groups in the same order.
+    /// The data is f64 because weight gradients are accumulated in f64 (see
+    /// [`Tensor64`](super::Tensor64)); NCCL and MPI reduce f64 natively.
+    fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError>;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    P2p(Tag),
+    Reduce { group: Vec<usize>, seq: u64 },
+}
+
+/// What a message carries: a tensor, or one rank's part of an all-reduce.
+enum Payload {
+    Tensor(Tensor),
+    Reduce(Vec<f64>),
+}
+
+struct Message {
+    from: usize,
+    key: Key,
+    payload: Payload,
+}
+
+/// The in-process transport: ranks are threads of one process and messages go over channels.
+/// Make the endpoints with [`InProcess::world`] and move one into each rank's thread.
+pub struct InProcess {
+    rank: usize,
+    senders: Vec<Sender<Message>>,
+    inbox: Receiver<Message>,
+    stash: HashMap<(usize, Key), VecDeque<Payload>>,
+    reduce_seq: HashMap<Vec<usize>, u64>,
+    timeout: Duration,
+}
+
+impl InProcess {
+    /// `world_size` connected endpoints, rank `i` at index `i`; receives give up after
+    /// `timeout`.
+    pub fn world(world_size: usize, timeout: Duration) -> Vec<InProcess> {
+        let (senders, inboxes): (Vec<_>, Vec<_>) = (0..world_size).map(|_| channel()).unzip();
+        inboxes
+            .into_iter()
+            .enumerate()
+            .map(|(rank, inbox)| InProcess {
+                rank,
+                senders: senders.clone(),
+                inbox,
+                stash: HashMap::new(),
+                reduce_seq: HashMap::new(),
+                timeout,
+            })
+            .collect()
+    }
+
+    fn invalid(&self, message: String) -> TransportError {
+        TransportError::Invalid {
+            rank: self.rank,
+            message,
+        }
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<(), TransportError> {
+        if peer < self.senders.len() {
+            Ok(())
+        } else {
+            Err(self.invalid(format!(
+                "peer {peer} is outside the {} ranks",
+                self.senders.len()
+            )))
+        }
+    }
+
+    fn post(&self, peer: usize, key: Key, payload: Payload) -> Result<(), TransportError> {
+        self.check_peer(peer)?;
+        let message = Message {
+            from: self.rank,
+            key,
+            payload,
+        };
+        self.senders[peer]
+            .send(message)
+            .map_err(|_| TransportError::Disconnected {
+                rank: self.rank,
+                peer,
+            })
+    }
+
+    /// The payload `peer` sent under `key`: from the stash, or from the inbox (stashing what
+    /// else arrives meanwhile), waiting at most the timeout.
+    fn take(
+        &mut self,
+        peer: usize,
+        key: Key,
+        what: impl Fn() -> String,
+    ) -> Result<Payload, TransportError> {
+        self.check_peer(peer)?;
+        let wanted = (peer, key);
+        if let Some(p) = self.stash.get_mut(&wanted).and_then(VecDeque::pop_front) {
+            return Ok(p);
+        }
+        let start = Instant::now();
+        let deadline = start + self.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.inbox.recv_timeout(left) {
+                Ok(m) if m.from == wanted.0 && m.key == wanted.1 => return Ok(m.payload),
+                Ok(m) => self
+                    .stash
+                    .entry((m.from, m.key))
+                    .or_default()
+                    .push_back(m.payload),
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(TransportError::Timeout {
+                        rank: self.rank,
+                        peer,
+                        what: what(),
+                        waited_s: start.elapsed().as_secs_f64(),
+                    })
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(TransportError::Disconnected {
+                        rank: self.rank,
+                        peer,
+                    })
+                }
+            }
+        }
+    }
+}
+
+impl Transport for InProcess {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.senders.len()
+    }
+
+    fn send(&mut self, peer: usize, tag: Tag, tensor: Tensor) -> Result<(), TransportError> {
+        self.post(peer, Key::P2p(tag), Payload::Tensor(tensor))
+    }
+
+    fn recv(&mut self, peer: usize, tag: Tag) -> Result<Tensor, TransportError> {
+        match self.take(peer, Key::P2p(tag), || tag.to_string())? {
+            Payload::Tensor(t) => Ok(t),
+            Payload::Reduce(_) => Err(self.invalid(format!(
+                "{tag} from rank {peer} arrived as an all-reduce part"
+            ))),
+        }
+    }
+
+    /// Every member sends its data to every other member, then adds all contributions in
+    /// group order, so the sum is bitwise the same everywhere.
+    fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError> {
+        if !group.contains(&self.rank) {
+            return Err(self.invalid(format!(
+                "all-reduce over group {group:?}, which does not contain it"
+            )));
+        }
+        if group.len() == 1 {
+            return Ok(());
+        }
+        let counter = self.reduce_seq.entry(group.to_vec()).or_insert(0);
+        let seq = *counter;
+        *counter += 1;
+        let key = Key::Reduce {
+            group: group.to_vec(),
+            seq,
+        };
+        let mine = data.to_vec();
+        for &peer in group.iter().filter(|&&p| p != self.rank) {
+            self.post(peer, key.clone(), Payload::Reduce(mine.clone()))?;
+        }
+        let mut sum = vec![0.0f64; data.len()];
+        for &peer in group {
+            let part = if peer == self.rank {
+                mine.clone()
+            } else {
+                match self.take(peer, key.clone(), || {
+                    format!("its part of all-reduce #{seq}")
+                })? {
+                    Payload::Reduce(v) => v,
+                    Payload::Tensor(_) => {
+                        return Err(self.invalid(format!(
+                            "all-reduce #{seq}: rank {peer} sent a tensor instead"
+                        )))
+                    }
+                }
+            };
+            if part.len() != sum.len() {
+                return Err(self.invalid(format!(
+                    "all-reduce #{seq}: rank {peer} sent {} elements, this rank has {}",
+                    part.len(),
+                    sum.len()
+                )));
+            }
+            for (s, x) in sum.iter_mut().zip(&part) {
+                *s += x;
+            }
+        }
+        data.copy_from_slice(&sum);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tag(stage: u32, microbatch: u32) -> Tag {
+        Tag {
+            stage,
+            microbatch,
+            direction: Direction::Activation,
+        }
+    }
+
+    #[test]
+    fn out_of_order_messages_are_kept_until_asked_for() {
+        let mut w = InProcess::world(2, Duration::from_secs(5));
+        let mut b = w.pop().unwrap();
+        let mut a = w.pop().unwrap();
+        a.send(1, tag(1, 0), Tensor::full(1, 1, 0.0)).unwrap();
+        a.send(1, tag(1, 1), Tensor::full(1, 1, 1.0)).unwrap();
+        assert_eq!(b.recv(0, tag(1, 1)).unwrap().data(), [1.0]);
+        assert_eq!(b.recv(0, tag(1, 0)).unwrap().data(), [0.0]);
+    }
+
+    #[test]
+    fn a_missing_message_times_out_naming_the_peer() {
+        let mut w = InProcess::world(2, Duration::from_millis(50));
+        let e = w[1].recv(0, tag(3, 5)).unwrap_err().to_string();
+        assert!(
+            e.contains("rank 1 waited") && e.contains("from rank 0"),
+            "{e}"
+        );
+        assert!(e.contains("stage 3 of micro-batch 5"), "{e}");
+        assert!(w[0].recv(7, tag(0, 0)).is_err());
+    }
+
+    #[test]
+    fn all_reduce_sums_in_group_order_on_every_thread() {
+        let world = InProcess::world(4, Duration::from_secs(5));
+        let results: Vec<Vec<f64>> = std::thread::scope(|s| {
+            let handles: Vec<_> = world
+                .into_iter()
+                .map(|mut t| {
+                    s.spawn(move || {
+                        let group = if t.rank() % 2 == 0 {
+                            vec![0, 2]
+                        } else {
+                            vec![1, 3]
+                        };
+                        let mut data = vec![t.rank() as f64, 1.0];
+                        t.all_reduce_sum(&group, &mut data).unwrap();
+                        t.all_reduce_sum(&group, &mut data).unwrap();
+                        data
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(results[0], [4.0, 4.0]);
+        assert_eq!(results[2], [4.0, 4.0]);
+        assert_eq!(results[1], [8.0, 4.0]);
+        assert_eq!(results[3], [8.0, 4.0]);
+    }
+}

@@ -1,0 +1,320 @@
+//! `autopp exec`: train a small model for real with a pipeline schedule, one thread per rank,
+//! and report losses, step times, bubble and peak activation memory next to the simulator's
+//! prediction; `--check` compares with single-worker training.
+
+use std::io::IsTerminal;
+
+use anyhow::{bail, Context, Result};
+use autopp_executor::{check, run, trace, ExecConfig, ExecReport, StepSummary};
+use autopp_models::{Model, Recompute};
+use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
+use autopp_planner::PlanFile;
+use clap::Args;
+use serde_json::json;
+
+use super::common::{load_model, secs, write_atomic};
+
+/// Train a small model (such as tiny-gpt) on the CPU with a pipeline schedule: one thread per
+/// rank, real activations and gradients between them, AdamW; report losses, step times, the
+/// measured bubble and peak activation memory per rank next to the simulator's prediction.
+/// The global batch is microbatches × mbs × dp sequences of synthetic, learnable data.
+///
+/// Example: autopp exec tiny-gpt --pp 2 --microbatches 8 --mbs 2 --schedule 1f1b --check
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    /// A preset name (see `autopp models`) or a path to a model.json.
+    #[arg(required_unless_present = "plan")]
+    pub model: Option<String>,
+    /// A plan file from `autopp plan --out`: runs its model, pipeline ranks, data-parallel
+    /// degree, stages per rank, micro-batching, schedule and split.
+    #[arg(long, value_name = "FILE", conflicts_with_all = [
+        "model", "pp", "dp", "virtual_stages", "microbatches", "mbs", "schedule", "group_size",
+        "split",
+    ])]
+    pub plan: Option<String>,
+    /// Pipeline ranks.
+    #[arg(long, value_name = "P", required_unless_present = "plan")]
+    pub pp: Option<usize>,
+    /// Data-parallel replicas of the pipeline [default: 1].
+    #[arg(long, value_name = "D")]
+    pub dp: Option<usize>,
+    /// Stages per rank (interleaved-1f1b and looped-bfs) [default: 1].
+    #[arg(long = "virtual", value_name = "V")]
+    pub virtual_stages: Option<usize>,
+    /// Micro-batches per step per replica.
+    #[arg(long, value_name = "M", required_unless_present = "plan")]
+    pub microbatches: Option<usize>,
+    /// Sequences per micro-batch.
+    #[arg(long, value_name = "B", required_unless_present = "plan")]
+    pub mbs: Option<usize>,
+    /// Schedule: gpipe, 1f1b, interleaved-1f1b, looped-bfs.
+    #[arg(long, value_name = "KIND", required_unless_present = "plan")]
+    pub schedule: Option<ScheduleKind>,
+    /// Micro-batch group size of interleaved-1f1b [default: pp].
+    #[arg(long, value_name = "G")]
+    pub group_size: Option<usize>,
+    /// Layer-list entries per stage, comma-separated, in stage order (the embedding and the
+    /// head count as one each) [default: even].
+    #[arg(long, value_delimiter = ',', value_name = "N,N,…")]
+    pub split: Option<Vec<usize>>,
+    /// Run at this sequence length instead of the model's.
+    #[arg(long, value_name = "S")]
+    pub seq_len: Option<u64>,
+    /// Training steps.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub steps: usize,
+    /// Seed of the initial weights and the synthetic data.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub seed: u64,
+    /// Seconds a rank waits for a tensor from another rank before it fails, naming the peer.
+    #[arg(long, default_value_t = 60.0, value_name = "S")]
+    pub recv_timeout: f64,
+    /// AdamW learning rate.
+    #[arg(long, default_value_t = 3e-3, value_name = "LR")]
+    pub lr: f64,
+    /// Also train on one worker with the whole batch at once and compare losses and weights
+    /// (fails unless max_rel_err <= 1e-5).
+    #[arg(long)]
+    pub check: bool,
+    /// Write a Chrome trace (opens in Perfetto) of every action on every rank to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<String>,
+    /// Print one JSON object instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The configuration the flags or the plan file describe.
+fn config(args: &ExecArgs) -> Result<ExecConfig> {
+    let (model, spec, dp, mbs, split) = match &args.plan {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--plan: cannot read '{path}'"))?;
+            let file = PlanFile::from_json(&text, path)?;
+            let c = file.config()?;
+            if c.tp != 1 || c.cp != 1 {
+                bail!(
+                    "--plan: the plan uses tensor parallelism {} and context parallelism {}; exec runs tp = 1 and cp = 1 only",
+                    c.tp,
+                    c.cp
+                );
+            }
+            if c.recompute != Recompute::None && !args.json {
+                eprintln!(
+                    "note: exec keeps every activation; the plan's recompute mode ({}) is not applied",
+                    c.recompute
+                );
+            }
+            let spec = ScheduleSpec {
+                kind: c.schedule,
+                pp: c.pp as usize,
+                virtual_stages: c.virtual_stages as usize,
+                num_microbatches: c.num_microbatches() as usize,
+                group_size: c.group_size.map(|g| g as usize),
+            };
+            (
+                file.model()?,
+                spec,
+                c.dp as usize,
+                c.micro_batch_size as usize,
+                c.split,
+            )
+        }
+        None => {
+            let (Some(name), Some(pp), Some(m), Some(mbs), Some(kind)) = (
+                &args.model,
+                args.pp,
+                args.microbatches,
+                args.mbs,
+                args.schedule,
+            ) else {
+                bail!("give MODEL, --pp, --microbatches, --mbs and --schedule, or --plan FILE");
+            };
+            let spec = ScheduleSpec {
+                kind,
+                pp,
+                virtual_stages: args.virtual_stages.unwrap_or(1),
+                num_microbatches: m,
+                group_size: args.group_size,
+            };
+            (
+                load_model(name)?,
+                spec,
+                args.dp.unwrap_or(1),
+                mbs,
+                args.split.clone(),
+            )
+        }
+    };
+    let model: Model = match args.seq_len {
+        Some(s) => model.with_seq_length(s).context("--seq-len")?,
+        None => model,
+    };
+    let schedule = generate(&spec).context("--schedule")?;
+    let mut cfg = ExecConfig::new(&model, schedule, dp, mbs, split)?;
+    cfg.steps = args.steps;
+    cfg.seed = args.seed;
+    if !(args.lr > 0.0 && args.lr.is_finite()) {
+        bail!("--lr must be a positive number (got {})", args.lr);
+    }
+    cfg.optimizer.lr = args.lr;
+    cfg.recv_timeout_s = args.recv_timeout;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Runs `autopp exec`.
+pub fn run_exec(args: &ExecArgs) -> Result<()> {
+    let cfg = config(args)?;
+    let bar = (std::io::stderr().is_terminal() && !args.json).then(|| {
+        let b = indicatif::ProgressBar::new(cfg.steps as u64);
+        b.set_message("steps");
+        b
+    });
+    let mut lines: Vec<StepSummary> = Vec::new();
+    let report = run(&cfg, &mut |s| {
+        if let Some(b) = &bar {
+            b.set_message(format!("loss {:.4}", s.loss));
+            b.inc(1);
+        }
+        lines.push(s);
+    })?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let checked = if args.check {
+        let reference = check::train_single_worker(&cfg)?;
+        Some(check::compare(
+            &report,
+            &reference,
+            check::DEFAULT_TOLERANCE,
+        ))
+    } else {
+        None
+    };
+    if let Some(path) = &args.trace {
+        let text = serde_json::to_string(&trace::chrome_trace(&report))?;
+        write_atomic(path, text.as_bytes()).context("--trace")?;
+    }
+    let flops = model_flops_per_s(&cfg, &report);
+    if args.json {
+        let mut out = json!({
+            "model": cfg.model.name,
+            "schedule": cfg.schedule.kind,
+            "pp": cfg.pp(),
+            "dp": cfg.dp,
+            "virtual_stages": cfg.schedule.virtual_stages,
+            "num_microbatches": cfg.num_microbatches(),
+            "micro_batch_size": cfg.micro_batch_size,
+            "seq_len": cfg.seq_len(),
+            "global_batch_size": cfg.global_batch_size(),
+            "split": cfg.split,
+            "losses": report.losses,
+            "step_time_s": report.step_time_s,
+            "iteration_time_s": report.iteration_time_s,
+            "model_flops_per_s": flops,
+            "bubble_fraction": report.bubble_fraction,
+            "predicted_bubble_fraction": report.predicted_bubble_fraction,
+            "peak_activation_bytes": report.peak_activation_bytes,
+            "predicted_peak_activation_bytes": report.predicted_peak_activation_bytes,
+        });
+        if let Some(c) = &checked {
+            out["check"] = json!({
+                "max_rel_err": c.max_rel_err,
+                "passed": c.passed,
+                "worst": c.worst,
+                "tolerance": c.tolerance,
+                "reference_losses": c.reference_losses,
+            });
+        }
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        print!(
+            "{}",
+            text(&cfg, &report, &lines, flops, checked.as_ref(), args)
+        );
+    }
+    if let Some(c) = checked.filter(|c| !c.passed) {
+        bail!(
+            "--check failed: max_rel_err {:.3e} > {:.0e} at {}",
+            c.max_rel_err,
+            c.tolerance,
+            c.worst
+        );
+    }
+    Ok(())
+}
+
+/// Model FLOPs per second over all ranks at the median iteration time.
+fn model_flops_per_s(cfg: &ExecConfig, r: &ExecReport) -> f64 {
+    let per_sequence = Model::Transformer(cfg.model.clone())
+        .model_flops_per_sequence()
+        .unwrap_or(0.0);
+    per_sequence * cfg.global_batch_size() as f64 / r.iteration_time_s.max(1e-12)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+fn text(
+    cfg: &ExecConfig,
+    r: &ExecReport,
+    steps: &[StepSummary],
+    flops: f64,
+    checked: Option<&check::CheckReport>,
+    args: &ExecArgs,
+) -> String {
+    let mut out = format!(
+        "{} · {} · pp {} · dp {}{} · {} micro-batches of {} × {} tokens · {} threads\n\n",
+        cfg.model.name,
+        cfg.schedule.kind,
+        cfg.pp(),
+        cfg.dp,
+        if cfg.schedule.virtual_stages > 1 {
+            format!(" · {} stages per rank", cfg.schedule.virtual_stages)
+        } else {
+            String::new()
+        },
+        cfg.num_microbatches(),
+        cfg.micro_batch_size,
+        cfg.seq_len(),
+        cfg.world_size(),
+    );
+    out.push_str("step   loss      time\n");
+    for s in steps {
+        out.push_str(&format!(
+            "{:<6} {:<9.4} {}\n",
+            s.step,
+            s.loss,
+            secs(s.time_s)
+        ));
+    }
+    out.push_str(&format!(
+        "\niteration time {} (median of the steps after the first) · {:.1} GFLOP/s of model FLOPs over all ranks\n\n",
+        secs(r.iteration_time_s),
+        flops / 1e9
+    ));
+    out.push_str("rank   bubble  (simulated)   peak activations   (simulated)\n");
+    for rank in 0..cfg.pp() {
+        out.push_str(&format!(
+            "{rank:<6} {:<7.3} ({:.3})       {:<18} ({})\n",
+            r.bubble_fraction[rank],
+            r.predicted_bubble_fraction[rank],
+            mib(r.peak_activation_bytes[rank]),
+            mib(r.predicted_peak_activation_bytes[rank]),
+        ));
+    }
+    if let Some(c) = checked {
+        out.push_str(&format!(
+            "\ncheck against single-worker training: max_rel_err {:.2e} ({}) — {}\n",
+            c.max_rel_err,
+            c.worst,
+            if c.passed { "PASSED" } else { "FAILED" }
+        ));
+    }
+    if let Some(path) = &args.trace {
+        out.push_str(&format!("wrote Chrome trace to {path}\n"));
+    }
+    out
+}

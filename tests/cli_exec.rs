@@ -1,0 +1,210 @@
+//! End-to-end tests of `autopp exec` as a user runs it (tiny-gpt at a short sequence, so the
+//! runs take a second or two).
+
+use std::process::{Command, Output};
+
+fn autopp(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_autopp"))
+        .args(args)
+        .output()
+        .expect("the autopp binary runs")
+}
+
+fn stdout(args: &[&str]) -> String {
+    let out = autopp(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// Asserts a run failed with exit 2 and one line naming `needle`.
+fn fails_with(args: &[&str], needle: &str) {
+    let out = autopp(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "args {args:?}: stderr {stderr}");
+    assert!(!stderr.contains("panicked"), "panic for {args:?}: {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line: {stderr}"
+    );
+    assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+}
+
+const SMALL: [&str; 4] = ["--seq-len", "16", "--steps", "3"];
+
+#[test]
+fn json_has_every_key_and_the_check_passes() {
+    let mut args = vec![
+        "exec",
+        "tiny-gpt",
+        "--pp",
+        "2",
+        "--dp",
+        "2",
+        "--virtual",
+        "2",
+        "--microbatches",
+        "4",
+        "--mbs",
+        "1",
+        "--schedule",
+        "interleaved-1f1b",
+        "--check",
+        "--json",
+    ];
+    args.extend(SMALL);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&args)).unwrap();
+    assert_eq!(v["losses"].as_array().unwrap().len(), 3);
+    assert_eq!(v["step_time_s"].as_array().unwrap().len(), 3);
+    assert!(v["iteration_time_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["global_batch_size"], 8);
+    for key in [
+        "bubble_fraction",
+        "peak_activation_bytes",
+        "predicted_peak_activation_bytes",
+    ] {
+        assert_eq!(v[key].as_array().unwrap().len(), 2, "{key}");
+    }
+    assert_eq!(
+        v["peak_activation_bytes"],
+        v["predicted_peak_activation_bytes"]
+    );
+    assert_eq!(v["check"]["passed"], true);
+    assert!(v["check"]["max_rel_err"].as_f64().unwrap() <= 1e-5);
+}
+
+#[test]
+fn text_report_and_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.json");
+    let path_text = path.to_str().unwrap();
+    let mut args = vec![
+        "exec",
+        "tiny-gpt",
+        "--pp",
+        "2",
+        "--microbatches",
+        "2",
+        "--mbs",
+        "1",
+        "--schedule",
+        "1f1b",
+        "--trace",
+        path_text,
+    ];
+    args.extend(SMALL);
+    let out = stdout(&args);
+    assert!(out.contains("iteration time"), "{out}");
+    assert!(out.contains("peak activations"), "{out}");
+    assert!(
+        out.lines()
+            .filter(|l| l.starts_with("1 ") || l.starts_with("3 "))
+            .count()
+            >= 2,
+        "{out}"
+    );
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let actions = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] != "optimizer")
+        .count();
+    // 2 ranks × 2 micro-batches × (F + B) × 3 steps
+    assert_eq!(actions, 2 * 2 * 2 * 3);
+    // only the trace file is left behind (no temporary file)
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn a_plan_file_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let plan_text = plan.to_str().unwrap();
+    stdout(&[
+        "plan",
+        "tiny-gpt",
+        "--gpus",
+        "4",
+        "--fix",
+        "pp=2,tp=1",
+        "--out",
+        plan_text,
+    ]);
+    let mut args = vec!["exec", "--plan", plan_text, "--json"];
+    args.extend(SMALL);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&args)).unwrap();
+    assert_eq!(v["pp"], 2);
+    assert_eq!(
+        v["peak_activation_bytes"],
+        v["predicted_peak_activation_bytes"]
+    );
+}
+
+#[test]
+fn impossible_requests_fail_with_one_line() {
+    let base = [
+        "--microbatches",
+        "2",
+        "--mbs",
+        "1",
+        "--schedule",
+        "1f1b",
+        "--pp",
+        "2",
+    ];
+    let with = |model: &str, extra: &[&'static str]| {
+        let mut v = vec!["exec", model];
+        v.extend(base);
+        v.extend(extra.iter().copied());
+        v.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let run = |args: Vec<String>, needle: &str| {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails_with(&refs, needle);
+    };
+    run(with("gpt3-175b", &[]), "exec does not implement");
+    run(with("llama3-8b", &[]), "exec does not implement");
+    run(with("tiny-gpt", &["--virtual", "2"]), "--virtual must be 1");
+    run(with("tiny-gpt", &["--split", "3,3"]), "--split");
+    run(with("tiny-gpt", &["--seq-len", "0"]), "--seq-len");
+    run(with("tiny-gpt", &["--steps", "0"]), "--steps");
+    run(
+        with("tiny-gpt", &["--recv-timeout", "0"]),
+        "--recv-timeout",
+    );
+    run(with("no-such-model", &[]), "unknown model");
+    fails_with(&["exec", "tiny-gpt", "--pp", "2"], "required");
+}
+
+#[test]
+fn too_large_untied_models_are_refused_by_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("big.json");
+    std::fs::write(
+        &model,
+        r#"{"name": "big", "num_layers": 48, "hidden_size": 2048, "num_attention_heads": 16,
+            "vocab_size": 50000, "seq_length": 128, "tied_embeddings": false, "dropout": false}"#,
+    )
+    .unwrap();
+    fails_with(
+        &[
+            "exec",
+            model.to_str().unwrap(),
+            "--pp",
+            "2",
+            "--microbatches",
+            "2",
+            "--mbs",
+            "1",
+            "--schedule",
+            "1f1b",
+        ],
+        "above the limit of 100 M",
+    );
+}
