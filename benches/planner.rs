@@ -29,6 +29,7 @@ fn case(c: &mut Criterion, name: &str, model: &str, gpu: &str, gpus: u64, batch:
         flash_attention: true,
         even_split_only: false,
         runtime: Default::default(),
+        ilp_solver: autopp_planner::search::IlpSolver::of_build(),
     };
     c.bench_function(name, |b| {
         b.iter(|| search(&model, &profile, &opts, &|_, _| {}).expect("a plan"))

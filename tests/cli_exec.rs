@@ -174,10 +174,7 @@ fn impossible_requests_fail_with_one_line() {
     run(with("tiny-gpt", &["--split", "3,3"]), "--split");
     run(with("tiny-gpt", &["--seq-len", "0"]), "--seq-len");
     run(with("tiny-gpt", &["--steps", "0"]), "--steps");
-    run(
-        with("tiny-gpt", &["--recv-timeout", "0"]),
-        "--recv-timeout",
-    );
+    run(with("tiny-gpt", &["--recv-timeout", "0"]), "--recv-timeout");
     run(with("no-such-model", &[]), "unknown model");
     fails_with(&["exec", "tiny-gpt", "--pp", "2"], "required");
 }

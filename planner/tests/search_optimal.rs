@@ -28,6 +28,7 @@ fn options(global_batch: u64, precision: Precision) -> SearchOptions {
         flash_attention: true,
         even_split_only: false,
         runtime: Default::default(),
+        ilp_solver: autopp_planner::search::IlpSolver::of_build(),
     }
 }
 

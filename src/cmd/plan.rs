@@ -128,6 +128,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         flash_attention: !args.no_flash_attention,
         even_split_only: args.even_split || !args.framework.uneven_layouts(),
         runtime: args.framework.runtime(),
+        ilp_solver: autopp_planner::search::IlpSolver::of_build(),
     };
     let profile = AnalyticProfile::new(cluster.clone(), args.precision)?;
 

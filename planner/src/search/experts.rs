@@ -59,6 +59,7 @@ pub fn compare(row: &PublishedRow) -> Result<Comparison, String> {
         flash_attention: c.flash_attention,
         even_split_only: false,
         runtime: c.runtime,
+        ilp_solver: crate::search::IlpSolver::of_build(),
     };
     let planned = search(&case.model, &profile, &opts, &|_, _| {})
         .map_err(|e| e.to_string())?

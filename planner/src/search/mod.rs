@@ -40,7 +40,7 @@ use crate::split;
 use crate::stages::{self, StageContext, StageCost};
 
 use evaluator::{Evaluator, ScheduleShape};
-pub use partial::solver_name;
+pub use partial::IlpSolver;
 pub use space::{Fixed, Key, SpaceLimits};
 use split_dp::{LayerSums, StageBudget};
 
@@ -66,6 +66,8 @@ pub struct SearchOptions {
     pub even_split_only: bool,
     /// Framework behaviour (gradient dtype, overlap) every candidate runs with.
     pub runtime: crate::config::Runtime,
+    /// The solver of the partial-recompute integer program.
+    pub ilp_solver: IlpSolver,
 }
 
 /// What the search found.
@@ -112,6 +114,32 @@ pub(crate) struct LayerTable {
     /// [`LayerTable::sums`] for schedules that split the backward: per in-flight pair the
     /// larger of the activation bytes (F to I) and the weight-gradient bytes (I to W).
     split_sums: Vec<LayerSums>,
+    /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
+    /// unlimited, computed on first use.
+    free_bottleneck: std::sync::Mutex<HashMap<(usize, usize), Option<f64>>>,
+}
+
+impl LayerTable {
+    /// The smallest per-micro-batch bottleneck of any split of the layers into `stages`
+    /// stages under `mode` (index into `Recompute::ALL`), memory unlimited.
+    fn free_bottleneck_s(&self, mode: usize, stages: usize) -> Option<f64> {
+        if let Some(found) = self.free_bottleneck.lock().ok()?.get(&(mode, stages)) {
+            return *found;
+        }
+        let sums = &self.sums[mode];
+        let best = split_dp::best_split_with(
+            sums.len(),
+            stages,
+            |_, _, _| true,
+            |_, a, b| sums.time_s(a, b),
+        )
+        .map(|b| b.1);
+        self.free_bottleneck
+            .lock()
+            .ok()?
+            .insert((mode, stages), best);
+        best
+    }
 }
 
 fn mode_index(mode: Recompute) -> usize {
@@ -317,7 +345,7 @@ pub fn search(
     // the integer program for the fastest few partial-recompute candidates (by closed form)
     let solved: std::collections::HashSet<Key> = chosen
         .iter()
-        .filter(|s| s.key.partial_recompute)
+        .filter(|s| s.key.partial_recompute && s.key.pp <= PARTIAL_SOLVED_MAX_PP)
         .take(PARTIAL_SOLVED)
         .map(|s| s.key)
         .collect();
@@ -593,12 +621,13 @@ fn layer_table(
         partial,
         sums,
         split_sums,
+        free_bottleneck: Default::default(),
     })
 }
 
 /// A schedule kind whose closed-form times are all over this factor × the best does not get its
 /// quota in the shortlist.
-const GIVE_UP_FACTOR: f64 = 1.15;
+const GIVE_UP_FACTOR: f64 = 1.05;
 
 /// Candidates of each schedule kind that the shortlist holds at least (see [`search`]).
 const PER_KIND: usize = 6;
@@ -606,6 +635,9 @@ const PER_KIND: usize = 6;
 /// Shortlisted partial-recompute configurations whose split and recompute counts the integer
 /// program chooses (the others keep the DP's); each solve takes up to tens of milliseconds.
 const PARTIAL_SOLVED: usize = 4;
+/// Pipelines longer than this keep the DP's partial recompute: the integer program's branch
+/// and bound grows too slow for the planner's budget (`microlp` needs seconds at 32 ranks).
+const PARTIAL_SOLVED_MAX_PP: u64 = 16;
 
 /// Shortlisted configurations that also try the even and the end-isolating splits.
 const SECOND_TIER: usize = 8;
@@ -691,6 +723,7 @@ fn score(
         false => None,
     };
     let rank_budget = rank_budget_bytes(profile, opts, key, costs)?;
+    let full_sums = part.map(|_| &table.sums[mode_index(Recompute::Full)]);
     let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
     let placement = key.schedule.placement();
     // With one stage per rank a stage's budget is its rank's, exactly, and the allocator's
@@ -700,7 +733,10 @@ fn score(
     // as slack. Either way every candidate's memory is checked exactly when simulated.
     let (dynamic, transient_frag) = if v == 1 {
         let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
-        (1.0 + memory::FRAGMENTATION, transient * memory::FRAGMENTATION)
+        (
+            1.0 + memory::FRAGMENTATION,
+            transient * memory::FRAGMENTATION,
+        )
     } else {
         (1.0, 0.0)
     };
@@ -729,7 +765,10 @@ fn score(
             return Some(0);
         }
         let p = part?;
-        let need = (over / (b.inflight * p.delta_act_bytes)).ceil() as u64;
+        let per = b.inflight * p.delta_act_bytes;
+        // ⌈over / per⌉ without a libm call
+        let floor = (over / per) as u64;
+        let need = floor + u64::from(floor as f64 * per < over);
         (need <= p.count(first, last)).then_some(need)
     };
     let extra_s = |k: usize, first: usize, last: usize| {
@@ -743,8 +782,7 @@ fn score(
         // layer recomputed is as good as the best split with memory unlimited, the
         // configuration without partial recompute covers it.
         let with_memory = split_dp::best_split(sums, &budgets).map(|b| b.1);
-        let free = split_dp::best_split_with(n, s, |_, _, _| true, |_, a, b| sums.time_s(a, b))
-            .map(|b| b.1);
+        let free = table.free_bottleneck_s(mode_index(key.recompute), s);
         if let (Some(a), Some(b)) = (with_memory, free) {
             if a <= b * (1.0 + 1e-9) {
                 return None;
@@ -754,6 +792,8 @@ fn score(
     let best = match part {
         None if base_fits => split_dp::best_split(sums, &budgets),
         None => None,
+        // every layer fully recomputed is the leanest a partial plan gets
+        Some(_) if !split_dp::any_split_fits(full_sums?, &budgets) => None,
         Some(_) if !split_dp::any_fits_with(n, s, |k, a, b| needed(k, a, b).is_some()) => None,
         Some(_) => split_dp::best_split_with(
             n,
@@ -919,18 +959,21 @@ fn solve_partial(
     let budgets = vec![budget - transient * memory::FRAGMENTATION; pp];
     let same_count = opts.limits.framework.partial_recompute()
         == crate::framework::PartialRecompute::SameCountPerStage;
-    let answer = partial::solve(&partial::Problem {
-        pp,
-        virtual_stages: v,
-        layer_time_s: time(&costs[1]),
-        partial: part,
-        layer_fixed_bytes: costs[1].params as f64 * per_param,
-        layer_act_bytes: costs[1].activation_bytes as f64,
-        ends: &ends,
-        inflight_per_stage: &inflight_per_stage,
-        budget_bytes: &budgets,
-        same_count,
-    })?;
+    let answer = partial::solve(
+        &partial::Problem {
+            pp,
+            virtual_stages: v,
+            layer_time_s: time(&costs[1]),
+            partial: part,
+            layer_fixed_bytes: costs[1].params as f64 * per_param,
+            layer_act_bytes: costs[1].activation_bytes as f64,
+            ends: &ends,
+            inflight_per_stage: &inflight_per_stage,
+            budget_bytes: &budgets,
+            same_count,
+        },
+        opts.ilp_solver,
+    )?;
     // each rank's layers and recomputes spread over its stages, the later stages taking
     // the remainders
     let mut split = vec![0usize; s];

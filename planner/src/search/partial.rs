@@ -230,7 +230,7 @@ impl Problem<'_> {
 /// fill, so it is the objective. Many answers share the optimal `T`; the one returned is
 /// canonical (see `canonical`), so every solver gives the same plan. `None` when nothing
 /// fits or the solver fails.
-pub(crate) fn solve(p: &Problem<'_>) -> Option<Answer> {
+pub(crate) fn solve(p: &Problem<'_>, which: IlpSolver) -> Option<Answer> {
     let l = p.partial.num_layers as f64;
     let v = p.virtual_stages as f64;
     if p.pp == 0 || p.layer_time_s <= 0.0 {
@@ -243,34 +243,41 @@ pub(crate) fn solve(p: &Problem<'_>) -> Option<Answer> {
     let c: Vec<_> = (0..p.pp)
         .map(|_| vars.add(variable().integer().min(0.0).max(l)))
         .collect();
-    let n: Vec<_> = (0..p.pp)
-        .map(|_| vars.add(variable().integer().min(0.0).max(l)))
-        .collect();
+    // Megatron-LM: one count N for every stage, so n_r = v·N on every rank
     let count = p
         .same_count
         .then(|| vars.add(variable().integer().min(0.0).max(l)));
+    let per_rank: Vec<_> = match count {
+        Some(_) => Vec::new(),
+        None => (0..p.pp)
+            .map(|_| vars.add(variable().integer().min(0.0).max(l)))
+            .collect(),
+    };
+    let n = |r: usize| -> Expression {
+        match count {
+            Some(k) => v * k,
+            None => per_rank[r].into(),
+        }
+    };
     let big_t = vars.add(variable().min(0.0));
-    let mut model = solver(vars.minimise(big_t));
+    let problem = vars.minimise(big_t);
+    let mut constraints = Vec::new();
     let total: Expression = c.iter().copied().sum();
-    model = model.with(constraint!(total == l));
+    constraints.push(constraint!(total == l));
     let dt = p.partial.delta_time_s / t;
-    for r in 0..p.pp {
+    for (r, &layers) in c.iter().enumerate() {
         let q = p.inflight_per_stage[r];
         let (end_s, end_fixed, end_act) = p.ends[r];
-        model = model.with(constraint!(n[r] <= c[r]));
-        if let Some(k) = count {
-            model = model.with(constraint!(n[r] == v * k));
-        }
-        model = model.with(constraint!(c[r] + dt * n[r] + end_s / t <= big_t));
+        constraints.push(constraint!(n(r) <= layers));
+        constraints.push(constraint!(layers + dt * n(r) + end_s / t <= big_t));
         let per_layer = (p.layer_fixed_bytes + q * p.layer_act_bytes) / gib;
         let freed = q * p.partial.delta_act_bytes / gib;
         let fixed = (end_fixed + q * end_act) / gib;
-        model = model.with(constraint!(
-            per_layer * c[r] - freed * n[r] <= p.budget_bytes[r] / gib - fixed
+        constraints.push(constraint!(
+            per_layer * layers - freed * n(r) <= p.budget_bytes[r] / gib - fixed
         ));
     }
-    let solution = model.solve().ok()?;
-    let best_s = solution.value(big_t) * t;
+    let best_s = optimum(problem, constraints, big_t, which)? * t;
     // a hair of slack: the solvers' floating-point optimum, not another answer
     let limit_s = best_s * (1.0 + 1e-7) + 1e-12;
     match count {
@@ -280,42 +287,69 @@ pub(crate) fn solve(p: &Problem<'_>) -> Option<Answer> {
     }
 }
 
-/// The solver this build uses: HiGHS with the `highs` feature, `microlp` otherwise; both run
-/// to a zero optimality gap so that they agree.
-#[cfg(not(feature = "highs"))]
-fn solver(problem: good_lp::variable::UnsolvedProblem) -> impl SolverModel {
+/// The integer-programming solver behind [`solve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum IlpSolver {
+    /// `microlp`, pure Rust (every build).
+    #[default]
+    Microlp,
+    /// HiGHS (builds with the `highs` cargo feature only).
+    Highs,
+}
+
+impl IlpSolver {
+    /// The solver of this build: HiGHS with the `highs` feature, `microlp` otherwise.
+    pub fn of_build() -> IlpSolver {
+        if cfg!(feature = "highs") {
+            IlpSolver::Highs
+        } else {
+            IlpSolver::Microlp
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            IlpSolver::Microlp => "microlp",
+            IlpSolver::Highs => "HiGHS",
+        }
+    }
+}
+
+/// Solves `problem` with `which` (HiGHS falls back to `microlp` in builds without it), to a
+/// zero optimality gap so that the solvers agree; the optimum's `T`, or `None`.
+fn optimum(
+    problem: good_lp::variable::UnsolvedProblem,
+    constraints: Vec<good_lp::Constraint>,
+    big_t: good_lp::Variable,
+    which: IlpSolver,
+) -> Option<f64> {
+    #[cfg(feature = "highs")]
+    if which == IlpSolver::Highs {
+        let mut model = good_lp::highs(problem);
+        model.set_verbose(false);
+        let model = model
+            .set_threads(1)
+            .set_mip_rel_gap(0.0)
+            .ok()?
+            .set_mip_abs_gap(1e-9)
+            .ok()?;
+        let solution = constraints
+            .into_iter()
+            .fold(model, |m, c| m.with(c))
+            .solve()
+            .ok()?;
+        return Some(solution.value(big_t));
+    }
+    let _ = which;
     use good_lp::WithMipGap;
-    let model = good_lp::microlp(problem);
-    match model.with_mip_gap(0.0) {
-        Ok(m) => m,
-        Err(_) => unreachable!("a zero gap is valid"),
-    }
-}
-
-/// The solver this build uses: HiGHS with the `highs` feature, `microlp` otherwise; both run
-/// to a zero optimality gap so that they agree.
-#[cfg(feature = "highs")]
-fn solver(problem: good_lp::variable::UnsolvedProblem) -> impl SolverModel {
-    let mut model = good_lp::highs(problem);
-    model.set_verbose(false);
-    let model = model.set_threads(1);
-    let model = match model.set_mip_rel_gap(0.0) {
-        Ok(m) => m,
-        Err(_) => unreachable!("a zero gap is valid"),
-    };
-    match model.set_mip_abs_gap(1e-9) {
-        Ok(m) => m,
-        Err(_) => unreachable!("a tiny gap is valid"),
-    }
-}
-
-/// The solver's name, for the docs and the search summary.
-pub fn solver_name() -> &'static str {
-    if cfg!(feature = "highs") {
-        "HiGHS"
-    } else {
-        "microlp"
-    }
+    let model = good_lp::microlp(problem).with_mip_gap(0.0).ok()?;
+    let solution = constraints
+        .into_iter()
+        .fold(model, |m, c| m.with(c))
+        .solve()
+        .ok()?;
+    Some(solution.value(big_t))
 }
 
 #[cfg(test)]
@@ -381,7 +415,7 @@ mod tests {
                         }
                     }
                 }
-                let answer = solve(&p);
+                let answer = solve(&p, IlpSolver::of_build());
                 if best.is_infinite() {
                     assert_eq!(answer, None, "budget {budget} same {same}");
                     continue;

@@ -1,0 +1,201 @@
+//! The framework-aware search (issue #7): partial recompute beats every uniform recompute mode
+//! on a memory-bound case, each framework's plans use only what it runs, and (with the `highs`
+//! feature) HiGHS and microlp give the same plans.
+
+use autopp_models::{load, Recompute};
+use autopp_planner::schedule::ScheduleKind;
+use autopp_planner::search::{self, Fixed, IlpSolver, SearchOptions, SpaceLimits};
+use autopp_planner::{Estimate, Framework, DEFAULT_MEMORY_RESERVE_BYTES};
+use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
+
+/// What `autopp plan --framework F [--max-tp T] [--fix recompute=R]` searches.
+fn options(
+    framework: Framework,
+    gb: u64,
+    max_tp: u64,
+    recompute: Option<Recompute>,
+) -> SearchOptions {
+    SearchOptions {
+        global_batch_size: gb,
+        limits: SpaceLimits {
+            max_tp,
+            gpus_per_node: 8,
+            max_micro_batch_size: 16,
+            max_virtual_stages: 8,
+            schedules: framework.schedules(),
+            framework,
+        },
+        fixed: Fixed {
+            recompute,
+            ..Fixed::default()
+        },
+        top_k: 5,
+        precision: Precision::Bf16,
+        memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
+        flash_attention: true,
+        even_split_only: !framework.uneven_layouts(),
+        runtime: framework.runtime(),
+        ilp_solver: IlpSolver::of_build(),
+    }
+}
+
+fn plan(model: &str, gpus: u64, gpu: &str, opts: &SearchOptions) -> Option<Estimate> {
+    let m = load(model).unwrap();
+    let c = Cluster::new(hardware::gpu(gpu).unwrap(), gpus, 8, None).unwrap();
+    let p = AnalyticProfile::new(c, Precision::Bf16).unwrap();
+    search::search(&m, &p, opts, &|_, _| {})
+        .ok()
+        .map(|r| r.best)
+}
+
+fn time(e: &Estimate) -> f64 {
+    e.result.predicted.iteration_time_s
+}
+
+/// GPT-3 175B on 64 A100 80GB with tensor parallelism within 4 GPUs and a global batch of 512:
+/// no layer split fits without recompute on the first ranks, so the best plans recompute a few
+/// layers where the micro-batches pile up — and beat every uniform mode.
+#[test]
+fn partial_recompute_beats_every_uniform_mode_when_memory_binds() {
+    for framework in [Framework::Any, Framework::Megatron] {
+        let best = plan(
+            "gpt3-175b",
+            64,
+            "a100-80g",
+            &options(framework, 512, 4, None),
+        )
+        .expect("a plan fits");
+        let p = &best.result.plan;
+        assert!(best.result.predicted.fits);
+        assert!(
+            p.ranks.iter().any(|r| r.recompute == "partial"),
+            "{framework}: {:?}",
+            p.ranks.iter().map(|r| &r.recompute).collect::<Vec<_>>()
+        );
+        for mode in Recompute::ALL {
+            let uniform = plan(
+                "gpt3-175b",
+                64,
+                "a100-80g",
+                &options(framework, 512, 4, Some(mode)),
+            );
+            if let Some(u) = uniform {
+                assert!(
+                    time(&best) < time(&u),
+                    "{framework}: partial {} s is not faster than recompute {mode} ({} s)",
+                    time(&best),
+                    time(&u)
+                );
+            }
+        }
+        if framework == Framework::Megatron {
+            // one count for every stage, capped at the stage's layers; the others not recomputed
+            assert_eq!(p.recompute, "none");
+            let counts: Vec<u64> = p
+                .ranks
+                .iter()
+                .flat_map(|r| r.recompute_num_layers_per_stage.iter().copied())
+                .collect();
+            let n = counts.iter().copied().max().unwrap_or(0);
+            for (r, rank) in p.ranks.iter().enumerate() {
+                for (i, &[first, last]) in rank.stages.iter().enumerate() {
+                    let layers = (last - first + 1) as u64;
+                    let got = rank.recompute_num_layers_per_stage[i];
+                    assert!(
+                        got == n || got == layers.min(n),
+                        "rank {r}: {got} vs N = {n}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Every framework's plans use only its schedules, recompute options and ZeRO stages, and
+/// DeepSpeed's only the even split.
+#[test]
+fn each_framework_plans_only_what_it_runs() {
+    let cases = [
+        ("llama3-8b", 32, "h100-sxm", 256),
+        ("gpt3-175b", 64, "a100-80g", 512),
+    ];
+    for framework in Framework::ALL {
+        for (model, gpus, gpu, gb) in cases {
+            let opts = options(framework, gb, 8, None);
+            let m = load(model).unwrap();
+            let c = Cluster::new(hardware::gpu(gpu).unwrap(), gpus, 8, None).unwrap();
+            let p = AnalyticProfile::new(c, Precision::Bf16).unwrap();
+            let result = search::search(&m, &p, &opts, &|_, _| {}).expect("a plan fits");
+            for e in std::iter::once(&result.best).chain(&result.alternatives) {
+                let plan = &e.result.plan;
+                let kind: ScheduleKind = plan.schedule.parse().unwrap();
+                let what = format!(
+                    "{framework} {model}: {} z{} {}",
+                    plan.schedule, plan.zero_stage, plan.recompute
+                );
+                assert!(framework.runs(kind), "{what}");
+                assert!(framework.zero_stages().contains(&plan.zero_stage), "{what}");
+                let mode: Recompute = plan.recompute.parse().unwrap();
+                assert!(framework.recompute_modes().contains(&mode), "{what}");
+                let partial = plan.ranks.iter().any(|r| r.recompute == "partial");
+                match framework {
+                    Framework::Megatron => {
+                        assert!(
+                            ["1f1b", "interleaved-1f1b"].contains(&plan.schedule.as_str()),
+                            "{what}"
+                        );
+                        assert!(plan.zero_stage <= 1, "{what}");
+                        assert!(!partial || mode == Recompute::None, "{what}");
+                    }
+                    Framework::Deepspeed => {
+                        assert_eq!(plan.schedule, "1f1b", "{what}");
+                        assert!(plan.zero_stage <= 1, "{what}");
+                        assert_eq!(plan.cp, 1, "{what}");
+                        assert!(!partial, "{what}");
+                        let even = autopp_planner::split::default_split(
+                            &m.layers(&autopp_planner::estimate::shard_spec(
+                                &search::exact_config(e, &opts),
+                            ))
+                            .unwrap()
+                            .iter()
+                            .map(|l| l.kind)
+                            .collect::<Vec<_>>(),
+                            e.stages.len(),
+                        )
+                        .unwrap();
+                        let split: Vec<usize> = e
+                            .stages
+                            .iter()
+                            .map(|s| s.layers[1] - s.layers[0] + 1)
+                            .collect();
+                        assert_eq!(split, even, "{what}");
+                    }
+                    Framework::Torchtitan => assert!(!partial, "{what}"),
+                    Framework::Any => {}
+                }
+            }
+        }
+    }
+}
+
+/// HiGHS and microlp choose the same plans on a benchmark set of memory-bound searches.
+#[cfg(feature = "highs")]
+#[test]
+fn highs_and_microlp_give_the_same_plans() {
+    let cases = [
+        ("gpt3-175b", 64, "a100-80g", 512, 4, Framework::Any),
+        ("gpt3-175b", 64, "a100-80g", 512, 4, Framework::Megatron),
+        ("gpt3-175b", 128, "a100-40g", 512, 8, Framework::Any),
+        ("gpt3-175b", 128, "a100-40g", 512, 8, Framework::Megatron),
+        ("llama2-70b", 32, "h100-sxm", 1024, 8, Framework::Any),
+        ("llama3-70b", 32, "a100-80g", 256, 4, Framework::Any),
+    ];
+    for (model, gpus, gpu, gb, max_tp, framework) in cases {
+        let mut opts = options(framework, gb, max_tp, None);
+        opts.ilp_solver = IlpSolver::Microlp;
+        let a = plan(model, gpus, gpu, &opts).map(|e| e.result);
+        opts.ilp_solver = IlpSolver::Highs;
+        let b = plan(model, gpus, gpu, &opts).map(|e| e.result);
+        assert_eq!(a, b, "{model} on {gpus} {gpu}, {framework}");
+    }
+}
