@@ -296,8 +296,9 @@ pub fn search(
                 }
                 check_config(model, profile, &config_of(key, opts, None)).ok()?;
                 let inflight = inflight_of(shape)?;
-                score(profile, opts, key, table, &inflight, shape.3)
+                Some(score(profile, opts, key, table, &inflight, shape.3))
             })
+            .flatten()
             .collect();
         for s in part.iter().filter(|s| s.fits) {
             fit_times.push(s.approx_s);
@@ -691,7 +692,8 @@ fn lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -> f64 {
     m * total / pp + fill
 }
 
-/// The DP split and closed-form time of one key.
+/// The DP split and closed-form time of one key, and — where the framework runs it and
+/// memory binds the split — of the same key with partial recompute (see [`partial`]).
 fn score(
     profile: &AnalyticProfile,
     opts: &SearchOptions,
@@ -699,8 +701,20 @@ fn score(
     table: &LayerTable,
     inflight: &[u32],
     m: u64,
-) -> Option<Scored> {
-    let costs = &table.per_mode[mode_index(key.recompute)];
+) -> Vec<Scored> {
+    score_family(profile, opts, key, table, inflight, m).unwrap_or_default()
+}
+
+fn score_family(
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+    table: &LayerTable,
+    inflight: &[u32],
+    m: u64,
+) -> Option<Vec<Scored>> {
+    let mode = mode_index(key.recompute);
+    let costs = &table.per_mode[mode];
     let n = costs.len();
     let pp = key.pp as usize;
     let v = key.virtual_stages as usize;
@@ -713,17 +727,11 @@ fn score(
     // A split backward holds a pair's activations until its I, then what its W needs until
     // the W: per in-flight pair, at most the larger of the two.
     let sums = if key.schedule.splits_backward() {
-        &table.split_sums[mode_index(key.recompute)]
+        &table.split_sums[mode]
     } else {
-        &table.sums[mode_index(key.recompute)]
-    };
-    // partial recompute: what fully recomputing one more layer buys and costs
-    let part = match key.partial_recompute {
-        true => Some(table.partial[mode_index(key.recompute)].as_ref()?),
-        false => None,
+        &table.sums[mode]
     };
     let rank_budget = rank_budget_bytes(profile, opts, key, costs)?;
-    let full_sums = part.map(|_| &table.sums[mode_index(Recompute::Full)]);
     let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
     let placement = key.schedule.placement();
     // With one stage per rank a stage's budget is its rank's, exactly, and the allocator's
@@ -752,6 +760,101 @@ fn score(
             }
         })
         .collect();
+    let base = if split_dp::any_split_fits(sums, &budgets) {
+        split_dp::best_split(sums, &budgets)
+    } else {
+        None
+    };
+
+    // The closed form of a split: the busiest rank's work plus the pipeline fill and drain,
+    // plus the tail (the same data-parallel and optimizer terms as `estimate`).
+    let c = config_of(key, opts, None);
+    let layout = Layout {
+        tp: key.tp,
+        cp: key.cp,
+        dp: key.dp,
+        pp: key.pp,
+    };
+    let dp_link = profile
+        .cluster
+        .group_link(key.dp * key.cp, layout.tp_stride() * key.tp);
+    let closed_form = |split: &[usize], extra_s: &dyn Fn(usize, usize, usize) -> f64| -> f64 {
+        let ranges = split::stage_ranges(split);
+        let stage_time: Vec<f64> = ranges
+            .iter()
+            .enumerate()
+            .map(|(k, &[a, b])| sums.time_s(a, b) + extra_s(k, a, b))
+            .collect();
+        let stages: Vec<StageCost> = ranges
+            .iter()
+            .map(|&[a, b]| stages::combine(&costs[a..=b]))
+            .collect();
+        let mut busy = vec![0.0; pp];
+        let mut rank_stages: Vec<Vec<&StageCost>> = vec![Vec::new(); pp];
+        for (k, st) in stages.iter().enumerate() {
+            let r = placement.rank_of(k, pp);
+            busy[r] += stage_time[k];
+            rank_stages[r].push(st);
+        }
+        let busiest = busy.iter().cloned().fold(0.0, f64::max) * m as f64;
+        let slowest_stage = stage_time.iter().cloned().fold(0.0, f64::max);
+        let fill = match key.schedule {
+            schedule::ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
+            // the deferred W's fill the drain: about one forward per hop is left
+            kind if kind.splits_backward() => {
+                let slowest_forward = stages.iter().map(|s| s.forward_s()).fold(0.0, f64::max);
+                (pp - 1) as f64 * slowest_forward
+            }
+            _ => (pp - 1) as f64 * slowest_stage,
+        };
+        let tail = rank_stages
+            .iter()
+            .map(|st| {
+                dp_comm_time_s(profile, &c, st, &dp_link, m)
+                    + optimizer_time_s(profile, &c, memory::rank_params(st))
+            })
+            .fold(0.0, f64::max);
+        busiest + fill + tail
+    };
+
+    let no_extra = |_: usize, _: usize, _: usize| 0.0;
+    let (split, fits) = match &base {
+        Some((split, _)) => (split.clone(), true),
+        // Does not fit: kept (with the even split) only to say what more memory would buy.
+        None => (
+            split::default_split(&layer_kinds(&table.layers), s).ok()?,
+            false,
+        ),
+    };
+    let mut out = vec![Scored {
+        key: *key,
+        approx_s: closed_form(&split, &no_extra),
+        split,
+        recompute_layers: None,
+        fits,
+    }];
+
+    // Partial recompute, where the framework runs it and a pin does not forbid it.
+    let fw = opts.limits.framework;
+    let allowed = fw.partial_bases().contains(&key.recompute)
+        && opts.fixed.recompute.is_none()
+        && !key.schedule.splits_backward();
+    let Some(part) = table.partial[mode].as_ref().filter(|_| allowed) else {
+        return Some(out);
+    };
+    if let Some((_, bottleneck)) = base {
+        // Partial recompute is for configurations memory binds: when the best split with no
+        // layer recomputed is as good as the best split with memory unlimited, the
+        // configuration without it covers it.
+        let free = table.free_bottleneck_s(mode, s);
+        if free.is_none_or(|f| bottleneck <= f * (1.0 + 1e-9)) {
+            return Some(out);
+        }
+    }
+    // every layer fully recomputed is the leanest a partial plan gets
+    if !split_dp::any_split_fits(&table.sums[mode_index(Recompute::Full)], &budgets) {
+        return Some(out);
+    }
     // the fewest fully recomputed layers that make layers first..=last fit stage k
     let needed = |k: usize, first: usize, last: usize| -> Option<u64> {
         let b = &budgets[k];
@@ -764,124 +867,44 @@ fn score(
         if over <= 0.0 {
             return Some(0);
         }
-        let p = part?;
-        let per = b.inflight * p.delta_act_bytes;
+        let per = b.inflight * part.delta_act_bytes;
         // ⌈over / per⌉ without a libm call
         let floor = (over / per) as u64;
         let need = floor + u64::from(floor as f64 * per < over);
-        (need <= p.count(first, last)).then_some(need)
+        (need <= part.count(first, last)).then_some(need)
     };
     let extra_s = |k: usize, first: usize, last: usize| {
-        part.map_or(0.0, |p| {
-            needed(k, first, last).unwrap_or(0) as f64 * p.delta_time_s
-        })
+        needed(k, first, last).unwrap_or(0) as f64 * part.delta_time_s
     };
-    let base_fits = split_dp::any_split_fits(sums, &budgets);
-    if part.is_some() && base_fits {
-        // Partial recompute is for configurations memory binds: when the best split with no
-        // layer recomputed is as good as the best split with memory unlimited, the
-        // configuration without partial recompute covers it.
-        let with_memory = split_dp::best_split(sums, &budgets).map(|b| b.1);
-        let free = table.free_bottleneck_s(mode_index(key.recompute), s);
-        if let (Some(a), Some(b)) = (with_memory, free) {
-            if a <= b * (1.0 + 1e-9) {
-                return None;
-            }
-        }
+    let fits = |k: usize, a: usize, b: usize| needed(k, a, b).is_some();
+    if !split_dp::any_fits_with(n, s, fits) {
+        return Some(out);
     }
-    let best = match part {
-        None if base_fits => split_dp::best_split(sums, &budgets),
-        None => None,
-        // every layer fully recomputed is the leanest a partial plan gets
-        Some(_) if !split_dp::any_split_fits(full_sums?, &budgets) => None,
-        Some(_) if !split_dp::any_fits_with(n, s, |k, a, b| needed(k, a, b).is_some()) => None,
-        Some(_) => split_dp::best_split_with(
-            n,
-            s,
-            |k, a, b| needed(k, a, b).is_some(),
-            |k, a, b| sums.time_s(a, b) + extra_s(k, a, b),
-        ),
+    let Some((split, _)) = split_dp::best_split_with(n, s, fits, |k, a, b| {
+        sums.time_s(a, b) + extra_s(k, a, b)
+    }) else {
+        return Some(out);
     };
-    if part.is_some() && best.is_none() {
-        // what more memory would buy is said by the uniform configurations
-        return None;
-    }
-    let (split, fits) = match best {
-        Some((split, _)) => (split, true),
-        // Does not fit: kept (with the even split) only to say what more memory would buy.
-        None => (
-            split::default_split(&layer_kinds(&table.layers), s).ok()?,
-            false,
-        ),
-    };
-    // Closed form: the busiest rank's work plus the pipeline fill and drain, plus the tail
-    // (the same data-parallel and optimizer terms as `estimate`).
-    let ranges = split::stage_ranges(&split);
-    let recompute_layers: Option<Vec<u64>> = part.map(|_| {
-        ranges
-            .iter()
-            .enumerate()
-            .map(|(k, &[a, b])| needed(k, a, b).unwrap_or(0))
-            .collect()
-    });
-    if recompute_layers
-        .as_ref()
-        .is_some_and(|r| r.iter().all(|&x| x == 0))
-    {
-        // nothing recomputed: the uniform configuration is the same plan
-        return None;
-    }
-    let stage_time: Vec<f64> = ranges
+    let recompute_layers: Vec<u64> = split::stage_ranges(&split)
         .iter()
         .enumerate()
-        .map(|(k, &[a, b])| sums.time_s(a, b) + extra_s(k, a, b))
+        .map(|(k, &[a, b])| needed(k, a, b).unwrap_or(0))
         .collect();
-    let stages: Vec<StageCost> = ranges
-        .iter()
-        .map(|&[a, b]| stages::combine(&costs[a..=b]))
-        .collect();
-    let mut busy = vec![0.0; pp];
-    let mut rank_stages: Vec<Vec<&StageCost>> = vec![Vec::new(); pp];
-    for (k, st) in stages.iter().enumerate() {
-        let r = placement.rank_of(k, pp);
-        busy[r] += stage_time[k];
-        rank_stages[r].push(st);
+    if recompute_layers.iter().all(|&x| x == 0) {
+        // nothing recomputed: the configuration without partial recompute is the same plan
+        return Some(out);
     }
-    let busiest = busy.iter().cloned().fold(0.0, f64::max) * m as f64;
-    let slowest_stage = stage_time.iter().cloned().fold(0.0, f64::max);
-    let fill = match key.schedule {
-        schedule::ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
-        // the deferred W's fill the drain: about one forward per hop is left
-        kind if kind.splits_backward() => {
-            let slowest_forward = stages.iter().map(|s| s.forward_s()).fold(0.0, f64::max);
-            (pp - 1) as f64 * slowest_forward
-        }
-        _ => (pp - 1) as f64 * slowest_stage,
-    };
-    let layout = Layout {
-        tp: key.tp,
-        cp: key.cp,
-        dp: key.dp,
-        pp: key.pp,
-    };
-    let dp_link = profile
-        .cluster
-        .group_link(key.dp * key.cp, layout.tp_stride() * key.tp);
-    let c = config_of(key, opts, None);
-    let tail = rank_stages
-        .iter()
-        .map(|st| {
-            dp_comm_time_s(profile, &c, st, &dp_link, m)
-                + optimizer_time_s(profile, &c, memory::rank_params(st))
-        })
-        .fold(0.0, f64::max);
-    Some(Scored {
-        key: *key,
+    out.push(Scored {
+        key: Key {
+            partial_recompute: true,
+            ..*key
+        },
+        approx_s: closed_form(&split, &extra_s),
         split,
-        recompute_layers,
-        approx_s: busiest + fill + tail,
-        fits,
-    })
+        recompute_layers: Some(recompute_layers),
+        fits: true,
+    });
+    Some(out)
 }
 
 /// Bytes one rank has for its layers' model states and activations: the GPU's memory less the

@@ -270,17 +270,10 @@ fn push_schedules(
             if fixed.virtual_stages.is_some_and(|f| f != v) {
                 continue;
             }
-            // every layer alike, then partial recompute over each base mode (not when a mode is
-            // pinned: a pin means all layers alike)
+            // every layer alike (the search adds partial recompute where memory binds)
             let fw = limits.framework;
             let uniform = fw.recompute_modes().iter().map(|&r| (r, false));
-            // (not with a split backward, whose I-to-W bytes the counts do not model)
-            let partial = fw
-                .partial_bases()
-                .iter()
-                .filter(|_| fixed.recompute.is_none() && !schedule.splits_backward())
-                .map(|&r| (r, true));
-            for (recompute, partial_recompute) in uniform.chain(partial) {
+            for (recompute, partial_recompute) in uniform {
                 if fixed.recompute.is_some_and(|r| r != recompute) {
                     continue;
                 }
