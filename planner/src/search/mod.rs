@@ -828,7 +828,13 @@ fn score_family(
     };
     let mut out = vec![Scored {
         key: *key,
-        approx_s: closed_form(&split, &no_extra),
+        // a configuration that does not fit only says what more memory would buy: its lower
+        // bound ranks it well enough, and costs far less than the closed form
+        approx_s: if fits {
+            closed_form(&split, &no_extra)
+        } else {
+            lower_bound_s(key, table, opts)
+        },
         split,
         recompute_layers: None,
         fits,
@@ -880,9 +886,9 @@ fn score_family(
     if !split_dp::any_fits_with(n, s, fits) {
         return Some(out);
     }
-    let Some((split, _)) = split_dp::best_split_with(n, s, fits, |k, a, b| {
-        sums.time_s(a, b) + extra_s(k, a, b)
-    }) else {
+    let Some((split, _)) =
+        split_dp::best_split_with(n, s, fits, |k, a, b| sums.time_s(a, b) + extra_s(k, a, b))
+    else {
         return Some(out);
     };
     let recompute_layers: Vec<u64> = split::stage_ranges(&split)
