@@ -186,3 +186,75 @@ fn closed_stdout_is_not_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(!stderr.contains("Broken pipe"), "{stderr}");
 }
+
+/// `--framework` pins and schedules the framework cannot run are one-line errors naming what
+/// it runs.
+#[test]
+fn framework_rejects_what_it_cannot_run() {
+    fails_with(
+        &[
+            "plan",
+            "llama3-8b",
+            "--gpus",
+            "32",
+            "--framework",
+            "deepspeed",
+            "--fix",
+            "zero_stage=3",
+        ],
+        "deepspeed does not run it with a pipeline; it runs ZeRO 0, 1",
+    );
+    fails_with(
+        &[
+            "plan",
+            "llama3-8b",
+            "--gpus",
+            "32",
+            "--framework",
+            "megatron",
+            "--schedules",
+            "zb-v",
+        ],
+        "megatron does not run zb-v; it runs 1f1b, interleaved-1f1b",
+    );
+    fails_with(
+        &["plan", "llama3-8b", "--gpus", "32", "--framework", "jax"],
+        "unknown framework",
+    );
+}
+
+/// On a memory-bound case the plan recomputes a few layers where memory binds, says so, and
+/// its plan file gives `estimate --plan` the same prediction.
+#[test]
+fn partial_recompute_is_planned_explained_and_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plan.json");
+    let path = path.to_str().unwrap();
+    let args = [
+        "plan",
+        "gpt3-175b",
+        "--gpus",
+        "64",
+        "--gpu",
+        "a100-80g",
+        "--global-batch",
+        "512",
+        "--max-tp",
+        "4",
+        "--out",
+        path,
+    ];
+    let out = autopp(&args, None);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("full recompute of"), "{text}");
+    let planned = json(&[&args[..], &["--json"]].concat(), None);
+    let ranks = planned["plan"]["ranks"].as_array().unwrap();
+    assert!(ranks.iter().any(|r| r["recompute"] == "partial"));
+    let again = json(&["estimate", "--plan", path, "--json"], None);
+    assert_eq!(
+        again["predicted"]["iteration_time_s"],
+        planned["predicted"]["iteration_time_s"]
+    );
+    assert_eq!(again["plan"]["ranks"], planned["plan"]["ranks"]);
+}

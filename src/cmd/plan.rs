@@ -218,7 +218,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 p.virtual_stages,
                 p.micro_batch_size,
                 p.schedule,
-                p.recompute,
+                if p.ranks.iter().any(|r| r.recompute == "partial") {
+                    format!("{}+part", p.recompute)
+                } else {
+                    p.recompute.clone()
+                },
                 if p.sequence_parallel { "on" } else { "off" },
                 p.zero_stage,
                 secs(pr.iteration_time_s),
