@@ -236,9 +236,15 @@ pub(crate) fn solve(p: &Problem<'_>, which: IlpSolver) -> Option<Answer> {
     if p.pp == 0 || p.layer_time_s <= 0.0 {
         return None;
     }
-    // times in units of one layer's F+B, memory in GiB: coefficients near 1
+    // times in units of one layer's F+B, memory in units of the largest budget: coefficients
+    // near 1 (solvers drop coefficients below ~1e-9)
     let t = p.layer_time_s;
-    let gib = (1u64 << 30) as f64;
+    let mem_unit = p
+        .budget_bytes
+        .iter()
+        .map(|b| b.abs())
+        .fold(0.0, f64::max)
+        .max(f64::MIN_POSITIVE);
     let mut vars = ProblemVariables::new();
     let c: Vec<_> = (0..p.pp)
         .map(|_| vars.add(variable().integer().min(0.0).max(l)))
@@ -270,11 +276,11 @@ pub(crate) fn solve(p: &Problem<'_>, which: IlpSolver) -> Option<Answer> {
         let (end_s, end_fixed, end_act) = p.ends[r];
         constraints.push(constraint!(n(r) <= layers));
         constraints.push(constraint!(layers + dt * n(r) + end_s / t <= big_t));
-        let per_layer = (p.layer_fixed_bytes + q * p.layer_act_bytes) / gib;
-        let freed = q * p.partial.delta_act_bytes / gib;
-        let fixed = (end_fixed + q * end_act) / gib;
+        let per_layer = (p.layer_fixed_bytes + q * p.layer_act_bytes) / mem_unit;
+        let freed = q * p.partial.delta_act_bytes / mem_unit;
+        let fixed = (end_fixed + q * end_act) / mem_unit;
         constraints.push(constraint!(
-            per_layer * layers - freed * n(r) <= p.budget_bytes[r] / gib - fixed
+            per_layer * layers - freed * n(r) <= p.budget_bytes[r] / mem_unit - fixed
         ));
     }
     let best_s = optimum(problem, constraints, big_t, which)? * t;
