@@ -205,3 +205,97 @@ fn too_large_untied_models_are_refused_by_size() {
         "above the limit of 100 M",
     );
 }
+
+/// Runs `exec` with `--inject-failure FAILURE` and a trace file, and asserts it ends well within
+/// 30 s (the receive timeout is 60 s, so a hang would show), exit 2, one `error:` line naming
+/// the rank, the step and an action, and no file left behind.
+fn injected_failure_stops_every_rank(pp: &str, dp: &str, failure: &str, needle: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("run.json");
+    let mut args = vec![
+        "exec",
+        "tiny-gpt",
+        "--pp",
+        pp,
+        "--dp",
+        dp,
+        "--microbatches",
+        "4",
+        "--mbs",
+        "1",
+        "--schedule",
+        "1f1b",
+        "--recv-timeout",
+        "60",
+        "--inject-failure",
+        failure,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend(SMALL);
+    let start = std::time::Instant::now();
+    let out = autopp(&args);
+    let elapsed = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(elapsed.as_secs_f64() < 30.0, "took {elapsed:?}: {stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line: {stderr}"
+    );
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    assert!(stderr.contains("failed at step 2, action "), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn an_injected_failure_stops_two_ranks_quickly() {
+    injected_failure_stops_every_rank("2", "1", "1:2", "rank 1 (replica 0, pipeline rank 1)");
+}
+
+#[test]
+fn an_injected_failure_stops_four_ranks_quickly() {
+    injected_failure_stops_every_rank("4", "1", "2:2", "injected failure (--inject-failure 2:2)");
+}
+
+#[test]
+fn an_injected_panic_stops_every_rank_quickly() {
+    injected_failure_stops_every_rank(
+        "2",
+        "2",
+        "3:2:panic",
+        "rank 3 (replica 1, pipeline rank 1) failed at step 2, action 1",
+    );
+}
+
+#[test]
+fn an_injected_failure_outside_the_run_is_refused() {
+    let base = [
+        "exec",
+        "tiny-gpt",
+        "--pp",
+        "2",
+        "--microbatches",
+        "2",
+        "--mbs",
+        "1",
+        "--schedule",
+        "1f1b",
+        "--steps",
+        "2",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--inject-failure", "2:1"]);
+    fails_with(&args, "--inject-failure");
+    let mut args = base.to_vec();
+    args.extend(["--inject-failure", "1:x"]);
+    fails_with(&args, "RANK:STEP");
+}

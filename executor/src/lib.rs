@@ -43,7 +43,7 @@ pub mod trace;
 mod worker;
 
 pub use check::{compare, train_single_worker, CheckReport, Reference};
-pub use config::{AdamWConfig, ExecConfig, MAX_PARAMS};
+pub use config::{AdamWConfig, ExecConfig, InjectedFailure, MAX_PARAMS};
 pub use error::ExecError;
 pub use run::{run, ExecReport, RankTrace, StepSummary};
 pub use worker::{ActionEvent, RankStep};

@@ -5,7 +5,7 @@
 use std::io::IsTerminal;
 
 use anyhow::{bail, Context, Result};
-use autopp_executor::{check, run, trace, ExecConfig, ExecReport, StepSummary};
+use autopp_executor::{check, run, trace, ExecConfig, ExecReport, InjectedFailure, StepSummary};
 use autopp_models::{Model, Recompute};
 use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
 use autopp_planner::PlanFile;
@@ -67,8 +67,14 @@ pub struct ExecArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
     /// Seconds a rank waits for a tensor from another rank before it fails, naming the peer.
+    /// When a rank fails, the others stop at once instead.
     #[arg(long, default_value_t = 60.0, value_name = "S")]
     pub recv_timeout: f64,
+    /// Make world rank RANK fail on purpose in step STEP (1-based), at the middle action of its
+    /// list — with an error, or with a panic given `:panic` — to test failure handling: every
+    /// rank stops, the command exits 2 naming the rank and its action, and writes no files.
+    #[arg(long, value_name = "RANK:STEP[:panic]")]
+    pub inject_failure: Option<InjectedFailure>,
     /// AdamW learning rate.
     #[arg(long, default_value_t = 3e-3, value_name = "LR")]
     pub lr: f64,
@@ -159,13 +165,26 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
     }
     cfg.optimizer.lr = args.lr;
     cfg.recv_timeout_s = args.recv_timeout;
+    cfg.inject_failure = args.inject_failure;
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// Keeps panics of rank threads off stderr: the run reports them as its one error line.
+fn quiet_rank_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let name = std::thread::current().name().map(str::to_owned);
+        if !name.is_some_and(|n| n.starts_with(autopp_executor::run::RANK_THREAD_PREFIX)) {
+            default(info);
+        }
+    }));
 }
 
 /// Runs `autopp exec`.
 pub fn run_exec(args: &ExecArgs) -> Result<()> {
     let cfg = config(args)?;
+    quiet_rank_panics();
     let bar = (std::io::stderr().is_terminal() && !args.json).then(|| {
         let b = indicatif::ProgressBar::new(cfg.steps as u64);
         b.set_message("steps");

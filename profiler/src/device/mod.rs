@@ -45,7 +45,7 @@ pub use linear::Linear;
 pub use norm::LayerNorm;
 pub use rng::Rng;
 pub use tensor::{Tensor, Tensor64, DTYPE_BYTES};
-pub use transport::{Direction, InProcess, Tag, Transport, TransportError};
+pub use transport::{Abort, Direction, InProcess, Tag, Transport, TransportError, ABORT_POLL};
 
 /// A layer was handed input it cannot use (the wrong kind of flow, ids outside the vocabulary,
 /// targets of the wrong length). The runtime checks its inputs, so this means a bug or a bad
