@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates docs/executor.md: the GEMM crate benchmark on tiny-gpt's shapes (criterion, one
-# thread each) and tiny-gpt's measured iteration time under `autopp exec` (release build, this
-# machine).
+# thread each), tiny-gpt's measured iteration time under `autopp exec` (release build, this
+# machine) and the simulator's prediction of it from the measured action times.
 # Usage: scripts/executor-docs.sh            (writes docs/executor.md; about 5 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -86,8 +86,29 @@ for label, f in [("1f1b", "1f1b.json"), ("interleaved-1f1b, v = 2", "interleaved
     peak = ", ".join(f"{x:,}" for x in d["peak_activation_bytes"]) + ("" if same else " (differs!)")
     print(f"| {label} | {d['iteration_time_s']*1e3:.0f} ms | {gf:.1f} | {share:.0%} | {bub} | {peak} |")
 print()
+print()
+print("## Measured vs predicted iteration time")
+print()
+print("`exec` times every action of steps 2–6 and feeds the medians — F and B per stage, the "
+      "point-to-point hop per stage boundary (from the end of the sending action to the start of "
+      "the receiving one, when the receiver was already waiting), and each rank's end-of-step "
+      "work (AdamW) — to `planner::schedule::simulate`, the simulator the planner uses. The "
+      "predicted iteration time is the latest simulated end of a rank's list plus its "
+      "end-of-step work; `\"predicted_iteration_time_s\"` in `--json`, next to the measured "
+      "median. Acceptance: within 15%.")
+print()
+print("| schedule | measured median | predicted | error | F / B per stage (ms) | hop per boundary (µs) |")
+print("|---|---:|---:|---:|---|---|")
+for label, f in [("1f1b", "1f1b.json"), ("interleaved-1f1b, v = 2", "interleaved.json")]:
+    d = json.load(open(os.path.join(runs, f)))
+    m, p = d["iteration_time_s"], d["predicted_iteration_time_s"]
+    t = d["measured_action_times_s"]
+    fb = ", ".join(f"{s[0]*1e3:.1f} / {s[1]*1e3:.1f}" for s in t["stage_s"])
+    hops = ", ".join(f"{h*1e6:.0f}" for h in t["p2p_s"])
+    print(f"| {label} | {m*1e3:.0f} ms | {p*1e3:.0f} ms | {(p/m-1):+.1%} | {fb} | {hops} |")
+print()
 print("The simulated bubble runs the same schedule in the simulator with each stage's measured "
-      "mean F and B times and free sends. The gap to the GEMM rate is the work that is not a "
+      "median F and B times and hop times. The gap to the GEMM rate is the work that is not a "
       "large GEMM: the causal attention core (per-head 128 × 32 products and a 128 × 128 softmax), "
       "the GeLU and softmax exponentials, LayerNorms, the f64 weight-gradient products (see "
       "below) and AdamW.")

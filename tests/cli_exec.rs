@@ -61,6 +61,11 @@ fn json_has_every_key_and_the_check_passes() {
     assert_eq!(v["losses"].as_array().unwrap().len(), 3);
     assert_eq!(v["step_time_s"].as_array().unwrap().len(), 3);
     assert!(v["iteration_time_s"].as_f64().unwrap() > 0.0);
+    assert!(v["predicted_iteration_time_s"].as_f64().unwrap() > 0.0);
+    let measured = &v["measured_action_times_s"];
+    assert_eq!(measured["stage_s"].as_array().unwrap().len(), 4);
+    assert_eq!(measured["p2p_s"].as_array().unwrap().len(), 3);
+    assert_eq!(measured["end_of_step_s"].as_array().unwrap().len(), 2);
     assert_eq!(v["global_batch_size"], 8);
     for key in [
         "bubble_fraction",
@@ -99,6 +104,7 @@ fn text_report_and_trace() {
     args.extend(SMALL);
     let out = stdout(&args);
     assert!(out.contains("iteration time"), "{out}");
+    assert!(out.contains("predicted "), "{out}");
     assert!(out.contains("peak activations"), "{out}");
     assert!(
         out.lines()

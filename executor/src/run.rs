@@ -5,7 +5,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use autopp_planner::schedule::ActionKind;
 use autopp_profiler::device::{Abort, InProcess, Tensor, Transport};
 use serde::Serialize;
 
@@ -13,6 +12,7 @@ use crate::barrier::Barrier;
 use crate::config::ExecConfig;
 use crate::data::SyntheticData;
 use crate::error::ExecError;
+use crate::measure::{measure, median, Measured};
 use crate::predict;
 use crate::stage::Stage;
 use crate::worker::{RankStep, Shared, Worker};
@@ -54,8 +54,13 @@ pub struct ExecReport {
     /// Per pipeline rank, measured `1 − busy / makespan` of the pipeline phase, averaged over
     /// replicas and the steps after the first.
     pub bubble_fraction: Vec<f64>,
-    /// Per pipeline rank, the simulator's bubble with the measured mean action times.
+    /// Per pipeline rank, the simulator's bubble with the measured median action times.
     pub predicted_bubble_fraction: Vec<f64>,
+    /// The simulator's iteration time with the measured median action and hop times, plus
+    /// each rank's measured end-of-step work, seconds (see [`predict::from_measured`]).
+    pub predicted_iteration_time_s: f64,
+    /// The measured median times the prediction is made from.
+    pub measured: Measured,
     /// Per pipeline rank, the most bytes kept for backward after any action of any step.
     pub peak_activation_bytes: Vec<u64>,
     /// Per pipeline rank, the simulator's peak from the models' fp32 byte counts.
@@ -79,16 +84,6 @@ impl ExecReport {
             .collect();
         stages.sort_by_key(|s| s.first_layer);
         stages.into_iter().flat_map(Stage::named_params).collect()
-    }
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
     }
 }
 
@@ -297,8 +292,6 @@ fn report(
 
     let mut bubble = vec![0.0; pp];
     let mut peak = vec![0u64; pp];
-    let mut sums = vec![[0.0f64; 4]; cfg.num_stages()];
-    let mut counts = vec![[0usize; 4]; cfg.num_stages()];
     for &k in &measured {
         for d in 0..cfg.dp {
             let replica: Vec<&RankTrace> = ranks.iter().filter(|r| r.replica == d).collect();
@@ -322,30 +315,17 @@ fn report(
         for s in &r.steps {
             peak[r.pp_rank] = peak[r.pp_rank].max(s.peak_activation_bytes);
         }
-        for &k in &measured {
-            for e in &r.steps[k].events {
-                let kind = match e.action.kind {
-                    ActionKind::F => 0,
-                    ActionKind::B => 1,
-                    ActionKind::I => 2,
-                    ActionKind::W => 3,
-                };
-                sums[e.action.stage as usize][kind] += e.end_s - e.start_s;
-                counts[e.action.stage as usize][kind] += 1;
-            }
-        }
     }
-    let times: predict::StageTimes = sums
-        .iter()
-        .zip(&counts)
-        .map(|(s, c)| std::array::from_fn(|k| if c[k] > 0 { s[k] / c[k] as f64 } else { 0.0 }))
-        .collect();
+    let times = measure(cfg, &ranks, &measured);
+    let prediction = predict::from_measured(cfg, &times)?;
     Ok(ExecReport {
         losses: summaries.iter().map(|s| s.loss).collect(),
         step_time_s,
         iteration_time_s,
         bubble_fraction: bubble,
-        predicted_bubble_fraction: predict::bubble_fraction(cfg, &times)?,
+        predicted_bubble_fraction: prediction.bubble_fraction,
+        predicted_iteration_time_s: prediction.iteration_time_s,
+        measured: times,
         peak_activation_bytes: peak,
         predicted_peak_activation_bytes: predict::peak_activation_bytes(cfg)?,
         ranks,

@@ -231,6 +231,8 @@ pub fn run_exec(args: &ExecArgs) -> Result<()> {
             "losses": report.losses,
             "step_time_s": report.step_time_s,
             "iteration_time_s": report.iteration_time_s,
+            "predicted_iteration_time_s": report.predicted_iteration_time_s,
+            "measured_action_times_s": report.measured,
             "model_flops_per_s": flops,
             "bubble_fraction": report.bubble_fraction,
             "predicted_bubble_fraction": report.predicted_bubble_fraction,
@@ -310,9 +312,14 @@ fn text(
         ));
     }
     out.push_str(&format!(
-        "\niteration time {} (median of the steps after the first) · {:.1} GFLOP/s of model FLOPs over all ranks\n\n",
+        "\niteration time {} (median of the steps after the first) · {:.1} GFLOP/s of model FLOPs over all ranks\n",
         secs(r.iteration_time_s),
         flops / 1e9
+    ));
+    out.push_str(&format!(
+        "predicted {} ({:+.1}%): the simulator with the measured median time of each action and hop\n\n",
+        secs(r.predicted_iteration_time_s),
+        100.0 * (r.predicted_iteration_time_s / r.iteration_time_s.max(1e-12) - 1.0)
     ));
     out.push_str("rank   bubble  (simulated)   peak activations   (simulated)\n");
     for rank in 0..cfg.pp() {
