@@ -269,7 +269,7 @@ impl ExecConfig {
 }
 
 /// Refuses models outside the executor's subset, and models too large for it.
-fn check_model(m: &TransformerSpec) -> Result<(), ExecError> {
+pub(crate) fn check_model(m: &TransformerSpec) -> Result<(), ExecError> {
     m.validate()
         .map_err(|e| ExecError::Unsupported(e.to_string()))?;
     let name = &m.name;
