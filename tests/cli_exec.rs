@@ -305,3 +305,26 @@ fn an_injected_failure_outside_the_run_is_refused() {
     args.extend(["--inject-failure", "1:x"]);
     fails_with(&args, "RANK:STEP");
 }
+
+/// Without the `mpi` feature, `--transport mpi` says how to get it, in one line, exit 2.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn the_mpi_transport_needs_the_mpi_feature() {
+    fails_with(
+        &[
+            "exec",
+            "tiny-gpt",
+            "--pp",
+            "2",
+            "--microbatches",
+            "2",
+            "--mbs",
+            "1",
+            "--schedule",
+            "1f1b",
+            "--transport",
+            "mpi",
+        ],
+        "--features mpi",
+    );
+}

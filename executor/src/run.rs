@@ -100,6 +100,11 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".into())
 }
 
+/// `panicked: <the panic's message>`.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    format!("panicked: {}", panic_message(payload))
+}
+
 /// The name of rank `rank`'s thread; `autopp exec` keeps panics of threads so named off stderr,
 /// since the error reports them.
 pub const RANK_THREAD_PREFIX: &str = "autopp rank ";
@@ -122,6 +127,7 @@ pub fn run(
         data: SyntheticData::new(cfg.seed, cfg.model.vocab_size as usize, cfg.seq_len()),
         barrier: Barrier::new(world),
         abort: abort.clone(),
+        world_sync: false,
         epoch: Instant::now(),
     };
     let endpoints =
@@ -229,11 +235,7 @@ fn rank_thread(
         let r = match catch_unwind(AssertUnwindSafe(|| w.run_step(step))) {
             Ok(Ok(s)) => Ok(s),
             Ok(Err((action, e))) => Err((action, e.to_string(), e.is_secondary())),
-            Err(payload) => Err((
-                w.current_action(),
-                format!("panicked: {}", panic_message(payload.as_ref())),
-                false,
-            )),
+            Err(payload) => Err((w.current_action(), panic_text(payload.as_ref()), false)),
         };
         let r = r.map_err(|(action, message, secondary)| {
             shared.abort_all();
@@ -257,7 +259,11 @@ fn rank_thread(
 }
 
 /// Loss and wall time of step `step` from every rank's report.
-fn summarize(cfg: &ExecConfig, step: usize, reports: &[Option<RankStep>]) -> StepSummary {
+pub(crate) fn summarize(
+    cfg: &ExecConfig,
+    step: usize,
+    reports: &[Option<RankStep>],
+) -> StepSummary {
     let tokens = (cfg.global_batch_size() * cfg.seq_len()) as f64;
     let all: Vec<&RankStep> = reports.iter().flatten().collect();
     // in world-rank order, so replicas add up in a fixed order
@@ -271,7 +277,7 @@ fn summarize(cfg: &ExecConfig, step: usize, reports: &[Option<RankStep>]) -> Ste
     }
 }
 
-fn report(
+pub(crate) fn report(
     cfg: &ExecConfig,
     ranks: Vec<RankTrace>,
     final_stages: Vec<Vec<Stage>>,

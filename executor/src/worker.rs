@@ -86,6 +86,9 @@ pub(crate) struct Shared<'a> {
     pub(crate) barrier: Barrier,
     /// Set when any rank fails: blocked receives and the barrier give up.
     pub(crate) abort: Abort,
+    /// Ranks are processes: meet at the start of a step through the transport (an all-reduce
+    /// over the world) instead of [`Shared::barrier`].
+    pub(crate) world_sync: bool,
     pub(crate) epoch: Instant,
 }
 
@@ -163,14 +166,14 @@ impl<'a, T: Transport> Worker<'a, T> {
         let cfg = self.shared.cfg;
         let timeout = Duration::from_secs_f64(cfg.recv_timeout_s);
         self.current = None;
-        self.shared.barrier.wait(timeout).map_err(|e| {
-            let e = if self.shared.abort.is_set() {
-                RankError::Aborted(e.to_string())
-            } else {
-                RankError::Schedule(e.to_string())
-            };
-            (None, e)
-        })?;
+        if self.shared.world_sync {
+            let world: Vec<usize> = (0..cfg.world_size()).collect();
+            self.transport
+                .all_reduce_sum(&world, &mut [0.0])
+                .map_err(|e| (None, e.into()))?;
+        } else {
+            self.wait_at_barrier(timeout)?;
+        }
         let start_s = self.now_s();
         let mut out = RankStep {
             loss_sum: 0.0,
@@ -227,6 +230,18 @@ impl<'a, T: Transport> Worker<'a, T> {
         self.reduce_and_step().map_err(|e| (None, e))?;
         out.end_s = self.now_s();
         Ok(out)
+    }
+
+    /// Waits for every thread at the start-of-step barrier.
+    fn wait_at_barrier(&self, timeout: Duration) -> Result<(), (Option<Action>, RankError)> {
+        self.shared.barrier.wait(timeout).map_err(|e| {
+            let e = if self.shared.abort.is_set() {
+                RankError::Aborted(e.to_string())
+            } else {
+                RankError::Schedule(e.to_string())
+            };
+            (None, e)
+        })
     }
 
     /// The data-parallel all-reduce of each stage's gradients (one buffer per stage, stages in

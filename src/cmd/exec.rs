@@ -88,6 +88,54 @@ pub struct ExecArgs {
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     pub json: bool,
+    /// How ranks run and talk: threads of this process, or one process per rank under
+    /// `mpirun -np <pp × dp>` (needs a build with `--features mpi`; rank 0 prints the report).
+    #[arg(long, value_enum, default_value_t = TransportKind::Threads)]
+    pub transport: TransportKind,
+}
+
+/// How the ranks of `exec` run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TransportKind {
+    /// One thread per rank, channels between them.
+    Threads,
+    /// One process per rank (MPI): pipeline neighbours send point-to-point, data-parallel
+    /// groups all-reduce in their own communicators.
+    Mpi,
+}
+
+/// Runs this process's rank under MPI; `None` on ranks other than 0. On a failure it prints
+/// the error and ends the whole job (`MPI_Abort`, exit 2), so no rank waits for a dead one.
+#[cfg(feature = "mpi")]
+fn run_mpi(cfg: &ExecConfig, on_step: &mut dyn FnMut(StepSummary)) -> Result<Option<ExecReport>> {
+    use autopp_profiler::device::mpi::Mpi;
+    let tensor_bytes = cfg.micro_batch_size * cfg.seq_len() * cfg.model.hidden_size as usize * 4;
+    let messages = 2 * cfg.num_microbatches() * cfg.schedule.virtual_stages;
+    let mut mpi = Mpi::init(
+        cfg.pp(),
+        std::time::Duration::from_secs_f64(cfg.recv_timeout_s),
+        messages,
+        tensor_bytes,
+    )?;
+    // a panic is reported as the rank's error line
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = autopp_executor::run_rank(cfg, &mut mpi, on_step);
+    std::panic::set_hook(hook);
+    match r {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            eprintln!("error: {e}");
+            mpi.abort(2)
+        }
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_cfg: &ExecConfig, _on_step: &mut dyn FnMut(StepSummary)) -> Result<Option<ExecReport>> {
+    bail!(
+        "--transport mpi: this autopp was built without MPI; build it with `cargo build --release --features mpi` (needs libopenmpi-dev, openmpi-bin and libclang-dev) and run it under `mpirun -np <pp × dp>`"
+    )
 }
 
 /// The configuration the flags or the plan file describe.
@@ -191,13 +239,20 @@ pub fn run_exec(args: &ExecArgs) -> Result<()> {
         b
     });
     let mut lines: Vec<StepSummary> = Vec::new();
-    let report = run(&cfg, &mut |s| {
+    let mut on_step = |s: StepSummary| {
         if let Some(b) = &bar {
             b.set_message(format!("loss {:.4}", s.loss));
             b.inc(1);
         }
         lines.push(s);
-    })?;
+    };
+    let report = match args.transport {
+        TransportKind::Threads => run(&cfg, &mut on_step)?,
+        TransportKind::Mpi => match run_mpi(&cfg, &mut on_step)? {
+            Some(r) => r,
+            None => return Ok(()), // not rank 0: rank 0 reports
+        },
+    };
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
@@ -287,7 +342,7 @@ fn text(
     args: &ExecArgs,
 ) -> String {
     let mut out = format!(
-        "{} · {} · pp {} · dp {}{} · {} micro-batches of {} × {} tokens · {} threads\n\n",
+        "{} · {} · pp {} · dp {}{} · {} micro-batches of {} × {} tokens · {} {}\n\n",
         cfg.model.name,
         cfg.schedule.kind,
         cfg.pp(),
@@ -301,6 +356,10 @@ fn text(
         cfg.micro_batch_size,
         cfg.seq_len(),
         cfg.world_size(),
+        match args.transport {
+            TransportKind::Threads => "threads",
+            TransportKind::Mpi => "MPI processes",
+        },
     );
     out.push_str("step   loss      time\n");
     for s in steps {

@@ -31,6 +31,8 @@ pub mod gemm;
 pub mod head;
 pub mod layer;
 pub mod linear;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod norm;
 pub mod rng;
 pub mod tensor;

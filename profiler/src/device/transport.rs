@@ -125,7 +125,7 @@ pub enum TransportError {
 
 /// Point-to-point and collective transfers of one rank. One endpoint per rank; an endpoint is
 /// used by one thread.
-pub trait Transport: Send {
+pub trait Transport {
     /// This endpoint's rank, `0..world_size`.
     fn rank(&self) -> usize;
 
@@ -144,6 +144,30 @@ pub trait Transport: Send {
     /// The data is f64 because weight gradients are accumulated in f64 (see
     /// [`Tensor64`](super::Tensor64)); NCCL and MPI reduce f64 natively.
     fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError>;
+}
+
+/// A borrowed endpoint is an endpoint (so a caller can keep its own, e.g. to abort an MPI job
+/// after the run returns an error).
+impl<T: Transport + ?Sized> Transport for &mut T {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+
+    fn world_size(&self) -> usize {
+        (**self).world_size()
+    }
+
+    fn send(&mut self, peer: usize, tag: Tag, tensor: Tensor) -> Result<(), TransportError> {
+        (**self).send(peer, tag, tensor)
+    }
+
+    fn recv(&mut self, peer: usize, tag: Tag) -> Result<Tensor, TransportError> {
+        (**self).recv(peer, tag)
+    }
+
+    fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError> {
+        (**self).all_reduce_sum(group, data)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
