@@ -328,3 +328,30 @@ fn the_mpi_transport_needs_the_mpi_feature() {
         "--features mpi",
     );
 }
+
+/// `--backend cuda` without a GPU (or without the `cuda` feature) is one clear line, exit 2.
+#[test]
+fn the_cuda_backend_without_a_gpu_is_one_line() {
+    let needle = if cfg!(feature = "cuda") {
+        "--backend cuda: "
+    } else {
+        "--features cuda"
+    };
+    fails_with(
+        &[
+            "exec",
+            "tiny-gpt",
+            "--pp",
+            "2",
+            "--microbatches",
+            "2",
+            "--mbs",
+            "1",
+            "--schedule",
+            "1f1b",
+            "--backend",
+            "cuda",
+        ],
+        needle,
+    );
+}

@@ -92,6 +92,44 @@ pub struct ExecArgs {
     /// `mpirun -np <pp × dp>` (needs a build with `--features mpi`; rank 0 prints the report).
     #[arg(long, value_enum, default_value_t = TransportKind::Threads)]
     pub transport: TransportKind,
+    /// Where the layers run: this machine's CPU, or an NVIDIA GPU (needs a build with
+    /// `--features cuda`; the CUDA layers are not implemented yet, so today it only finds the
+    /// GPU and says so).
+    #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
+    pub backend: BackendKind,
+}
+
+/// Where the layers of `exec` run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// fp32 layers on the CPU, one thread per rank.
+    Cpu,
+    /// An NVIDIA GPU through CUDA.
+    Cuda,
+}
+
+/// Refuses `--backend cuda` in one line: no GPU, or no CUDA layers yet.
+#[cfg(feature = "cuda")]
+fn check_backend(backend: BackendKind) -> Result<()> {
+    if backend == BackendKind::Cuda {
+        match autopp_profiler::device::cuda::device_name(0) {
+            Err(e) => bail!("--backend cuda: {e}; use --backend cpu"),
+            Ok(name) => bail!(
+                "--backend cuda: found {name}, but the executor's CUDA layers (cuBLAS GEMMs, NCCL transport) are not implemented yet; use --backend cpu"
+            ),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn check_backend(backend: BackendKind) -> Result<()> {
+    if backend == BackendKind::Cuda {
+        bail!(
+            "--backend cuda: this autopp was built without CUDA; build it with `cargo build --release --features cuda`"
+        );
+    }
+    Ok(())
 }
 
 /// How the ranks of `exec` run.
@@ -231,6 +269,7 @@ fn quiet_rank_panics() {
 
 /// Runs `autopp exec`.
 pub fn run_exec(args: &ExecArgs) -> Result<()> {
+    check_backend(args.backend)?;
     let cfg = config(args)?;
     quiet_rank_panics();
     let bar = (std::io::stderr().is_terminal() && !args.json).then(|| {

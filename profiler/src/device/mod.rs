@@ -26,6 +26,8 @@
 
 pub mod attention;
 pub mod block;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod embedding;
 pub mod gemm;
 pub mod head;
