@@ -95,6 +95,11 @@ for label, f in [("1f1b", "1f1b.json"), ("interleaved-1f1b, v = 2", "interleaved
     peak = ", ".join(f"{x:,}" for x in d["peak_activation_bytes"]) + ("" if same else " (differs!)")
     print(f"| {label} | {d['iteration_time_s']*1e3:.0f} ms | {gf:.1f} | {share:.0%} | {bub} | {peak} |")
 print()
+print("The simulated bubble runs the same schedule in the simulator with each stage's measured "
+      "median F and B times and hop times. The gap to the GEMM rate is the work that is not a "
+      "large GEMM: the causal attention core (per-head 128 × 32 products and a 128 × 128 softmax), "
+      "the GeLU and softmax exponentials, LayerNorms, the f64 weight-gradient products (see "
+      "below) and AdamW.")
 print()
 print("## Measured vs predicted iteration time")
 print()
@@ -137,11 +142,10 @@ it = e["predicted"]["iteration_time_s"]
 print()
 print(f"`estimate tiny-gpt --gpus 2 --pp 2 --mbs 2 --global-batch 16 --schedule 1f1b --profile FILE` "
       f"predicts **{it*1e3:.0f} ms** per iteration; `exec` measured {d['iteration_time_s']*1e3:.0f} ms "
-      f"for the same configuration above ({it/d['iteration_time_s']-1:+.0%}). The layers timed "
-      "alone, one at a time, run faster than inside a pipeline whose two ranks share the "
-      "machine's cores and caches (and the estimate has no AdamW on the CPU), so the "
-      "planner's figure is a lower bound here; `exec`'s own prediction above uses the times "
-      "measured inside the run.")
+      f"for the same configuration above ({it/d['iteration_time_s']-1:+.0%}). What separates "
+      "them: layers timed alone, one at a time, against a pipeline whose two ranks share the "
+      "machine's cores and caches, and AdamW, which the estimate does not count on the CPU; "
+      "`exec`'s own prediction above uses the times measured inside the run.")
 print()
 print("## Failure handling")
 print()
@@ -160,12 +164,6 @@ print()
 print("```")
 print(fail)
 print("```")
-print()
-print("The simulated bubble runs the same schedule in the simulator with each stage's measured "
-      "median F and B times and hop times. The gap to the GEMM rate is the work that is not a "
-      "large GEMM: the causal attention core (per-head 128 × 32 products and a 128 × 128 softmax), "
-      "the GeLU and softmax exponentials, LayerNorms, the f64 weight-gradient products (see "
-      "below) and AdamW.")
 print()
 print("## Numerics: why weight gradients are summed in f64")
 print()
