@@ -28,6 +28,8 @@ enum Command {
     Validate(cmd::validate::ValidateArgs),
     /// Train a small model for real with a pipeline schedule, one thread per rank.
     Exec(cmd::exec::ExecArgs),
+    /// Time every layer of a small model on this CPU and write a measured profile.
+    Profile(cmd::profile::ProfileArgs),
     /// List the bundled model presets.
     Models {
         /// Print JSON.
@@ -79,6 +81,7 @@ fn main() {
         Command::Schedule(args) => cmd::schedule::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Exec(args) => cmd::exec::run_exec(args),
+        Command::Profile(args) => cmd::profile::run(args),
         Command::Models { json } => cmd::catalog::models(*json),
         Command::Gpus { json } => cmd::catalog::gpus(*json),
     };

@@ -61,6 +61,11 @@ fn json_has_every_key_and_the_check_passes() {
     assert_eq!(v["losses"].as_array().unwrap().len(), 3);
     assert_eq!(v["step_time_s"].as_array().unwrap().len(), 3);
     assert!(v["iteration_time_s"].as_f64().unwrap() > 0.0);
+    assert!(v["predicted_iteration_time_s"].as_f64().unwrap() > 0.0);
+    let measured = &v["measured_action_times_s"];
+    assert_eq!(measured["stage_s"].as_array().unwrap().len(), 4);
+    assert_eq!(measured["p2p_s"].as_array().unwrap().len(), 3);
+    assert_eq!(measured["end_of_step_s"].as_array().unwrap().len(), 2);
     assert_eq!(v["global_batch_size"], 8);
     for key in [
         "bubble_fraction",
@@ -99,6 +104,7 @@ fn text_report_and_trace() {
     args.extend(SMALL);
     let out = stdout(&args);
     assert!(out.contains("iteration time"), "{out}");
+    assert!(out.contains("predicted "), "{out}");
     assert!(out.contains("peak activations"), "{out}");
     assert!(
         out.lines()
@@ -203,5 +209,149 @@ fn too_large_untied_models_are_refused_by_size() {
             "1f1b",
         ],
         "above the limit of 100 M",
+    );
+}
+
+/// Runs `exec` with `--inject-failure FAILURE` and a trace file, and asserts it ends well within
+/// 30 s (the receive timeout is 60 s, so a hang would show), exit 2, one `error:` line naming
+/// the rank, the step and an action, and no file left behind.
+fn injected_failure_stops_every_rank(pp: &str, dp: &str, failure: &str, needle: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("run.json");
+    let mut args = vec![
+        "exec",
+        "tiny-gpt",
+        "--pp",
+        pp,
+        "--dp",
+        dp,
+        "--microbatches",
+        "4",
+        "--mbs",
+        "1",
+        "--schedule",
+        "1f1b",
+        "--recv-timeout",
+        "60",
+        "--inject-failure",
+        failure,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend(SMALL);
+    let start = std::time::Instant::now();
+    let out = autopp(&args);
+    let elapsed = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(elapsed.as_secs_f64() < 30.0, "took {elapsed:?}: {stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line: {stderr}"
+    );
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    assert!(stderr.contains("failed at step 2, action "), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn an_injected_failure_stops_two_ranks_quickly() {
+    injected_failure_stops_every_rank("2", "1", "1:2", "rank 1 (replica 0, pipeline rank 1)");
+}
+
+#[test]
+fn an_injected_failure_stops_four_ranks_quickly() {
+    injected_failure_stops_every_rank("4", "1", "2:2", "injected failure (--inject-failure 2:2)");
+}
+
+#[test]
+fn an_injected_panic_stops_every_rank_quickly() {
+    injected_failure_stops_every_rank(
+        "2",
+        "2",
+        "3:2:panic",
+        "rank 3 (replica 1, pipeline rank 1) failed at step 2, action 1",
+    );
+}
+
+#[test]
+fn an_injected_failure_outside_the_run_is_refused() {
+    let base = [
+        "exec",
+        "tiny-gpt",
+        "--pp",
+        "2",
+        "--microbatches",
+        "2",
+        "--mbs",
+        "1",
+        "--schedule",
+        "1f1b",
+        "--steps",
+        "2",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--inject-failure", "2:1"]);
+    fails_with(&args, "--inject-failure");
+    let mut args = base.to_vec();
+    args.extend(["--inject-failure", "1:x"]);
+    fails_with(&args, "RANK:STEP");
+}
+
+/// Without the `mpi` feature, `--transport mpi` says how to get it, in one line, exit 2.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn the_mpi_transport_needs_the_mpi_feature() {
+    fails_with(
+        &[
+            "exec",
+            "tiny-gpt",
+            "--pp",
+            "2",
+            "--microbatches",
+            "2",
+            "--mbs",
+            "1",
+            "--schedule",
+            "1f1b",
+            "--transport",
+            "mpi",
+        ],
+        "--features mpi",
+    );
+}
+
+/// `--backend cuda` without a GPU (or without the `cuda` feature) is one clear line, exit 2.
+#[test]
+fn the_cuda_backend_without_a_gpu_is_one_line() {
+    let needle = if cfg!(feature = "cuda") {
+        "--backend cuda: "
+    } else {
+        "--features cuda"
+    };
+    fails_with(
+        &[
+            "exec",
+            "tiny-gpt",
+            "--pp",
+            "2",
+            "--microbatches",
+            "2",
+            "--mbs",
+            "1",
+            "--schedule",
+            "1f1b",
+            "--backend",
+            "cuda",
+        ],
+        needle,
     );
 }

@@ -52,6 +52,7 @@ pub fn train_single_worker(cfg: &ExecConfig) -> Result<Reference, ExecError> {
         replica: 0,
         pp_rank: 0,
         step: step + 1,
+        action: None,
         message: format!("single-worker check: {e}"),
     };
     let data = SyntheticData::new(cfg.seed, cfg.model.vocab_size as usize, cfg.seq_len());

@@ -47,6 +47,49 @@ impl Default for AdamWConfig {
     }
 }
 
+/// A failure `--inject-failure RANK:STEP[:panic]` asks for, to test failure handling: world
+/// rank `rank` fails in step `step` (1-based) at the middle action of its list, with an error
+/// or, if `panic`, a panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct InjectedFailure {
+    /// World rank that fails.
+    pub rank: usize,
+    /// Step (1-based) in which it fails.
+    pub step: usize,
+    /// Panic instead of returning an error.
+    pub panic: bool,
+}
+
+impl std::fmt::Display for InjectedFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.rank, self.step)?;
+        if self.panic {
+            write!(f, ":panic")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for InjectedFailure {
+    type Err = String;
+
+    /// Parses `RANK:STEP` or `RANK:STEP:panic`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let bad = || format!("'{s}' is not RANK:STEP or RANK:STEP:panic (e.g. 1:2)");
+        let (rank, step, panic) = match parts.as_slice() {
+            [r, k] => (r, k, false),
+            [r, k, "panic"] => (r, k, true),
+            _ => return Err(bad()),
+        };
+        Ok(InjectedFailure {
+            rank: rank.parse().map_err(|_| bad())?,
+            step: step.parse().map_err(|_| bad())?,
+            panic,
+        })
+    }
+}
+
 /// Everything a run needs. Make it with [`ExecConfig::new`], which checks it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecConfig {
@@ -68,6 +111,8 @@ pub struct ExecConfig {
     pub optimizer: AdamWConfig,
     /// How long a receive waits before it fails, seconds.
     pub recv_timeout_s: f64,
+    /// A failure to inject on purpose (tests of failure handling); `None` runs normally.
+    pub inject_failure: Option<InjectedFailure>,
 }
 
 impl ExecConfig {
@@ -109,6 +154,7 @@ impl ExecConfig {
             seed: 0,
             optimizer: AdamWConfig::default(),
             recv_timeout_s: 60.0,
+            inject_failure: None,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -131,6 +177,18 @@ impl ExecConfig {
                 "--recv-timeout",
                 "must be a positive number of seconds",
             ));
+        }
+        if let Some(f) = self.inject_failure {
+            if f.rank >= self.world_size() || f.step == 0 || f.step > self.steps {
+                return Err(ExecError::invalid(
+                    "--inject-failure",
+                    format!(
+                        "{f} is outside the run: ranks are 0..{} and steps 1..={}",
+                        self.world_size(),
+                        self.steps
+                    ),
+                ));
+            }
         }
         check(&self.schedule).map_err(|e| ExecError::Schedule(e.to_string()))?;
         check_split(
@@ -211,7 +269,7 @@ impl ExecConfig {
 }
 
 /// Refuses models outside the executor's subset, and models too large for it.
-fn check_model(m: &TransformerSpec) -> Result<(), ExecError> {
+pub(crate) fn check_model(m: &TransformerSpec) -> Result<(), ExecError> {
     m.validate()
         .map_err(|e| ExecError::Unsupported(e.to_string()))?;
     let name = &m.name;

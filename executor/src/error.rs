@@ -20,9 +20,11 @@ pub enum ExecError {
     /// The schedule is incomplete, inconsistent or deadlocks.
     #[error("the schedule cannot run: {0}")]
     Schedule(String),
-    /// A rank failed while running.
+    /// A rank failed while running: `rank 1 (replica 0, pipeline rank 1) failed at step 2,
+    /// action 1B3: …`.
     #[error(
-        "rank {rank} (replica {replica}, pipeline rank {pp_rank}) failed at step {step}: {message}"
+        "rank {rank} (replica {replica}, pipeline rank {pp_rank}) failed at step {step}{}: {message}",
+        at_action(.action)
     )]
     Rank {
         /// World rank.
@@ -33,6 +35,8 @@ pub enum ExecError {
         pp_rank: usize,
         /// Training step (1-based).
         step: usize,
+        /// The action it was running (`1B3`), if it failed inside one.
+        action: Option<String>,
         /// What happened.
         message: String,
     },
@@ -48,6 +52,13 @@ impl ExecError {
     }
 }
 
+fn at_action(action: &Option<String>) -> String {
+    action
+        .as_ref()
+        .map(|a| format!(", action {a}"))
+        .unwrap_or_default()
+}
+
 /// What went wrong inside one rank, before the rank is known to the message.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub(crate) enum RankError {
@@ -57,4 +68,20 @@ pub(crate) enum RankError {
     Device(#[from] DeviceError),
     #[error("{0}")]
     Schedule(String),
+    /// `--inject-failure` asked for this failure.
+    #[error("{0}")]
+    Injected(String),
+    /// Another rank failed first (the start-of-step barrier was aborted).
+    #[error("{0}")]
+    Aborted(String),
+}
+
+impl RankError {
+    /// Whether this rank stopped because another rank failed (not a root cause).
+    pub(crate) fn is_secondary(&self) -> bool {
+        matches!(
+            self,
+            RankError::Aborted(_) | RankError::Transport(TransportError::Aborted { .. })
+        )
+    }
 }

@@ -1,11 +1,13 @@
 //! What the simulator predicts for an executor run: peak bytes kept for backward per rank,
-//! from `autopp-models`' fp32 byte counts of the executor's own layers, and the bubble from
-//! measured per-action times.
+//! from `autopp-models`' fp32 byte counts of the executor's own layers, and the bubble and the
+//! iteration time from measured per-action times ([`Measured`]) — the same simulator the
+//! planner uses, so the run checks the planner's model of time.
 
 use autopp_planner::schedule::{simulate, SimCosts, StageCosts};
 
 use crate::config::ExecConfig;
 use crate::error::ExecError;
+use crate::measure::Measured;
 
 /// Per global stage, the bytes one micro-batch keeps from `F` to `B` (or `I`), and from `I`
 /// to `W`: the sums of the stage's layers' [`autopp_models::Fp32LayerBytes`].
@@ -21,16 +23,13 @@ pub fn stage_bytes(cfg: &ExecConfig) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Mean seconds of each action kind per global stage: `[F, B, I, W]`.
-pub type StageTimes = Vec<[f64; 4]>;
-
-fn costs(cfg: &ExecConfig, times: Option<&StageTimes>) -> SimCosts {
+fn costs(cfg: &ExecConfig, measured: Option<&Measured>) -> SimCosts {
     let bytes = stage_bytes(cfg);
     let stages = bytes
         .iter()
         .enumerate()
         .map(|(s, &(activation_bytes, weight_grad_bytes))| {
-            let [f, b, i, w] = times.map_or([1.0, 2.0, 1.0, 1.0], |t| t[s]);
+            let [f, b, i, w] = measured.map_or([1.0, 2.0, 1.0, 1.0], |m| m.stage_s[s]);
             StageCosts {
                 forward_s: f,
                 backward_s: b,
@@ -43,7 +42,10 @@ fn costs(cfg: &ExecConfig, times: Option<&StageTimes>) -> SimCosts {
         .collect();
     SimCosts {
         stages,
-        p2p_s: vec![0.0; cfg.num_stages().saturating_sub(1)],
+        p2p_s: measured.map_or_else(
+            || vec![0.0; cfg.num_stages().saturating_sub(1)],
+            |m| m.p2p_s.clone(),
+        ),
         overlap_factor: None,
     }
 }
@@ -56,12 +58,30 @@ pub fn peak_activation_bytes(cfg: &ExecConfig) -> Result<Vec<u64>, ExecError> {
     Ok(r.peak_activation_bytes)
 }
 
-/// The simulator's bubble fraction per pipeline rank (`1 − busy / makespan`) with the
-/// measured mean time of each action kind on each stage and free sends.
-pub fn bubble_fraction(cfg: &ExecConfig, times: &StageTimes) -> Result<Vec<f64>, ExecError> {
-    let r = simulate(&cfg.schedule, &costs(cfg, Some(times)))
+/// What the simulator predicts from measured action times.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prediction {
+    /// Per pipeline rank, the bubble fraction `1 − busy / makespan` of the pipeline phase.
+    pub bubble_fraction: Vec<f64>,
+    /// The iteration time, seconds: the latest over ranks of the simulated end of the rank's
+    /// list plus its measured end-of-step work (all-reduce and AdamW), as the planner adds the
+    /// gradient reduction and the optimizer step to the makespan.
+    pub iteration_time_s: f64,
+}
+
+/// Simulates the run's schedule with the measured median time of each action kind on each
+/// stage and of each hop between ranks.
+pub fn from_measured(cfg: &ExecConfig, measured: &Measured) -> Result<Prediction, ExecError> {
+    let r = simulate(&cfg.schedule, &costs(cfg, Some(measured)))
         .map_err(|e| ExecError::Schedule(e.to_string()))?;
-    Ok(r.busy_s
+    let iteration_time_s = r
+        .timeline
+        .iter()
+        .zip(&measured.end_of_step_s)
+        .map(|(steps, tail)| steps.last().map_or(0.0, |t| t.end_s) + tail)
+        .fold(0.0, f64::max);
+    let bubble_fraction = r
+        .busy_s
         .iter()
         .map(|b| {
             if r.makespan_s > 0.0 {
@@ -70,5 +90,9 @@ pub fn bubble_fraction(cfg: &ExecConfig, times: &StageTimes) -> Result<Vec<f64>,
                 0.0
             }
         })
-        .collect())
+        .collect();
+    Ok(Prediction {
+        bubble_fraction,
+        iteration_time_s,
+    })
 }

@@ -1,17 +1,18 @@
 //! The coordinator: one thread per rank (`pp × dp`), in-process transport between them,
 //! per-step summaries as they complete, and the report at the end.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use autopp_planner::schedule::ActionKind;
-use autopp_profiler::device::{InProcess, Tensor};
+use autopp_profiler::device::{Abort, InProcess, Tensor, Transport};
 use serde::Serialize;
 
 use crate::barrier::Barrier;
 use crate::config::ExecConfig;
 use crate::data::SyntheticData;
-use crate::error::{ExecError, RankError};
+use crate::error::ExecError;
+use crate::measure::{measure, median, Measured};
 use crate::predict;
 use crate::stage::Stage;
 use crate::worker::{RankStep, Shared, Worker};
@@ -53,8 +54,13 @@ pub struct ExecReport {
     /// Per pipeline rank, measured `1 − busy / makespan` of the pipeline phase, averaged over
     /// replicas and the steps after the first.
     pub bubble_fraction: Vec<f64>,
-    /// Per pipeline rank, the simulator's bubble with the measured mean action times.
+    /// Per pipeline rank, the simulator's bubble with the measured median action times.
     pub predicted_bubble_fraction: Vec<f64>,
+    /// The simulator's iteration time with the measured median action and hop times, plus
+    /// each rank's measured end-of-step work, seconds (see [`predict::from_measured`]).
+    pub predicted_iteration_time_s: f64,
+    /// The measured median times the prediction is made from.
+    pub measured: Measured,
     /// Per pipeline rank, the most bytes kept for backward after any action of any step.
     pub peak_activation_bytes: Vec<u64>,
     /// Per pipeline rank, the simulator's peak from the models' fp32 byte counts.
@@ -81,67 +87,78 @@ impl ExecReport {
     }
 }
 
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
-    }
+/// One rank's answer for one step: its record, or the error and whether it is only a
+/// consequence of another rank's failure.
+type Report = (usize, usize, Result<RankStep, (ExecError, bool)>);
+
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
-type Report = (usize, usize, Result<RankStep, ExecError>);
+/// `panicked: <the panic's message>`.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    format!("panicked: {}", panic_message(payload))
+}
+
+/// The name of rank `rank`'s thread; `autopp exec` keeps panics of threads so named off stderr,
+/// since the error reports them.
+pub const RANK_THREAD_PREFIX: &str = "autopp rank ";
 
 /// Trains `cfg.steps` steps of `cfg.model` under `cfg.schedule` on `pp × dp` threads, calling
 /// `on_step` as each step completes.
+///
+/// When a rank fails — an error or a panic — it sets the world's [`Abort`] switch: every other
+/// rank stops within [`autopp_profiler::device::ABORT_POLL`] of reaching a receive or the
+/// start-of-step barrier, and the error names the rank that failed first and its action.
 pub fn run(
     cfg: &ExecConfig,
     on_step: &mut dyn FnMut(StepSummary),
 ) -> Result<ExecReport, ExecError> {
     cfg.validate()?;
     let world = cfg.world_size();
+    let abort = Abort::new();
     let shared = Shared {
         cfg,
         data: SyntheticData::new(cfg.seed, cfg.model.vocab_size as usize, cfg.seq_len()),
         barrier: Barrier::new(world),
+        abort: abort.clone(),
+        world_sync: false,
         epoch: Instant::now(),
     };
-    let endpoints = InProcess::world(world, Duration::from_secs_f64(cfg.recv_timeout_s));
+    let endpoints =
+        InProcess::world_with_abort(world, Duration::from_secs_f64(cfg.recv_timeout_s), &abort);
     let (tx, rx) = mpsc::channel::<Report>();
     let mut per_step: Vec<Vec<Option<RankStep>>> = vec![vec![None; world]; cfg.steps];
-    let mut first_error: Option<ExecError> = None;
+    // the root cause, and whether it is only a consequence of another failure
+    let mut first_error: Option<(ExecError, bool)> = None;
     let finals: Vec<Option<(usize, usize, Vec<Stage>)>> = std::thread::scope(|scope| {
         let shared = &shared;
-        let handles: Vec<_> = endpoints
-            .into_iter()
-            .map(|t| {
-                let tx = tx.clone();
-                scope.spawn(move || {
-                    let mut w = Worker::new(shared, t);
-                    let (rank, (replica, pp_rank)) = (w.rank(), w.position());
-                    for step in 0..cfg.steps {
-                        let r = w.run_step(step).map_err(|(action, e)| {
-                            shared.barrier.abort();
-                            let at = action.map(|a| format!("at {a}: ")).unwrap_or_default();
-                            ExecError::Rank {
-                                rank,
-                                replica,
-                                pp_rank,
-                                step: step + 1,
-                                message: format!("{at}{}", describe(&e)),
-                            }
-                        });
-                        let failed = r.is_err();
-                        let _ = tx.send((rank, step, r));
-                        if failed {
-                            return None;
-                        }
-                    }
-                    Some((replica, pp_rank, w.into_stages()))
-                })
-            })
-            .collect();
+        let mut handles = Vec::with_capacity(world);
+        for t in endpoints {
+            let tx = tx.clone();
+            let rank = t.rank();
+            let spawned = std::thread::Builder::new()
+                .name(format!("{RANK_THREAD_PREFIX}{rank}"))
+                .spawn_scoped(scope, move || rank_thread(shared, t, &tx));
+            match spawned {
+                Ok(h) => handles.push(Some(h)),
+                Err(e) => {
+                    shared.abort_all();
+                    first_error.get_or_insert((
+                        ExecError::Unsupported(format!(
+                            "cannot start the thread of rank {rank}: {e}"
+                        )),
+                        false,
+                    ));
+                    handles.push(None);
+                }
+            }
+        }
         drop(tx);
         let mut done = vec![0usize; cfg.steps];
         for (rank, step, r) in rx {
@@ -153,20 +170,21 @@ pub fn run(
                         on_step(summarize(cfg, step, &per_step[step]));
                     }
                 }
-                Err(e) => {
-                    // The root cause is the first failure; the others time out after it.
-                    if first_error.is_none() || is_timeout(&first_error) && !is_timeout_err(&e) {
-                        first_error = Some(e);
+                Err((e, secondary)) => {
+                    shared.abort_all();
+                    // The root cause is the first failure that is not a consequence of another.
+                    if first_error.as_ref().is_none_or(|(_, s)| *s && !secondary) {
+                        first_error = Some((e, secondary));
                     }
                 }
             }
         }
         handles
             .into_iter()
-            .map(|h| h.join().ok().flatten())
+            .map(|h| h.and_then(|h| h.join().ok().flatten()))
             .collect()
     });
-    if let Some(e) = first_error {
+    if let Some((e, _)) = first_error {
         return Err(e);
     }
     let mut ranks = Vec::with_capacity(world);
@@ -177,6 +195,7 @@ pub fn run(
             replica: rank / cfg.pp(),
             pp_rank: rank % cfg.pp(),
             step: cfg.steps,
+            action: None,
             message: "the rank's thread panicked".into(),
         })?;
         let steps = per_step
@@ -188,6 +207,7 @@ pub fn run(
                 replica,
                 pp_rank,
                 step: cfg.steps,
+                action: None,
                 message: "a step report is missing".into(),
             })?;
         ranks.push(RankTrace {
@@ -201,21 +221,49 @@ pub fn run(
     report(cfg, ranks, final_stages)
 }
 
-fn describe(e: &RankError) -> String {
-    e.to_string()
-}
-
-fn is_timeout(e: &Option<ExecError>) -> bool {
-    e.as_ref().is_some_and(is_timeout_err)
-}
-
-fn is_timeout_err(e: &ExecError) -> bool {
-    let text = e.to_string();
-    text.contains("waited") || text.contains("another rank failed") || text.contains("timed out")
+/// One rank's thread: every step, reporting each to the coordinator; on a failure or a panic
+/// it aborts the world, reports the error and stops.
+fn rank_thread(
+    shared: &Shared<'_>,
+    transport: InProcess,
+    tx: &mpsc::Sender<Report>,
+) -> Option<(usize, usize, Vec<Stage>)> {
+    let cfg = shared.cfg;
+    let mut w = Worker::new(shared, transport);
+    let (rank, (replica, pp_rank)) = (w.rank(), w.position());
+    for step in 0..cfg.steps {
+        let r = match catch_unwind(AssertUnwindSafe(|| w.run_step(step))) {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err((action, e))) => Err((action, e.to_string(), e.is_secondary())),
+            Err(payload) => Err((w.current_action(), panic_text(payload.as_ref()), false)),
+        };
+        let r = r.map_err(|(action, message, secondary)| {
+            shared.abort_all();
+            let e = ExecError::Rank {
+                rank,
+                replica,
+                pp_rank,
+                step: step + 1,
+                action: action.map(|a| a.to_string()),
+                message,
+            };
+            (e, secondary)
+        });
+        let failed = r.is_err();
+        let _ = tx.send((rank, step, r));
+        if failed {
+            return None;
+        }
+    }
+    Some((replica, pp_rank, w.into_stages()))
 }
 
 /// Loss and wall time of step `step` from every rank's report.
-fn summarize(cfg: &ExecConfig, step: usize, reports: &[Option<RankStep>]) -> StepSummary {
+pub(crate) fn summarize(
+    cfg: &ExecConfig,
+    step: usize,
+    reports: &[Option<RankStep>],
+) -> StepSummary {
     let tokens = (cfg.global_batch_size() * cfg.seq_len()) as f64;
     let all: Vec<&RankStep> = reports.iter().flatten().collect();
     // in world-rank order, so replicas add up in a fixed order
@@ -229,7 +277,7 @@ fn summarize(cfg: &ExecConfig, step: usize, reports: &[Option<RankStep>]) -> Ste
     }
 }
 
-fn report(
+pub(crate) fn report(
     cfg: &ExecConfig,
     ranks: Vec<RankTrace>,
     final_stages: Vec<Vec<Stage>>,
@@ -250,8 +298,6 @@ fn report(
 
     let mut bubble = vec![0.0; pp];
     let mut peak = vec![0u64; pp];
-    let mut sums = vec![[0.0f64; 4]; cfg.num_stages()];
-    let mut counts = vec![[0usize; 4]; cfg.num_stages()];
     for &k in &measured {
         for d in 0..cfg.dp {
             let replica: Vec<&RankTrace> = ranks.iter().filter(|r| r.replica == d).collect();
@@ -275,30 +321,17 @@ fn report(
         for s in &r.steps {
             peak[r.pp_rank] = peak[r.pp_rank].max(s.peak_activation_bytes);
         }
-        for &k in &measured {
-            for e in &r.steps[k].events {
-                let kind = match e.action.kind {
-                    ActionKind::F => 0,
-                    ActionKind::B => 1,
-                    ActionKind::I => 2,
-                    ActionKind::W => 3,
-                };
-                sums[e.action.stage as usize][kind] += e.end_s - e.start_s;
-                counts[e.action.stage as usize][kind] += 1;
-            }
-        }
     }
-    let times: predict::StageTimes = sums
-        .iter()
-        .zip(&counts)
-        .map(|(s, c)| std::array::from_fn(|k| if c[k] > 0 { s[k] / c[k] as f64 } else { 0.0 }))
-        .collect();
+    let times = measure(cfg, &ranks, &measured);
+    let prediction = predict::from_measured(cfg, &times)?;
     Ok(ExecReport {
         losses: summaries.iter().map(|s| s.loss).collect(),
         step_time_s,
         iteration_time_s,
         bubble_fraction: bubble,
-        predicted_bubble_fraction: predict::bubble_fraction(cfg, &times)?,
+        predicted_bubble_fraction: prediction.bubble_fraction,
+        predicted_iteration_time_s: prediction.iteration_time_s,
+        measured: times,
         peak_activation_bytes: peak,
         predicted_peak_activation_bytes: predict::peak_activation_bytes(cfg)?,
         ranks,

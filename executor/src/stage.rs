@@ -155,6 +155,33 @@ impl Stage {
         }
     }
 
+    /// Every parameter element, concatenated in layer and parameter order (to gather a
+    /// process's weights for `--check`).
+    pub fn flat_params(&self) -> Vec<f64> {
+        self.layers
+            .iter()
+            .flat_map(|l| {
+                l.params()
+                    .into_iter()
+                    .flat_map(|(_, t)| t.data().iter().map(|&x| f64::from(x)))
+            })
+            .collect()
+    }
+
+    /// Writes back a buffer from [`Stage::flat_params`] (each value was an f32).
+    pub fn set_flat_params(&mut self, flat: &[f64]) {
+        let mut at = 0;
+        for l in &mut self.layers {
+            for t in l.params_mut() {
+                let n = t.len();
+                for (x, &v) in t.data_mut().iter_mut().zip(&flat[at..at + n]) {
+                    *x = v as f32;
+                }
+                at += n;
+            }
+        }
+    }
+
     /// Zeroes the accumulated gradients.
     pub fn zero_grads(&mut self) {
         for g in &mut self.grads {

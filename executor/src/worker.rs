@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use autopp_planner::schedule::{Action, ActionKind, Step};
-use autopp_profiler::device::{Direction, Flow, Tag, Tensor, Transport};
+use autopp_profiler::device::{Abort, Direction, Flow, Tag, Tensor, Transport};
 use serde::Serialize;
 
 use crate::barrier::Barrier;
@@ -84,7 +84,20 @@ pub(crate) struct Shared<'a> {
     pub(crate) cfg: &'a ExecConfig,
     pub(crate) data: SyntheticData,
     pub(crate) barrier: Barrier,
+    /// Set when any rank fails: blocked receives and the barrier give up.
+    pub(crate) abort: Abort,
+    /// Ranks are processes: meet at the start of a step through the transport (an all-reduce
+    /// over the world) instead of [`Shared::barrier`].
+    pub(crate) world_sync: bool,
     pub(crate) epoch: Instant,
+}
+
+impl Shared<'_> {
+    /// Tells every rank to stop: wakes the barrier and every blocked receive.
+    pub(crate) fn abort_all(&self) {
+        self.abort.trigger();
+        self.barrier.abort();
+    }
 }
 
 /// One rank.
@@ -99,6 +112,8 @@ pub(crate) struct Worker<'a, T: Transport> {
     /// Tensors between two stages on this rank.
     local: HashMap<Tag, Tensor>,
     loss_scale: f32,
+    /// The action running now, for the error message if it fails or panics.
+    current: Option<Action>,
 }
 
 impl<'a, T: Transport> Worker<'a, T> {
@@ -130,6 +145,7 @@ impl<'a, T: Transport> Worker<'a, T> {
             held_bytes: 0,
             local: HashMap::new(),
             loss_scale: 1.0 / tokens as f32,
+            current: None,
         }
     }
 
@@ -149,10 +165,15 @@ impl<'a, T: Transport> Worker<'a, T> {
     ) -> Result<RankStep, (Option<Action>, RankError)> {
         let cfg = self.shared.cfg;
         let timeout = Duration::from_secs_f64(cfg.recv_timeout_s);
-        self.shared
-            .barrier
-            .wait(timeout)
-            .map_err(|e| (None, RankError::Schedule(e.to_string())))?;
+        self.current = None;
+        if self.shared.world_sync {
+            let world: Vec<usize> = (0..cfg.world_size()).collect();
+            self.transport
+                .all_reduce_sum(&world, &mut [0.0])
+                .map_err(|e| (None, e.into()))?;
+        } else {
+            self.wait_at_barrier(timeout)?;
+        }
         let start_s = self.now_s();
         let mut out = RankStep {
             loss_sum: 0.0,
@@ -164,22 +185,35 @@ impl<'a, T: Transport> Worker<'a, T> {
             end_s: start_s,
         };
         let list = &cfg.schedule.ranks[self.pp_rank];
-        for s in list {
-            let actions: Vec<Action> = match *s {
+        let actions: Vec<Action> = list
+            .iter()
+            .flat_map(|s| match *s {
                 Step::One(a) => vec![a],
                 Step::Overlapped(a, b) if b.kind == ActionKind::F && a.kind != ActionKind::F => {
                     vec![b, a]
                 }
                 Step::Overlapped(a, b) => vec![a, b],
-            };
-            for a in actions {
-                let event = self
-                    .run_action(a, step, &mut out.loss_sum)
-                    .map_err(|e| (Some(a), e))?;
-                out.events.push(event);
-                out.memory.push((event.end_s, self.held_bytes));
-                out.peak_activation_bytes = out.peak_activation_bytes.max(self.held_bytes);
+            })
+            .collect();
+        let inject = cfg
+            .inject_failure
+            .filter(|f| f.rank == self.rank() && f.step == step + 1);
+        let middle = actions.len() / 2;
+        for (index, a) in actions.into_iter().enumerate() {
+            self.current = Some(a);
+            if let Some(f) = inject.filter(|_| index == middle) {
+                let what = format!("injected failure (--inject-failure {f})");
+                if f.panic {
+                    panic!("{what}");
+                }
+                return Err((Some(a), RankError::Injected(what)));
             }
+            let event = self
+                .run_action(a, step, &mut out.loss_sum)
+                .map_err(|e| (Some(a), e))?;
+            out.events.push(event);
+            out.memory.push((event.end_s, self.held_bytes));
+            out.peak_activation_bytes = out.peak_activation_bytes.max(self.held_bytes);
         }
         if !self.held.is_empty() || !self.local.is_empty() {
             return Err((
@@ -191,10 +225,23 @@ impl<'a, T: Transport> Worker<'a, T> {
                 )),
             ));
         }
+        self.current = None;
         out.pipeline_end_s = self.now_s();
         self.reduce_and_step().map_err(|e| (None, e))?;
         out.end_s = self.now_s();
         Ok(out)
+    }
+
+    /// Waits for every thread at the start-of-step barrier.
+    fn wait_at_barrier(&self, timeout: Duration) -> Result<(), (Option<Action>, RankError)> {
+        self.shared.barrier.wait(timeout).map_err(|e| {
+            let e = if self.shared.abort.is_set() {
+                RankError::Aborted(e.to_string())
+            } else {
+                RankError::Schedule(e.to_string())
+            };
+            (None, e)
+        })
     }
 
     /// The data-parallel all-reduce of each stage's gradients (one buffer per stage, stages in
@@ -356,6 +403,11 @@ impl<'a, T: Transport> Worker<'a, T> {
     /// The rank's stages after the last step.
     pub(crate) fn into_stages(self) -> Vec<Stage> {
         self.stages.into_values().map(|(s, _)| s).collect()
+    }
+
+    /// The action running when the rank failed or panicked, if any.
+    pub(crate) fn current_action(&self) -> Option<Action> {
+        self.current
     }
 
     /// Replica and pipeline rank.

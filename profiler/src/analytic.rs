@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, Link};
 use crate::hardware::Precision;
+use crate::measured::MeasuredProfile;
 use crate::ProfilerError;
 
 /// The efficiency factors of the analytic profile: what fraction of a peak each kind of work
@@ -112,6 +113,10 @@ pub struct AnalyticProfile {
     pub peak_flops: f64,
     /// Efficiency factors.
     pub efficiency: Efficiency,
+    /// Measured per-layer times that replace the roofline's for the layers they cover
+    /// (`estimate --profile`, `plan --profile`); `None`: all analytic.
+    #[serde(skip)]
+    pub measured: Option<std::sync::Arc<MeasuredProfile>>,
 }
 
 impl AnalyticProfile {
@@ -123,7 +128,17 @@ impl AnalyticProfile {
             precision,
             peak_flops,
             efficiency: Efficiency::default(),
+            measured: None,
         })
+    }
+
+    /// This profile with `measured`'s per-layer times in place of the roofline's: each pass
+    /// of a layer the file covers takes its measured time, scaled by the pass's work at the
+    /// layer's shape over the work at measurement; selective recompute scales with the
+    /// forward. Collectives and sends stay analytic.
+    pub fn with_measured(mut self, measured: MeasuredProfile) -> Self {
+        self.measured = Some(std::sync::Arc::new(measured));
+        self
     }
 
     /// Seconds for one op on one GPU.
@@ -194,13 +209,27 @@ impl AnalyticProfile {
         ops.iter().map(|op| self.op_time_s(op)).sum()
     }
 
-    /// Compute times of one layer's passes.
+    /// Compute times of one layer's passes: measured ones when the profile has them for this
+    /// layer (see [`AnalyticProfile::with_measured`]), else the roofline's.
     pub fn layer_times(&self, layer: &LayerCost) -> LayerTimes {
-        LayerTimes {
+        let analytic = LayerTimes {
             forward_s: self.ops_time_s(&layer.forward_ops),
             backward_input_s: self.ops_time_s(&layer.backward_input_ops),
             backward_weight_s: self.ops_time_s(&layer.backward_weight_ops),
             selective_recompute_s: self.ops_time_s(&layer.selective_recompute_ops),
+        };
+        match self.measured.as_ref().and_then(|m| m.times_of(layer)) {
+            Some([f, i, w]) => LayerTimes {
+                forward_s: f,
+                backward_input_s: i,
+                backward_weight_s: w,
+                selective_recompute_s: if analytic.forward_s > 0.0 {
+                    analytic.selective_recompute_s * f / analytic.forward_s
+                } else {
+                    0.0
+                },
+            },
+            None => analytic,
         }
     }
 

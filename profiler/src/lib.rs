@@ -27,10 +27,12 @@ pub mod analytic;
 pub mod cluster;
 pub mod device;
 pub mod hardware;
+pub mod measured;
 
 pub use analytic::{AnalyticProfile, Efficiency, LayerTimes};
 pub use cluster::{Cluster, Layout, Link};
 pub use hardware::{GpuSpec, Precision};
+pub use measured::{MeasuredLayer, MeasuredProfile, PROFILE_FORMAT};
 
 /// Why a cluster or profile could not be built. Messages name the flag or key and the fix.
 #[derive(Debug, thiserror::Error)]

@@ -45,6 +45,25 @@ pub fn load_model(name_or_path: &str) -> Result<Model> {
     Ok(autopp_models::load(name_or_path)?)
 }
 
+/// `profile` with the per-layer times of the measured profile file at `path` (from
+/// `autopp profile`), after checking the file covers every layer of `model`; `profile` itself
+/// when `path` is `None`.
+pub fn with_measured_profile(
+    profile: autopp_profiler::AnalyticProfile,
+    path: Option<&str>,
+    model: &Model,
+) -> Result<autopp_profiler::AnalyticProfile> {
+    let Some(path) = path else {
+        return Ok(profile);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--profile: cannot read '{path}'"))?;
+    let measured = autopp_profiler::MeasuredProfile::from_json(&text, path)?;
+    let layers = model.layers(&autopp_models::ShardSpec::default())?;
+    measured.check_covers(model.name(), &layers)?;
+    Ok(profile.with_measured(measured))
+}
+
 /// Bytes as GiB with one decimal.
 pub fn gib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1u64 << 30) as f64)

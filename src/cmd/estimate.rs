@@ -7,7 +7,7 @@ use autopp_planner::{evaluate, Estimate, ParallelConfig, PlanFile};
 use autopp_profiler::{AnalyticProfile, Precision};
 use clap::Args;
 
-use super::common::{gib, load_model, secs, thousands, ClusterArgs};
+use super::common::{gib, load_model, secs, thousands, with_measured_profile, ClusterArgs};
 
 /// Predict the iteration time and per-GPU memory of one parallel configuration.
 ///
@@ -93,6 +93,10 @@ pub struct EstimateArgs {
     pub no_flash_attention: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    /// A measured profile from `autopp profile`: its per-layer F / I / W times replace the
+    /// analytic profile's (scaled to each layer's shape); collectives and sends stay analytic.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<String>,
     /// Print one JSON object {"plan", "predicted"} instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -181,7 +185,11 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
         }
         (None, None) => bail!("MODEL: give a model, or --plan FILE"),
     };
-    let profile = AnalyticProfile::new(cluster, config.precision)?;
+    let profile = with_measured_profile(
+        AnalyticProfile::new(cluster, config.precision)?,
+        args.profile.as_deref(),
+        &model,
+    )?;
     let estimate = evaluate(&model, &profile, &config)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&estimate.result)?);

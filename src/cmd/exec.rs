@@ -5,7 +5,7 @@
 use std::io::IsTerminal;
 
 use anyhow::{bail, Context, Result};
-use autopp_executor::{check, run, trace, ExecConfig, ExecReport, StepSummary};
+use autopp_executor::{check, run, trace, ExecConfig, ExecReport, InjectedFailure, StepSummary};
 use autopp_models::{Model, Recompute};
 use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
 use autopp_planner::PlanFile;
@@ -67,8 +67,14 @@ pub struct ExecArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
     /// Seconds a rank waits for a tensor from another rank before it fails, naming the peer.
+    /// When a rank fails, the others stop at once instead.
     #[arg(long, default_value_t = 60.0, value_name = "S")]
     pub recv_timeout: f64,
+    /// Make world rank RANK fail on purpose in step STEP (1-based), at the middle action of its
+    /// list — with an error, or with a panic given `:panic` — to test failure handling: every
+    /// rank stops, the command exits 2 naming the rank and its action, and writes no files.
+    #[arg(long, value_name = "RANK:STEP[:panic]")]
+    pub inject_failure: Option<InjectedFailure>,
     /// AdamW learning rate.
     #[arg(long, default_value_t = 3e-3, value_name = "LR")]
     pub lr: f64,
@@ -82,6 +88,92 @@ pub struct ExecArgs {
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     pub json: bool,
+    /// How ranks run and talk: threads of this process, or one process per rank under
+    /// `mpirun -np <pp × dp>` (needs a build with `--features mpi`; rank 0 prints the report).
+    #[arg(long, value_enum, default_value_t = TransportKind::Threads)]
+    pub transport: TransportKind,
+    /// Where the layers run: this machine's CPU, or an NVIDIA GPU (needs a build with
+    /// `--features cuda`; the CUDA layers are not implemented yet, so today it only finds the
+    /// GPU and says so).
+    #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
+    pub backend: BackendKind,
+}
+
+/// Where the layers of `exec` run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// fp32 layers on the CPU, one thread per rank.
+    Cpu,
+    /// An NVIDIA GPU through CUDA.
+    Cuda,
+}
+
+/// Refuses `--backend cuda` in one line: no GPU, or no CUDA layers yet.
+#[cfg(feature = "cuda")]
+fn check_backend(backend: BackendKind) -> Result<()> {
+    if backend == BackendKind::Cuda {
+        match autopp_profiler::device::cuda::device_name(0) {
+            Err(e) => bail!("--backend cuda: {e}; use --backend cpu"),
+            Ok(name) => bail!(
+                "--backend cuda: found {name}, but the executor's CUDA layers (cuBLAS GEMMs, NCCL transport) are not implemented yet; use --backend cpu"
+            ),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn check_backend(backend: BackendKind) -> Result<()> {
+    if backend == BackendKind::Cuda {
+        bail!(
+            "--backend cuda: this autopp was built without CUDA; build it with `cargo build --release --features cuda`"
+        );
+    }
+    Ok(())
+}
+
+/// How the ranks of `exec` run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TransportKind {
+    /// One thread per rank, channels between them.
+    Threads,
+    /// One process per rank (MPI): pipeline neighbours send point-to-point, data-parallel
+    /// groups all-reduce in their own communicators.
+    Mpi,
+}
+
+/// Runs this process's rank under MPI; `None` on ranks other than 0. On a failure it prints
+/// the error and ends the whole job (`MPI_Abort`, exit 2), so no rank waits for a dead one.
+#[cfg(feature = "mpi")]
+fn run_mpi(cfg: &ExecConfig, on_step: &mut dyn FnMut(StepSummary)) -> Result<Option<ExecReport>> {
+    use autopp_profiler::device::mpi::Mpi;
+    let tensor_bytes = cfg.micro_batch_size * cfg.seq_len() * cfg.model.hidden_size as usize * 4;
+    let messages = 2 * cfg.num_microbatches() * cfg.schedule.virtual_stages;
+    let mut mpi = Mpi::init(
+        cfg.pp(),
+        std::time::Duration::from_secs_f64(cfg.recv_timeout_s),
+        messages,
+        tensor_bytes,
+    )?;
+    // a panic is reported as the rank's error line
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = autopp_executor::run_rank(cfg, &mut mpi, on_step);
+    std::panic::set_hook(hook);
+    match r {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            eprintln!("error: {e}");
+            mpi.abort(2)
+        }
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_cfg: &ExecConfig, _on_step: &mut dyn FnMut(StepSummary)) -> Result<Option<ExecReport>> {
+    bail!(
+        "--transport mpi: this autopp was built without MPI; build it with `cargo build --release --features mpi` (needs libopenmpi-dev, openmpi-bin and libclang-dev) and run it under `mpirun -np <pp × dp>`"
+    )
 }
 
 /// The configuration the flags or the plan file describe.
@@ -159,26 +251,47 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
     }
     cfg.optimizer.lr = args.lr;
     cfg.recv_timeout_s = args.recv_timeout;
+    cfg.inject_failure = args.inject_failure;
     cfg.validate()?;
     Ok(cfg)
 }
 
+/// Keeps panics of rank threads off stderr: the run reports them as its one error line.
+fn quiet_rank_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let name = std::thread::current().name().map(str::to_owned);
+        if !name.is_some_and(|n| n.starts_with(autopp_executor::run::RANK_THREAD_PREFIX)) {
+            default(info);
+        }
+    }));
+}
+
 /// Runs `autopp exec`.
 pub fn run_exec(args: &ExecArgs) -> Result<()> {
+    check_backend(args.backend)?;
     let cfg = config(args)?;
+    quiet_rank_panics();
     let bar = (std::io::stderr().is_terminal() && !args.json).then(|| {
         let b = indicatif::ProgressBar::new(cfg.steps as u64);
         b.set_message("steps");
         b
     });
     let mut lines: Vec<StepSummary> = Vec::new();
-    let report = run(&cfg, &mut |s| {
+    let mut on_step = |s: StepSummary| {
         if let Some(b) = &bar {
             b.set_message(format!("loss {:.4}", s.loss));
             b.inc(1);
         }
         lines.push(s);
-    })?;
+    };
+    let report = match args.transport {
+        TransportKind::Threads => run(&cfg, &mut on_step)?,
+        TransportKind::Mpi => match run_mpi(&cfg, &mut on_step)? {
+            Some(r) => r,
+            None => return Ok(()), // not rank 0: rank 0 reports
+        },
+    };
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
@@ -212,6 +325,8 @@ pub fn run_exec(args: &ExecArgs) -> Result<()> {
             "losses": report.losses,
             "step_time_s": report.step_time_s,
             "iteration_time_s": report.iteration_time_s,
+            "predicted_iteration_time_s": report.predicted_iteration_time_s,
+            "measured_action_times_s": report.measured,
             "model_flops_per_s": flops,
             "bubble_fraction": report.bubble_fraction,
             "predicted_bubble_fraction": report.predicted_bubble_fraction,
@@ -266,7 +381,7 @@ fn text(
     args: &ExecArgs,
 ) -> String {
     let mut out = format!(
-        "{} · {} · pp {} · dp {}{} · {} micro-batches of {} × {} tokens · {} threads\n\n",
+        "{} · {} · pp {} · dp {}{} · {} micro-batches of {} × {} tokens · {} {}\n\n",
         cfg.model.name,
         cfg.schedule.kind,
         cfg.pp(),
@@ -280,6 +395,10 @@ fn text(
         cfg.micro_batch_size,
         cfg.seq_len(),
         cfg.world_size(),
+        match args.transport {
+            TransportKind::Threads => "threads",
+            TransportKind::Mpi => "MPI processes",
+        },
     );
     out.push_str("step   loss      time\n");
     for s in steps {
@@ -291,9 +410,14 @@ fn text(
         ));
     }
     out.push_str(&format!(
-        "\niteration time {} (median of the steps after the first) · {:.1} GFLOP/s of model FLOPs over all ranks\n\n",
+        "\niteration time {} (median of the steps after the first) · {:.1} GFLOP/s of model FLOPs over all ranks\n",
         secs(r.iteration_time_s),
         flops / 1e9
+    ));
+    out.push_str(&format!(
+        "predicted {} ({:+.1}%): the simulator with the measured median time of each action and hop\n\n",
+        secs(r.predicted_iteration_time_s),
+        100.0 * (r.predicted_iteration_time_s / r.iteration_time_s.max(1e-12) - 1.0)
     ));
     out.push_str("rank   bubble  (simulated)   peak activations   (simulated)\n");
     for rank in 0..cfg.pp() {

@@ -4,5 +4,6 @@ pub mod common;
 pub mod estimate;
 pub mod exec;
 pub mod plan;
+pub mod profile;
 pub mod schedule;
 pub mod validate;

@@ -11,7 +11,9 @@ use autopp_planner::{Framework, PlanFile};
 use autopp_profiler::{AnalyticProfile, Precision};
 use clap::Args;
 
-use super::common::{gib, load_model, secs, thousands, write_atomic, ClusterArgs};
+use super::common::{
+    gib, load_model, secs, thousands, with_measured_profile, write_atomic, ClusterArgs,
+};
 use super::estimate;
 
 /// Find the fastest plan that fits: degrees, schedule, micro-batching, recompute, sharding and
@@ -73,6 +75,10 @@ pub struct PlanArgs {
     /// docs/frameworks.md.
     #[arg(long, default_value = "any", value_name = "NAME")]
     pub framework: Framework,
+    /// A measured profile from `autopp profile`: its per-layer F / I / W times replace the
+    /// analytic profile's (scaled to each layer's shape); collectives and sends stay analytic.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<String>,
     /// Print one JSON object: plan, predicted, search, alternatives.
     #[arg(long)]
     pub json: bool,
@@ -130,7 +136,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         runtime: args.framework.runtime(),
         ilp_solver: autopp_planner::search::IlpSolver::of_build(),
     };
-    let profile = AnalyticProfile::new(cluster.clone(), args.precision)?;
+    let profile = with_measured_profile(
+        AnalyticProfile::new(cluster.clone(), args.precision)?,
+        args.profile.as_deref(),
+        &model,
+    )?;
 
     // A progress bar on a terminal, once the search has run for a second.
     let started = Instant::now();

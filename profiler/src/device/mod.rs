@@ -26,11 +26,15 @@
 
 pub mod attention;
 pub mod block;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod embedding;
 pub mod gemm;
 pub mod head;
 pub mod layer;
 pub mod linear;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod norm;
 pub mod rng;
 pub mod tensor;
@@ -45,7 +49,7 @@ pub use linear::Linear;
 pub use norm::LayerNorm;
 pub use rng::Rng;
 pub use tensor::{Tensor, Tensor64, DTYPE_BYTES};
-pub use transport::{Direction, InProcess, Tag, Transport, TransportError};
+pub use transport::{Abort, Direction, InProcess, Tag, Transport, TransportError, ABORT_POLL};
 
 /// A layer was handed input it cannot use (the wrong kind of flow, ids outside the vocabulary,
 /// targets of the wrong length). The runtime checks its inputs, so this means a bug or a bad

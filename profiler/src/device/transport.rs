@@ -5,11 +5,14 @@
 //! named by a [`Tag`], and a summing all-reduce within a group of ranks — so an MPI backend
 //! (tags and communicators) and an NCCL backend (grouped send/recv, `ncclAllReduce`) can
 //! implement it later without the runtime changing. Sends never wait for their receive;
-//! receives wait at most a timeout and then fail naming the peer.
+//! receives wait at most a timeout and then fail naming the peer, and give up within
+//! [`ABORT_POLL`] once the world's [`Abort`] switch is set (a rank failed).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::tensor::Tensor;
@@ -50,6 +53,33 @@ impl fmt::Display for Tag {
     }
 }
 
+/// How often a blocked receive looks at the [`Abort`] switch: the longest a rank keeps waiting
+/// after another rank failed.
+pub const ABORT_POLL: Duration = Duration::from_millis(10);
+
+/// A switch shared by every endpoint of a world: once a rank fails it is set, and every
+/// receive blocked anywhere in the world gives up with [`TransportError::Aborted`] within
+/// [`ABORT_POLL`] instead of waiting out its timeout. Clones share the switch.
+#[derive(Debug, Clone, Default)]
+pub struct Abort(Arc<AtomicBool>);
+
+impl Abort {
+    /// A switch that is not set.
+    pub fn new() -> Self {
+        Abort::default()
+    }
+
+    /// Sets the switch, for good.
+    pub fn trigger(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the switch is set.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
 /// Why a transfer failed. Messages name both ranks.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TransportError {
@@ -64,6 +94,16 @@ pub enum TransportError {
         what: String,
         /// How long it waited, seconds.
         waited_s: f64,
+    },
+    /// The receive gave up because another rank failed (the [`Abort`] switch was set).
+    #[error("rank {rank} stopped waiting for {what} from rank {peer}: another rank failed")]
+    Aborted {
+        /// The waiting rank.
+        rank: usize,
+        /// The rank it waited for.
+        peer: usize,
+        /// What it waited for.
+        what: String,
     },
     /// The peer is gone (its endpoint was dropped).
     #[error("rank {rank} cannot reach rank {peer}: its endpoint is closed")]
@@ -85,7 +125,7 @@ pub enum TransportError {
 
 /// Point-to-point and collective transfers of one rank. One endpoint per rank; an endpoint is
 /// used by one thread.
-pub trait Transport: Send {
+pub trait Transport {
     /// This endpoint's rank, `0..world_size`.
     fn rank(&self) -> usize;
 
@@ -104,6 +144,30 @@ pub trait Transport: Send {
     /// The data is f64 because weight gradients are accumulated in f64 (see
     /// [`Tensor64`](super::Tensor64)); NCCL and MPI reduce f64 natively.
     fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError>;
+}
+
+/// A borrowed endpoint is an endpoint (so a caller can keep its own, e.g. to abort an MPI job
+/// after the run returns an error).
+impl<T: Transport + ?Sized> Transport for &mut T {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+
+    fn world_size(&self) -> usize {
+        (**self).world_size()
+    }
+
+    fn send(&mut self, peer: usize, tag: Tag, tensor: Tensor) -> Result<(), TransportError> {
+        (**self).send(peer, tag, tensor)
+    }
+
+    fn recv(&mut self, peer: usize, tag: Tag) -> Result<Tensor, TransportError> {
+        (**self).recv(peer, tag)
+    }
+
+    fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError> {
+        (**self).all_reduce_sum(group, data)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -133,12 +197,19 @@ pub struct InProcess {
     stash: HashMap<(usize, Key), VecDeque<Payload>>,
     reduce_seq: HashMap<Vec<usize>, u64>,
     timeout: Duration,
+    abort: Abort,
 }
 
 impl InProcess {
     /// `world_size` connected endpoints, rank `i` at index `i`; receives give up after
     /// `timeout`.
     pub fn world(world_size: usize, timeout: Duration) -> Vec<InProcess> {
+        InProcess::world_with_abort(world_size, timeout, &Abort::new())
+    }
+
+    /// Like [`InProcess::world`], and receives also give up within [`ABORT_POLL`] once
+    /// `abort` is set.
+    pub fn world_with_abort(world_size: usize, timeout: Duration, abort: &Abort) -> Vec<InProcess> {
         let (senders, inboxes): (Vec<_>, Vec<_>) = (0..world_size).map(|_| channel()).unzip();
         inboxes
             .into_iter()
@@ -150,6 +221,7 @@ impl InProcess {
                 stash: HashMap::new(),
                 reduce_seq: HashMap::new(),
                 timeout,
+                abort: abort.clone(),
             })
             .collect()
     }
@@ -203,14 +275,22 @@ impl InProcess {
         let start = Instant::now();
         let deadline = start + self.timeout;
         loop {
+            if self.abort.is_set() {
+                return Err(TransportError::Aborted {
+                    rank: self.rank,
+                    peer,
+                    what: what(),
+                });
+            }
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.inbox.recv_timeout(left) {
+            match self.inbox.recv_timeout(left.min(ABORT_POLL)) {
                 Ok(m) if m.from == wanted.0 && m.key == wanted.1 => return Ok(m.payload),
                 Ok(m) => self
                     .stash
                     .entry((m.from, m.key))
                     .or_default()
                     .push_back(m.payload),
+                Err(RecvTimeoutError::Timeout) if !left.is_zero() => {}
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(TransportError::Timeout {
                         rank: self.rank,
@@ -339,6 +419,36 @@ mod tests {
         );
         assert!(e.contains("stage 3 of micro-batch 5"), "{e}");
         assert!(w[0].recv(7, tag(0, 0)).is_err());
+    }
+
+    #[test]
+    fn an_abort_ends_a_blocked_receive_quickly() {
+        let abort = Abort::new();
+        let mut w = InProcess::world_with_abort(2, Duration::from_secs(60), &abort);
+        let start = Instant::now();
+        let e = std::thread::scope(|s| {
+            let waiter = s.spawn(|| w[1].recv(0, tag(1, 0)));
+            std::thread::sleep(Duration::from_millis(30));
+            abort.trigger();
+            waiter.join().unwrap()
+        })
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TransportError::Aborted {
+                    rank: 1,
+                    peer: 0,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]

@@ -1,0 +1,122 @@
+//! What a run measured, in the simulator's terms: the median time of each action kind on each
+//! stage, of each point-to-point hop between stages, and of each rank's end-of-step work (the
+//! data-parallel all-reduce and AdamW), over the steps after the first.
+
+use std::collections::HashMap;
+
+use autopp_planner::schedule::ActionKind;
+use serde::Serialize;
+
+use crate::config::ExecConfig;
+use crate::run::RankTrace;
+
+/// Measured per-action times, the simulator's inputs for a prediction of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Measured {
+    /// Per global stage, the median seconds of its `[F, B, I, W]` actions (0 for a kind the
+    /// schedule does not run).
+    pub stage_s: Vec<[f64; 4]>,
+    /// Per boundary between stages `k` and `k + 1` (length `stages − 1`), the median seconds
+    /// from the end of the sending action to the start of the receiving one, over the
+    /// transfers (both directions) whose receiver was already waiting when the sender finished;
+    /// 0 where the two stages share a rank or no receiver waited.
+    pub p2p_s: Vec<f64>,
+    /// Per pipeline rank, the median seconds from the end of its action list to the end of its
+    /// step (the gradient all-reduce and AdamW; the slowest replica of each step).
+    pub end_of_step_s: Vec<f64>,
+}
+
+/// The median of `xs` (0 for none).
+pub(crate) fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+fn kind_index(kind: ActionKind) -> usize {
+    match kind {
+        ActionKind::F => 0,
+        ActionKind::B => 1,
+        ActionKind::I => 2,
+        ActionKind::W => 3,
+    }
+}
+
+/// Medians over the steps `steps` (0-based) of `ranks`' records.
+pub fn measure(cfg: &ExecConfig, ranks: &[RankTrace], steps: &[usize]) -> Measured {
+    let stages = cfg.num_stages();
+    let mut samples: Vec<[Vec<f64>; 4]> = vec![Default::default(); stages];
+    let mut hops: Vec<Vec<f64>> = vec![Vec::new(); stages.saturating_sub(1)];
+    let mut tails: Vec<Vec<f64>> = vec![Vec::new(); cfg.pp()];
+    // (replica, step, stage, micro-batch, forward?) → end of the action that sends its output
+    let mut ends: HashMap<(usize, usize, u32, u32, bool), f64> = HashMap::new();
+    for r in ranks {
+        for &k in steps {
+            for e in &r.steps[k].events {
+                let a = e.action;
+                samples[a.stage as usize][kind_index(a.kind)].push(e.end_s - e.start_s);
+                if a.kind != ActionKind::W {
+                    let forward = a.kind == ActionKind::F;
+                    ends.insert((r.replica, k, a.stage, a.microbatch, forward), e.end_s);
+                }
+            }
+        }
+    }
+    for r in ranks {
+        for &k in steps {
+            for e in &r.steps[k].events {
+                let a = e.action;
+                let s = a.stage as usize;
+                let (from, boundary, forward) = match a.kind {
+                    ActionKind::F if s > 0 => (s - 1, s - 1, true),
+                    ActionKind::B | ActionKind::I if s + 1 < stages => (s + 1, s, false),
+                    _ => continue,
+                };
+                if cfg.schedule.rank_of(from) == cfg.schedule.rank_of(s) {
+                    continue;
+                }
+                let key = (r.replica, k, from as u32, a.microbatch, forward);
+                if let Some(&sent) = ends.get(&key) {
+                    // the receiver asked before the sender finished: the gap is the transfer
+                    if e.start_s - e.wait_s < sent {
+                        hops[boundary].push((e.start_s - sent).max(0.0));
+                    }
+                }
+            }
+        }
+    }
+    for &k in steps {
+        let mut slowest = vec![0.0f64; cfg.pp()];
+        for r in ranks {
+            let s = &r.steps[k];
+            slowest[r.pp_rank] = slowest[r.pp_rank].max(s.end_s - s.pipeline_end_s);
+        }
+        for (t, x) in tails.iter_mut().zip(slowest) {
+            t.push(x);
+        }
+    }
+    Measured {
+        stage_s: samples
+            .iter()
+            .map(|s| std::array::from_fn(|k| median(&s[k])))
+            .collect(),
+        p2p_s: hops.iter().map(|h| median(h)).collect(),
+        end_of_step_s: tails.iter().map(|t| median(t)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[]), 0.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}

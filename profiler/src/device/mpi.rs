@@ -1,0 +1,225 @@
+//! The MPI transport (feature `mpi`): one process per rank under `mpirun`, through the `mpi`
+//! crate (Open MPI or MPICH).
+//!
+//! World rank `r` is replica `r / pp`, pipeline rank `r mod pp`, as in the thread transport.
+//! The world is split into two kinds of communicator, as in a DP × PP grid:
+//! - one *pipeline* communicator per replica (its `pp` ranks): point-to-point sends between
+//!   pipeline neighbours, as a header (`[rows, cols]`, u64) and the data (f32) under one MPI tag
+//!   made from the [`Tag`]; buffered sends (`MPI_Bsend`), so a send never waits for its receive;
+//!   receives poll (`MPI_Improbe`) until their timeout;
+//! - one *data-parallel* communicator per pipeline rank (its `dp` replicas): the gradient
+//!   all-reduce (`MPI_Allreduce`, f64 sum).
+//!
+//! An all-reduce over the whole world (the start-of-step barrier, gathering the report) uses
+//! `MPI_COMM_WORLD`. When a rank fails it calls [`Mpi::abort`] (`MPI_Abort`), which ends every
+//! process of the job: nothing waits for a dead rank.
+
+use std::time::{Duration, Instant};
+
+use mpi::environment::Universe;
+use mpi::topology::{Color, SimpleCommunicator};
+use mpi::traits::*;
+
+use super::tensor::Tensor;
+use super::transport::{Direction, Tag, Transport, TransportError};
+
+/// Stages below this and micro-batches below [`MAX_MICROBATCHES`] fit in an MPI tag.
+pub const MAX_STAGES: u32 = 1 << 10;
+/// See [`MAX_STAGES`].
+pub const MAX_MICROBATCHES: u32 = 1 << 19;
+
+/// Bytes MPI may add to each buffered send (`MPI_BSEND_OVERHEAD` is about 100 in Open MPI).
+const BSEND_OVERHEAD_BYTES: usize = 1024;
+
+/// This process's endpoint of an MPI job.
+pub struct Mpi {
+    rank: usize,
+    size: usize,
+    pp: usize,
+    timeout: Duration,
+    world: SimpleCommunicator,
+    pipeline: SimpleCommunicator,
+    data_parallel: SimpleCommunicator,
+    /// Ranks of this rank's data-parallel group, in order.
+    dp_group: Vec<usize>,
+    /// Dropped last: finalises MPI after the communicators are freed.
+    _universe: Universe,
+}
+
+impl Mpi {
+    /// Initialises MPI and splits the world (which must be `pp × dp` processes) into the
+    /// pipeline and data-parallel communicators; receives give up after `timeout`. Buffered
+    /// sends get a buffer for `max_messages` outstanding tensors of up to `max_tensor_bytes`
+    /// each (one step's sends from one rank).
+    pub fn init(
+        pp: usize,
+        timeout: Duration,
+        max_messages: usize,
+        max_tensor_bytes: usize,
+    ) -> Result<Mpi, TransportError> {
+        let invalid = |message: String| TransportError::Invalid { rank: 0, message };
+        let mut universe = mpi::initialize()
+            .ok_or_else(|| invalid("MPI was already initialised in this process".into()))?;
+        let world = universe.world();
+        let rank = world.rank() as usize;
+        let size = world.size() as usize;
+        if pp == 0 || !size.is_multiple_of(pp) {
+            return Err(TransportError::Invalid {
+                rank,
+                message: format!(
+                    "the MPI job has {size} processes, not a multiple of the {pp} pipeline ranks"
+                ),
+            });
+        }
+        let split = |color: usize| {
+            world
+                .split_by_color_with_key(Color::with_value(color as i32), rank as i32)
+                .ok_or_else(|| TransportError::Invalid {
+                    rank,
+                    message: "MPI could not split the world into communicators".into(),
+                })
+        };
+        let pipeline = split(rank / pp)?;
+        let data_parallel = split(rank % pp)?;
+        let per_message = max_tensor_bytes + 16 + 2 * BSEND_OVERHEAD_BYTES;
+        universe.set_buffer_size(max_messages.max(1) * per_message + (1 << 20));
+        Ok(Mpi {
+            rank,
+            size,
+            pp,
+            timeout,
+            dp_group: (0..size / pp).map(|d| d * pp + rank % pp).collect(),
+            world,
+            pipeline,
+            data_parallel,
+            _universe: universe,
+        })
+    }
+
+    /// Ends every process of the job with exit status `code` (`MPI_Abort`).
+    pub fn abort(&self, code: i32) -> ! {
+        self.world.abort(code)
+    }
+
+    /// Seconds since an arbitrary origin, the same on every rank of one machine (`MPI_Wtime`).
+    pub fn wtime_s(&self) -> f64 {
+        mpi::environment::time()
+    }
+
+    /// The MPI library's version line.
+    pub fn library_version(&self) -> String {
+        mpi::environment::library_version().unwrap_or_default()
+    }
+
+    fn invalid(&self, message: String) -> TransportError {
+        TransportError::Invalid {
+            rank: self.rank,
+            message,
+        }
+    }
+
+    /// This rank's pipeline-communicator rank for world rank `peer`, which must be in its
+    /// replica.
+    fn pipeline_rank(&self, peer: usize) -> Result<i32, TransportError> {
+        if peer >= self.size || peer / self.pp != self.rank / self.pp {
+            return Err(self.invalid(format!(
+                "rank {peer} is not a pipeline neighbour in this rank's replica"
+            )));
+        }
+        Ok((peer % self.pp) as i32)
+    }
+
+    fn mpi_tag(&self, tag: Tag) -> Result<i32, TransportError> {
+        if tag.stage >= MAX_STAGES || tag.microbatch >= MAX_MICROBATCHES {
+            return Err(self.invalid(format!(
+                "{tag} does not fit in an MPI tag (stages < {MAX_STAGES}, micro-batches < {MAX_MICROBATCHES})"
+            )));
+        }
+        let direction = match tag.direction {
+            Direction::Activation => 0,
+            Direction::Gradient => 1,
+        };
+        Ok(((tag.stage << 20) | (tag.microbatch << 1) | direction) as i32)
+    }
+}
+
+impl Transport for Mpi {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.size
+    }
+
+    fn send(&mut self, peer: usize, tag: Tag, tensor: Tensor) -> Result<(), TransportError> {
+        let to = self.pipeline.process_at_rank(self.pipeline_rank(peer)?);
+        let t = self.mpi_tag(tag)?;
+        let (rows, cols) = tensor.shape();
+        to.buffered_send_with_tag(&[rows as u64, cols as u64][..], t);
+        to.buffered_send_with_tag(tensor.data(), t);
+        Ok(())
+    }
+
+    fn recv(&mut self, peer: usize, tag: Tag) -> Result<Tensor, TransportError> {
+        let from = self.pipeline.process_at_rank(self.pipeline_rank(peer)?);
+        let t = self.mpi_tag(tag)?;
+        let start = Instant::now();
+        let mut polls = 0u64;
+        let header = loop {
+            if let Some(m) = from.immediate_matched_probe_with_tag(t) {
+                break m.matched_receive_vec::<u64>().0;
+            }
+            if start.elapsed() > self.timeout {
+                return Err(TransportError::Timeout {
+                    rank: self.rank,
+                    peer,
+                    what: tag.to_string(),
+                    waited_s: start.elapsed().as_secs_f64(),
+                });
+            }
+            polls += 1;
+            // spin briefly for low latency, then yield the core
+            if polls > 1000 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        };
+        let [rows, cols] = header[..] else {
+            return Err(self.invalid(format!(
+                "{tag} from rank {peer}: a header of {} values",
+                header.len()
+            )));
+        };
+        // MPI keeps the order of messages between two ranks with one tag: the data is next
+        let (data, _) = from.receive_vec_with_tag::<f32>(t);
+        if data.len() as u64 != rows * cols {
+            return Err(self.invalid(format!(
+                "{tag} from rank {peer}: {} values for a {rows} × {cols} tensor",
+                data.len()
+            )));
+        }
+        Ok(Tensor::from_vec(rows as usize, cols as usize, data))
+    }
+
+    /// `MPI_Allreduce` over the data-parallel communicator (`group` = this rank's replicas of
+    /// its pipeline rank) or the world (`group` = every rank).
+    fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError> {
+        let whole: Vec<usize> = (0..self.size).collect();
+        let comm = if group == self.dp_group.as_slice() {
+            &self.data_parallel
+        } else if group == whole.as_slice() {
+            &self.world
+        } else {
+            return Err(self.invalid(format!(
+                "all-reduce over {group:?}: the MPI transport has communicators for the data-parallel group {:?} and the world",
+                self.dp_group
+            )));
+        };
+        if group.len() == 1 {
+            return Ok(());
+        }
+        let mine = data.to_vec();
+        comm.all_reduce_into(&mine[..], data, mpi::collective::SystemOperation::sum());
+        Ok(())
+    }
+}
