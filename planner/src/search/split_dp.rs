@@ -18,6 +18,9 @@ pub struct LayerSums {
     time_s: Vec<f64>,
     fixed_bytes: Vec<f64>,
     act_bytes: Vec<f64>,
+    /// The smallest single layer's fixed and activation figures.
+    min_fixed: f64,
+    min_act: f64,
 }
 
 impl LayerSums {
@@ -38,6 +41,8 @@ impl LayerSums {
             time_s: prefix(time_s),
             fixed_bytes: prefix(fixed_bytes),
             act_bytes: prefix(act_bytes),
+            min_fixed: fixed_bytes.iter().copied().fold(f64::INFINITY, f64::min),
+            min_act: act_bytes.iter().copied().fold(f64::INFINITY, f64::min),
         }
     }
 
@@ -81,6 +86,22 @@ pub struct StageBudget {
 /// [`best_split`] is `None` exactly when this is `false`; the search uses it to skip the full
 /// dynamic program for configurations that cannot fit.
 pub fn any_split_fits(sums: &LayerSums, budgets: &[StageBudget]) -> bool {
+    // A necessary condition first, in O(S): every layer needs at least the smallest layer's
+    // bytes on whatever stage holds it, so stage k holds at most ⌊budget / that⌋ layers, and
+    // together the stages must hold all of them.
+    let n = sums.len() as f64;
+    let mut room = 0.0;
+    for b in budgets {
+        let least = sums.min_fixed + b.inflight * sums.min_act;
+        if least <= 0.0 {
+            room = f64::INFINITY;
+            break;
+        }
+        room += (b.bytes / least).floor().max(0.0);
+    }
+    if room < n {
+        return false;
+    }
     any_fits_with(sums.len(), budgets.len(), |k, first, last| {
         budget_fits(sums, budgets, k, first, last)
     })
