@@ -49,20 +49,34 @@ fn closed_form(kind: ScheduleKind, pp: u64, v: u64, m: u64) -> Option<Option<Vec
 /// stages per rank and `m` micro-batches (`group_size` of interleaved schedules: `pp`); `None`
 /// when the schedule does not accept these inputs.
 pub fn peak_inflight(kind: ScheduleKind, pp: u64, v: u64, m: u64) -> Option<Vec<u32>> {
+    peak_inflight_with(kind, pp, v, m, &|m| generated(kind, pp, v, m))
+}
+
+/// The per-rank peak in-flight counts of a generated schedule of `m` micro-batches.
+pub fn generated(kind: ScheduleKind, pp: u64, v: u64, m: u64) -> Option<Vec<u32>> {
+    schedule::generate(&ScheduleSpec {
+        kind,
+        pp: pp as usize,
+        virtual_stages: v as usize,
+        num_microbatches: m as usize,
+        group_size: None,
+    })
+    .ok()
+    .map(|s| s.peak_inflight())
+}
+
+/// [`peak_inflight`] with the counts of generated schedules from `generate(m)` (a caller
+/// that asks for many `m` can cache them: the truncated lengths repeat).
+pub fn peak_inflight_with(
+    kind: ScheduleKind,
+    pp: u64,
+    v: u64,
+    m: u64,
+    generate: &dyn Fn(u64) -> Option<Vec<u32>>,
+) -> Option<Vec<u32>> {
     if let Some(known) = closed_form(kind, pp, v, m) {
         return known;
     }
-    let generate = |m: u64| {
-        schedule::generate(&ScheduleSpec {
-            kind,
-            pp: pp as usize,
-            virtual_stages: v as usize,
-            num_microbatches: m as usize,
-            group_size: None,
-        })
-        .ok()
-        .map(|s| s.peak_inflight())
-    };
     let cap = 4 * pp * v;
     if m <= cap {
         return generate(m);

@@ -237,12 +237,24 @@ pub fn search(
     // Each schedule shape's in-flight counts, computed once, when first needed.
     let inflight: std::sync::Mutex<HashMap<ScheduleShape, Option<Vec<u32>>>> =
         std::sync::Mutex::new(HashMap::new());
+    let generated: std::sync::Mutex<HashMap<ScheduleShape, Option<Vec<u32>>>> =
+        std::sync::Mutex::new(HashMap::new());
     let inflight_of = |shape: ScheduleShape| -> Option<Vec<u32>> {
         if let Some(found) = inflight.lock().ok()?.get(&shape) {
             return found.clone();
         }
         let (kind, pp, v, m) = shape;
-        let counts = inflight::peak_inflight(kind, pp, v, m);
+        // generated schedules by their (truncated) length: many m truncate to the same one
+        let generate = |len: u64| -> Option<Vec<u32>> {
+            let key = (kind, pp, v, len);
+            if let Some(found) = generated.lock().ok()?.get(&key) {
+                return found.clone();
+            }
+            let counts = inflight::generated(kind, pp, v, len);
+            generated.lock().ok()?.insert(key, counts.clone());
+            counts
+        };
+        let counts = inflight::peak_inflight_with(kind, pp, v, m, &generate);
         inflight.lock().ok()?.insert(shape, counts.clone());
         counts
     };
