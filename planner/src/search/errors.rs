@@ -1,0 +1,102 @@
+//! The planner's answers when there is no plan: what the request would need.
+
+use super::*;
+
+/// The error when no configuration can even be formed: a batch too small for every
+/// data-parallel degree, or pins and limits that exclude everything.
+pub(super) fn no_candidates(model: &Model, gpus: u64, opts: &SearchOptions) -> PlanError {
+    // Every data-parallel degree divides the GPU count, so a batch of `gpus` sequences admits
+    // all of them: the degrees possible with no batch constraint.
+    let open = space::enumerate(model, gpus, gpus, &opts.limits, &opts.fixed);
+    let mut dps: Vec<u64> = open.iter().map(|k| k.dp).collect();
+    dps.sort_unstable();
+    dps.dedup();
+    match dps.first() {
+        Some(&smallest) if opts.global_batch_size < smallest => PlanError::invalid(
+            "--global-batch",
+            format!(
+                "{} sequences is smaller than the smallest data-parallel degree possible for {} on {gpus} GPUs ({smallest}): use a global batch of at least {smallest}, or fewer GPUs",
+                opts.global_batch_size,
+                model.name()
+            ),
+        ),
+        Some(_) => PlanError::invalid(
+            "--global-batch",
+            format!(
+                "{} is not divisible by any data-parallel degree possible here ({}): use a multiple of one of them",
+                opts.global_batch_size,
+                dps.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        None => PlanError::invalid(
+            "--fix",
+            format!(
+                "no configuration of {} on {gpus} GPUs satisfies the pins and limits: relax --fix, --schedules or --max-tp",
+                model.name()
+            ),
+        ),
+    }
+}
+
+/// The error when nothing fits: what the leanest configuration needs.
+pub(super) fn nothing_fits(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    keys: &[Key],
+) -> PlanError {
+    let capacity = profile.cluster.gpu.memory_bytes;
+    // Evaluate the configurations with the most sharding and recomputation; report the leanest.
+    let mut lean: Vec<&Key> = keys.iter().collect();
+    lean.sort_by_key(|k| {
+        (
+            std::cmp::Reverse(k.recompute),
+            std::cmp::Reverse(k.zero_stage),
+            std::cmp::Reverse(k.tp * k.pp),
+            k.micro_batch_size,
+            k.virtual_stages,
+            **k,
+        )
+    });
+    let leanest = lean
+        .iter()
+        .take(4)
+        .filter_map(|k| {
+            let c = config_of(k, opts, None);
+            let layers = model.layers(&shard_spec(&c)).ok()?;
+            evaluate_layers_with(model, profile, &c, &layers, Detail::TimeAndMemory).ok()
+        })
+        .min_by_key(|e| e.result.predicted.peak_memory_bytes);
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    match leanest {
+        Some(e) => {
+            let need = e.result.predicted.peak_memory_bytes;
+            let p = &e.result.plan;
+            let reserve = opts.memory_reserve_bytes;
+            let usable = capacity.saturating_sub(reserve).max(1);
+            let gpus = profile.cluster.num_gpus();
+            let per_node = profile.cluster.gpus_per_node;
+            let more = ((gpus as f64) * (need.saturating_sub(reserve)) as f64 / usable as f64)
+                .ceil() as u64;
+            let more = more.div_ceil(per_node) * per_node;
+            PlanError::NothingFits(format!(
+                "nothing fits: the leanest configuration (tp {} · pp {} · dp {}, micro-batch {}, recompute {}, ZeRO {}) needs {:.1} GiB per GPU but a {} has {:.1} GiB; use about {more} GPUs or more, GPUs with at least {:.0} GiB, or a smaller model",
+                p.tp,
+                p.pp,
+                p.dp,
+                p.micro_batch_size,
+                p.recompute,
+                p.zero_stage,
+                gib(need),
+                profile.cluster.gpu.name,
+                gib(capacity),
+                gib(need).ceil()
+            ))
+        }
+        None => PlanError::NothingFits(format!(
+            "nothing fits: no configuration of {} on {} GPUs can hold its model states; use more GPUs",
+            model.name(),
+            profile.cluster.num_gpus()
+        )),
+    }
+}

@@ -1,0 +1,383 @@
+//! Scoring one configuration without simulating it: the memory floor, the lower bound the scan
+//! is ordered by, and the split DP with its closed-form time — plus, where memory binds, the
+//! same configuration with partial recompute (its DP here, its integer program in
+//! [`super::partial`]).
+
+use super::*;
+
+/// Whether a key cannot fit whatever its split: the model states of the busiest rank (at least
+/// an even share of all layers' states) exceed the memory left after the reserve.
+pub(super) fn below_memory_floor(
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+    table: &LayerTable,
+) -> bool {
+    let per_param = state_bytes_per_param(key.zero_stage, key.dp * key.cp);
+    let params: u64 = table.per_mode[0].iter().map(|c| c.params).sum();
+    let floor = params as f64 * per_param / key.pp as f64;
+    let usable = profile.cluster.gpu.memory_bytes as f64 - opts.memory_reserve_bytes as f64;
+    floor > usable
+}
+
+/// A lower bound on [`score`]'s closed-form time for any split: with `T` the F+B seconds of
+/// all layers for one micro-batch, the busiest rank does at least `m·T/pp` and the fill takes
+/// at least `(pp−1)·T/(pp·v)` (`v` times that for looped BFS; for the split-backward schedules,
+/// whose `W`s fill the drain, `(pp−1)·T_F/(pp·v)` with `T_F` the forward seconds alone).
+pub(super) fn lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -> f64 {
+    let costs = &table.per_mode[mode_index(k.recompute)];
+    let total: f64 = costs.iter().map(|c| c.forward_s() + c.backward_s()).sum();
+    let (pp, v) = (k.pp as f64, k.virtual_stages as f64);
+    let m = (opts.global_batch_size / (k.dp * k.micro_batch_size)) as f64;
+    let fill = if k.schedule.splits_backward() {
+        (pp - 1.0) * costs.iter().map(|c| c.forward_s()).sum::<f64>() / (pp * v)
+    } else {
+        (pp - 1.0) * total / (pp * v)
+    };
+    let fill = if k.schedule == schedule::ScheduleKind::LoopedBfs {
+        fill * v
+    } else {
+        fill
+    };
+    m * total / pp + fill
+}
+
+/// The DP split and closed-form time of one key, and — where the framework runs it and
+/// memory binds the split — of the same key with partial recompute (see [`partial`]).
+pub(super) fn score(
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+    table: &LayerTable,
+    inflight: &[u32],
+    m: u64,
+) -> Vec<Scored> {
+    score_family(profile, opts, key, table, inflight, m).unwrap_or_default()
+}
+
+fn score_family(
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+    table: &LayerTable,
+    inflight: &[u32],
+    m: u64,
+) -> Option<Vec<Scored>> {
+    let mode = mode_index(key.recompute);
+    let costs = &table.per_mode[mode];
+    let n = costs.len();
+    let pp = key.pp as usize;
+    let v = key.virtual_stages as usize;
+    let s = pp * v;
+    if n < s {
+        return None;
+    }
+    let shard = key.dp * key.cp;
+    let per_param = state_bytes_per_param(key.zero_stage, shard);
+    // A split backward holds a pair's activations until its I, then what its W needs until
+    // the W: per in-flight pair, at most the larger of the two.
+    let sums = if key.schedule.splits_backward() {
+        &table.split_sums[mode]
+    } else {
+        &table.sums[mode]
+    };
+    let rank_budget = rank_budget_bytes(profile, opts, key, costs)?;
+    let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
+    let placement = key.schedule.placement();
+    // With one stage per rank a stage's budget is its rank's, exactly, and the allocator's
+    // fragmentation of the dynamic memory (activations, the backward's working set) is
+    // counted as evaluation counts it. With several, each stage gets an equal share of the
+    // rank's budget — which can reject splits that fit — and the fragmentation is left out
+    // as slack. Either way every candidate's memory is checked exactly when simulated.
+    let (dynamic, transient_frag) = if v == 1 {
+        let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
+        (
+            1.0 + memory::FRAGMENTATION,
+            transient * memory::FRAGMENTATION,
+        )
+    } else {
+        (1.0, 0.0)
+    };
+    // The sums hold parameters, not model-state bytes: every term of a stage's memory
+    // inequality is divided by the bytes per parameter.
+    let budgets: Vec<StageBudget> = (0..s)
+        .map(|k| {
+            let r = placement.rank_of(k, pp);
+            StageBudget {
+                bytes: (rank_budget - transient_frag) / v as f64 / per_param,
+                inflight: inflight[r] as f64 * dynamic / v as f64 / per_param,
+                extra_if_last_bytes: if pp > 1 { tied as f64 } else { 0.0 },
+            }
+        })
+        .collect();
+    let base = if split_dp::any_split_fits(sums, &budgets) {
+        split_dp::best_split(sums, &budgets)
+    } else {
+        None
+    };
+
+    // The closed form of a split: the busiest rank's work plus the pipeline fill and drain,
+    // plus the tail (the same data-parallel and optimizer terms as `estimate`).
+    let c = config_of(key, opts, None);
+    let layout = Layout {
+        tp: key.tp,
+        cp: key.cp,
+        dp: key.dp,
+        pp: key.pp,
+    };
+    let dp_link = profile
+        .cluster
+        .group_link(key.dp * key.cp, layout.tp_stride() * key.tp);
+    let closed_form = |split: &[usize], extra_s: &dyn Fn(usize, usize, usize) -> f64| -> f64 {
+        let ranges = split::stage_ranges(split);
+        let stage_time: Vec<f64> = ranges
+            .iter()
+            .enumerate()
+            .map(|(k, &[a, b])| sums.time_s(a, b) + extra_s(k, a, b))
+            .collect();
+        let stages: Vec<StageCost> = ranges
+            .iter()
+            .map(|&[a, b]| stages::combine(&costs[a..=b]))
+            .collect();
+        let mut busy = vec![0.0; pp];
+        let mut rank_stages: Vec<Vec<&StageCost>> = vec![Vec::new(); pp];
+        for (k, st) in stages.iter().enumerate() {
+            let r = placement.rank_of(k, pp);
+            busy[r] += stage_time[k];
+            rank_stages[r].push(st);
+        }
+        let busiest = busy.iter().cloned().fold(0.0, f64::max) * m as f64;
+        let slowest_stage = stage_time.iter().cloned().fold(0.0, f64::max);
+        let fill = match key.schedule {
+            schedule::ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
+            // the deferred W's fill the drain: about one forward per hop is left
+            kind if kind.splits_backward() => {
+                let slowest_forward = stages.iter().map(|s| s.forward_s()).fold(0.0, f64::max);
+                (pp - 1) as f64 * slowest_forward
+            }
+            _ => (pp - 1) as f64 * slowest_stage,
+        };
+        let tail = rank_stages
+            .iter()
+            .map(|st| {
+                dp_comm_time_s(profile, &c, st, &dp_link, m)
+                    + optimizer_time_s(profile, &c, memory::rank_params(st))
+            })
+            .fold(0.0, f64::max);
+        busiest + fill + tail
+    };
+
+    let no_extra = |_: usize, _: usize, _: usize| 0.0;
+    let (split, fits) = match &base {
+        Some((split, _)) => (split.clone(), true),
+        // Does not fit: kept (with the even split) only to say what more memory would buy.
+        None => (
+            split::default_split(&layer_kinds(&table.layers), s).ok()?,
+            false,
+        ),
+    };
+    let mut out = vec![Scored {
+        key: *key,
+        // a configuration that does not fit only says what more memory would buy: its lower
+        // bound ranks it well enough, and costs far less than the closed form
+        approx_s: if fits {
+            closed_form(&split, &no_extra)
+        } else {
+            lower_bound_s(key, table, opts)
+        },
+        split,
+        recompute_layers: None,
+        fits,
+    }];
+
+    // Partial recompute, where the framework runs it and a pin does not forbid it.
+    let fw = opts.limits.framework;
+    let allowed = fw.partial_bases().contains(&key.recompute)
+        && opts.fixed.recompute.is_none()
+        && !key.schedule.splits_backward();
+    let Some(part) = table.partial[mode].as_ref().filter(|_| allowed) else {
+        return Some(out);
+    };
+    if let Some((_, bottleneck)) = base {
+        // Partial recompute is for configurations memory binds: when the best split with no
+        // layer recomputed is as good as the best split with memory unlimited, the
+        // configuration without it covers it.
+        let free = table.free_bottleneck_s(mode, s);
+        if free.is_none_or(|f| bottleneck <= f * (1.0 + 1e-9)) {
+            return Some(out);
+        }
+    }
+    // every layer fully recomputed is the leanest a partial plan gets
+    if !split_dp::any_split_fits(&table.sums[mode_index(Recompute::Full)], &budgets) {
+        return Some(out);
+    }
+    // the fewest fully recomputed layers that make layers first..=last fit stage k
+    let needed = |k: usize, first: usize, last: usize| -> Option<u64> {
+        let b = &budgets[k];
+        let extra = if last + 1 == n {
+            b.extra_if_last_bytes
+        } else {
+            0.0
+        };
+        let over = sums.mem_bytes(first, last, b.inflight) + extra - b.bytes;
+        if over <= 0.0 {
+            return Some(0);
+        }
+        let per = b.inflight * part.delta_act_bytes;
+        // ⌈over / per⌉ without a libm call
+        let floor = (over / per) as u64;
+        let need = floor + u64::from(floor as f64 * per < over);
+        (need <= part.count(first, last)).then_some(need)
+    };
+    let extra_s = |k: usize, first: usize, last: usize| {
+        needed(k, first, last).unwrap_or(0) as f64 * part.delta_time_s
+    };
+    let fits = |k: usize, a: usize, b: usize| needed(k, a, b).is_some();
+    if !split_dp::any_fits_with(n, s, fits) {
+        return Some(out);
+    }
+    let Some((split, _)) =
+        split_dp::best_split_with(n, s, fits, |k, a, b| sums.time_s(a, b) + extra_s(k, a, b))
+    else {
+        return Some(out);
+    };
+    let recompute_layers: Vec<u64> = split::stage_ranges(&split)
+        .iter()
+        .enumerate()
+        .map(|(k, &[a, b])| needed(k, a, b).unwrap_or(0))
+        .collect();
+    if recompute_layers.iter().all(|&x| x == 0) {
+        // nothing recomputed: the configuration without partial recompute is the same plan
+        return Some(out);
+    }
+    out.push(Scored {
+        key: Key {
+            partial_recompute: true,
+            ..*key
+        },
+        approx_s: closed_form(&split, &extra_s),
+        split,
+        recompute_layers: Some(recompute_layers),
+        fits: true,
+    });
+    Some(out)
+}
+
+/// Bytes one rank has for its layers' model states and activations: the GPU's memory less the
+/// reserve, the CUDA context, communication buffers and the backward's working set. `None`
+/// when nothing is left.
+fn rank_budget_bytes(
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+    costs: &[StageCost],
+) -> Option<f64> {
+    let capacity = profile.cluster.gpu.memory_bytes as f64;
+    let groups = [key.tp, key.cp, key.dp, key.pp]
+        .iter()
+        .filter(|&&d| d > 1)
+        .count() as f64;
+    let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
+    let p2p = 4.0 * costs.iter().map(|c| c.output_bytes).max().unwrap_or(0) as f64;
+    let mut zero3_gather = 0.0;
+    if key.zero_stage >= 3 {
+        let largest = costs.iter().map(|c| c.max_layer_params).max().unwrap_or(0);
+        zero3_gather = (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
+            * memory::WEIGHT_BYTES_PER_PARAM as f64;
+    }
+    // The fixed terms of `memory::rank_memory` (its fragmentation is the caller's).
+    let budget = capacity
+        - opts.memory_reserve_bytes as f64
+        - memory::CONTEXT_BYTES as f64
+        - groups * NCCL_BUFFER_BYTES_PER_GROUP as f64
+        - transient
+        - p2p
+        - zero3_gather;
+    (budget > 0.0).then_some(budget)
+}
+
+/// The partial-recompute integer program for a shortlisted key (see [`partial::solve`]).
+pub(super) fn solve_partial(
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+    table: &LayerTable,
+    inflight: &[u32],
+) -> Option<(Vec<usize>, Vec<u64>)> {
+    let mode = mode_index(key.recompute);
+    let part = table.partial[mode].as_ref()?;
+    let costs = &table.per_mode[mode];
+    let budget = rank_budget_bytes(profile, opts, key, costs)?;
+    let per_param = state_bytes_per_param(key.zero_stage, key.dp * key.cp);
+    let (pp, v) = (key.pp as usize, key.virtual_stages as usize);
+    let placement = key.schedule.placement();
+    let s = pp * v;
+    let rank_of: Vec<usize> = (0..s).map(|k| placement.rank_of(k, pp)).collect();
+    let n = costs.len();
+    let time = |c: &StageCost| c.forward_s() + c.backward_s();
+    let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
+    let mut ends = vec![(0.0, 0.0, 0.0); pp];
+    for (k, c) in [(0, &costs[0]), (s - 1, &costs[n - 1])] {
+        let e = &mut ends[rank_of[k]];
+        e.0 += time(c);
+        e.1 += c.params as f64 * per_param;
+        e.2 += c.activation_bytes as f64;
+    }
+    if pp > 1 {
+        ends[rank_of[s - 1]].1 += tied as f64 * per_param;
+    }
+    // Here the rank's whole budget binds exactly (no equal shares per stage), so the
+    // allocator's fragmentation of the dynamic memory is counted: activations grow by it
+    // through the in-flight counts, the backward's working set through the budget.
+    let dynamic = 1.0 + memory::FRAGMENTATION;
+    let inflight_per_stage: Vec<f64> = inflight
+        .iter()
+        .map(|&q| q as f64 * dynamic / v as f64)
+        .collect();
+    let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
+    let budgets = vec![budget - transient * memory::FRAGMENTATION; pp];
+    let same_count = opts.limits.framework.partial_recompute()
+        == crate::framework::PartialRecompute::SameCountPerStage;
+    let answer = partial::solve(
+        &partial::Problem {
+            pp,
+            virtual_stages: v,
+            layer_time_s: time(&costs[1]),
+            partial: part,
+            layer_fixed_bytes: costs[1].params as f64 * per_param,
+            layer_act_bytes: costs[1].activation_bytes as f64,
+            ends: &ends,
+            inflight_per_stage: &inflight_per_stage,
+            budget_bytes: &budgets,
+            same_count,
+        },
+        opts.ilp_solver,
+    )?;
+    // each rank's layers and recomputes spread over its stages, the later stages taking
+    // the remainders
+    let mut split = vec![0usize; s];
+    let mut recompute = vec![0u64; s];
+    for r in 0..pp {
+        let stages: Vec<usize> = (0..s).filter(|&k| rank_of[k] == r).collect();
+        let spread = |total: u64| -> Vec<u64> {
+            let (base, rem) = (total / v as u64, (total % v as u64) as usize);
+            (0..v).map(|i| base + u64::from(i >= v - rem)).collect()
+        };
+        let layers = spread(answer.layers[r]);
+        let full = spread(answer.recompute_layers[r]);
+        for (i, &k) in stages.iter().enumerate() {
+            split[k] = layers[i] as usize;
+            recompute[k] = if same_count {
+                (answer.recompute_layers[r] / v as u64).min(layers[i])
+            } else {
+                full[i].min(layers[i])
+            };
+        }
+    }
+    split[0] += 1;
+    split[s - 1] += 1;
+    if split.contains(&0) {
+        return None;
+    }
+    Some((split, recompute))
+}
