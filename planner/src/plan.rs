@@ -75,6 +75,33 @@ pub struct Plan {
     pub ranks: Vec<RankPlan>,
 }
 
+impl Plan {
+    /// Every stage's layer range with its fully recomputed transformer layers, in global
+    /// stage order (the ranks list their stages in their own order).
+    pub fn stages_in_order(&self) -> Vec<([usize; 2], u64)> {
+        let mut stages: Vec<([usize; 2], u64)> = self
+            .ranks
+            .iter()
+            .flat_map(|r| {
+                r.stages.iter().enumerate().map(|(i, &range)| {
+                    let n = r.recompute_num_layers_per_stage.get(i).copied();
+                    (range, n.unwrap_or(0))
+                })
+            })
+            .collect();
+        stages.sort_unstable();
+        stages
+    }
+
+    /// Partial recompute's fully recomputed layers per stage, in global stage order; `None`
+    /// when every layer uses the plan's `recompute`.
+    pub fn recompute_layers(&self) -> Option<Vec<u64>> {
+        let stages = self.stages_in_order();
+        let partial = self.recompute != "full" && stages.iter().any(|s| s.1 > 0);
+        partial.then(|| stages.iter().map(|s| s.1).collect())
+    }
+}
+
 /// Where the iteration time goes, seconds; the parts add up to the iteration time.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Breakdown {

@@ -107,29 +107,12 @@ impl PlanFile {
     /// The configuration the plan describes, with its exact split.
     pub fn config(&self) -> Result<ParallelConfig, PlanError> {
         let p = &self.plan;
-        // (stage range, fully recomputed layers in it), sorted into global stage order
-        let mut ranges: Vec<([usize; 2], u64)> = p
-            .ranks
-            .iter()
-            .flat_map(|r| {
-                r.stages.iter().enumerate().map(|(i, &range)| {
-                    (
-                        range,
-                        r.recompute_num_layers_per_stage
-                            .get(i)
-                            .copied()
-                            .unwrap_or(0),
-                    )
-                })
-            })
-            .collect();
-        ranges.sort_unstable();
+        let ranges = p.stages_in_order();
         let recompute: autopp_models::Recompute = p
             .recompute
             .parse()
             .map_err(|e: String| PlanError::invalid("--plan", e))?;
-        let partial = recompute != autopp_models::Recompute::Full && ranges.iter().any(|r| r.1 > 0);
-        let recompute_layers = partial.then(|| ranges.iter().map(|r| r.1).collect());
+        let recompute_layers = p.recompute_layers();
         let mut next = 0;
         let mut split = Vec::with_capacity(ranges.len());
         for ([first, last], _) in ranges {

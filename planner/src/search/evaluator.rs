@@ -1,12 +1,12 @@
 //! Exact evaluation of search candidates through `estimate`'s code path, with each schedule
 //! shape generated once per search and shared by every configuration of that shape.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use autopp_models::Model;
 use autopp_profiler::AnalyticProfile;
 
+use super::memo::Memo;
 use super::{config_with, key_of, Key, LayerTable, SearchOptions};
 use crate::config::ParallelConfig;
 use crate::estimate::{evaluate_scheduled, schedule_for, Detail, Estimate};
@@ -21,7 +21,7 @@ pub(crate) struct Evaluator<'a> {
     pub profile: &'a AnalyticProfile,
     pub opts: &'a SearchOptions,
     /// Generated schedules by shape (`None`: the generator rejects the shape).
-    schedules: Mutex<HashMap<ScheduleShape, Option<Arc<Schedule>>>>,
+    schedules: Memo<ScheduleShape, Option<Arc<Schedule>>>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -31,20 +31,15 @@ impl<'a> Evaluator<'a> {
             model,
             profile,
             opts,
-            schedules: Mutex::new(HashMap::new()),
+            schedules: Memo::default(),
         }
     }
 
     /// The schedule of a configuration the search built (no group size), generated on first use.
     fn schedule(&self, c: &ParallelConfig) -> Option<Arc<Schedule>> {
         let shape = (c.schedule, c.pp, c.virtual_stages, c.num_microbatches());
-        if let Some(found) = self.schedules.lock().ok()?.get(&shape) {
-            return found.clone();
-        }
-        // generated outside the lock: two threads may both build a shape, with the same result
-        let made = schedule_for(c).ok().map(Arc::new);
-        self.schedules.lock().ok()?.insert(shape, made.clone());
-        made
+        self.schedules
+            .get_or(shape, || schedule_for(c).ok().map(Arc::new))
     }
 
     /// Evaluates a key with a split (`None`: the even split) and, for partial recompute, the
@@ -88,21 +83,5 @@ pub(crate) fn choice_of(e: &Estimate) -> (Vec<usize>, Option<Vec<u64>>) {
         .iter()
         .map(|s| s.layers[1] - s.layers[0] + 1)
         .collect();
-    let p = &e.result.plan;
-    let partial = p.recompute != "full" && p.ranks.iter().any(|r| r.recompute_num_layers > 0);
-    let recompute_layers = partial.then(|| {
-        let mut per_stage: Vec<([usize; 2], u64)> = p
-            .ranks
-            .iter()
-            .flat_map(|r| {
-                r.stages
-                    .iter()
-                    .copied()
-                    .zip(r.recompute_num_layers_per_stage.iter().copied())
-            })
-            .collect();
-        per_stage.sort_unstable();
-        per_stage.into_iter().map(|(_, n)| n).collect()
-    });
-    (split, recompute_layers)
+    (split, e.result.plan.recompute_layers())
 }

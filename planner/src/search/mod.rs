@@ -18,6 +18,7 @@ mod evaluator;
 pub mod experts;
 pub mod explain;
 pub mod inflight;
+mod memo;
 mod partial;
 mod refine;
 mod score;
@@ -43,6 +44,7 @@ use crate::stages::{self, StageContext, StageCost};
 
 use errors::{no_candidates, nothing_fits};
 use evaluator::{Evaluator, ScheduleShape};
+use memo::Memo;
 pub use partial::IlpSolver;
 use score::{below_memory_floor, lower_bound_s, score, solve_partial};
 pub use space::{Fixed, Key, SpaceLimits};
@@ -120,29 +122,23 @@ pub(crate) struct LayerTable {
     split_sums: Vec<LayerSums>,
     /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
     /// unlimited, computed on first use.
-    free_bottleneck: std::sync::Mutex<HashMap<(usize, usize), Option<f64>>>,
+    free_bottleneck: Memo<(usize, usize), Option<f64>>,
 }
 
 impl LayerTable {
     /// The smallest per-micro-batch bottleneck of any split of the layers into `stages`
     /// stages under `mode` (index into `Recompute::ALL`), memory unlimited.
     fn free_bottleneck_s(&self, mode: usize, stages: usize) -> Option<f64> {
-        if let Some(found) = self.free_bottleneck.lock().ok()?.get(&(mode, stages)) {
-            return *found;
-        }
-        let sums = &self.sums[mode];
-        let best = split_dp::best_split_with(
-            sums.len(),
-            stages,
-            |_, _, _| true,
-            |_, a, b| sums.time_s(a, b),
-        )
-        .map(|b| b.1);
-        self.free_bottleneck
-            .lock()
-            .ok()?
-            .insert((mode, stages), best);
-        best
+        self.free_bottleneck.get_or((mode, stages), || {
+            let sums = &self.sums[mode];
+            split_dp::best_split_with(
+                sums.len(),
+                stages,
+                |_, _, _| true,
+                |_, a, b| sums.time_s(a, b),
+            )
+            .map(|b| b.1)
+        })
     }
 }
 
@@ -239,28 +235,17 @@ pub fn search(
         .collect::<Result<_, PlanError>>()?;
 
     // Each schedule shape's in-flight counts, computed once, when first needed.
-    let inflight: std::sync::Mutex<HashMap<ScheduleShape, Option<Vec<u32>>>> =
-        std::sync::Mutex::new(HashMap::new());
-    let generated: std::sync::Mutex<HashMap<ScheduleShape, Option<Vec<u32>>>> =
-        std::sync::Mutex::new(HashMap::new());
+    let inflight: Memo<ScheduleShape, Option<Vec<u32>>> = Memo::default();
+    let generated: Memo<ScheduleShape, Option<Vec<u32>>> = Memo::default();
     let inflight_of = |shape: ScheduleShape| -> Option<Vec<u32>> {
-        if let Some(found) = inflight.lock().ok()?.get(&shape) {
-            return found.clone();
-        }
-        let (kind, pp, v, m) = shape;
-        // generated schedules by their (truncated) length: many m truncate to the same one
-        let generate = |len: u64| -> Option<Vec<u32>> {
-            let key = (kind, pp, v, len);
-            if let Some(found) = generated.lock().ok()?.get(&key) {
-                return found.clone();
-            }
-            let counts = inflight::generated(kind, pp, v, len);
-            generated.lock().ok()?.insert(key, counts.clone());
-            counts
-        };
-        let counts = inflight::peak_inflight_with(kind, pp, v, m, &generate);
-        inflight.lock().ok()?.insert(shape, counts.clone());
-        counts
+        inflight.get_or(shape, || {
+            let (kind, pp, v, m) = shape;
+            // generated schedules by their (truncated) length: many m truncate to the same one
+            let generate = |len: u64| {
+                generated.get_or((kind, pp, v, len), || inflight::generated(kind, pp, v, len))
+            };
+            inflight::peak_inflight_with(kind, pp, v, m, &generate)
+        })
     };
 
     // A lower bound on each key's closed-form time, whatever its split: the work spread
