@@ -8,8 +8,9 @@ use std::str::FromStr;
 use autopp_models::Recompute;
 use serde::{Deserialize, Serialize};
 
-use crate::config::Runtime;
+use crate::config::{PlanError, Runtime};
 use crate::schedule::ScheduleKind;
+use crate::search::Fixed;
 
 /// A training framework a plan must run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -85,6 +86,60 @@ impl Framework {
             .collect()
     }
 
+    /// The schedules to search: `asked` (`--schedules`), each of which the framework must run,
+    /// or every schedule it runs.
+    pub fn schedules_to_search(
+        self,
+        asked: Option<&[ScheduleKind]>,
+    ) -> Result<Vec<ScheduleKind>, PlanError> {
+        let runs = self.schedules();
+        match asked {
+            None => Ok(runs),
+            Some(asked) => match asked.iter().find(|k| !self.runs(**k)) {
+                Some(k) => Err(PlanError::invalid(
+                    "--schedules",
+                    format!("{self} does not run {k}; it runs {}", names(&runs)),
+                )),
+                None => Ok(asked.to_vec()),
+            },
+        }
+    }
+
+    /// Pins (`--fix`) the framework cannot run are errors, not empty searches.
+    pub fn check_pins(self, fixed: &Fixed) -> Result<(), PlanError> {
+        let refuse = |pin: String, runs: String| {
+            Err(PlanError::invalid(
+                &format!("--fix {pin}"),
+                format!("{self} does not run it; it runs {runs}"),
+            ))
+        };
+        if let Some(k) = fixed.schedule.filter(|&k| !self.runs(k)) {
+            return refuse(format!("schedule={k}"), names(&self.schedules()));
+        }
+        if let Some(r) = fixed
+            .recompute
+            .filter(|r| !self.recompute_modes().contains(r))
+        {
+            return refuse(format!("recompute={r}"), names(self.recompute_modes()));
+        }
+        if let Some(z) = fixed.zero_stage.filter(|z| !self.zero_stages().contains(z)) {
+            return Err(PlanError::invalid(
+                &format!("--fix zero_stage={z}"),
+                format!(
+                    "{self} does not run it with a pipeline; it runs ZeRO {}",
+                    names(self.zero_stages())
+                ),
+            ));
+        }
+        if fixed.cp.is_some_and(|c| c > 1) && !self.context_parallel() {
+            return Err(PlanError::invalid(
+                "--fix cp",
+                format!("{self} does not run context parallelism beside a pipeline"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Recompute modes the framework applies to all layers alike.
     pub fn recompute_modes(self) -> &'static [Recompute] {
         match self {
@@ -158,6 +213,15 @@ impl Framework {
             },
         }
     }
+}
+
+/// A list for an error message: `1f1b, interleaved-1f1b`.
+fn names<T: fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl FromStr for Framework {

@@ -115,8 +115,10 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         Some(text) => Fixed::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
         None => Fixed::default(),
     };
-    let schedules = framework_schedules(args.framework, args.schedules.as_deref())?;
-    check_pins(args.framework, &fixed)?;
+    let schedules = args
+        .framework
+        .schedules_to_search(args.schedules.as_deref())?;
+    args.framework.check_pins(&fixed)?;
     let opts = SearchOptions {
         global_batch_size,
         limits: SpaceLimits {
@@ -264,66 +266,4 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
         lines.push(line);
     }
     lines
-}
-
-/// The schedules to search: `--schedules` (each one the framework must run) or all the
-/// framework runs.
-fn framework_schedules(
-    framework: Framework,
-    asked: Option<&[ScheduleKind]>,
-) -> Result<Vec<ScheduleKind>> {
-    let runs = framework.schedules();
-    let names = |ks: &[ScheduleKind]| ks.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
-    match asked {
-        None => Ok(runs),
-        Some(asked) => {
-            if let Some(k) = asked.iter().find(|k| !framework.runs(**k)) {
-                bail!(
-                    "--schedules: {framework} does not run {k}; it runs {}",
-                    names(&runs)
-                );
-            }
-            Ok(asked.to_vec())
-        }
-    }
-}
-
-/// Pins the framework cannot run are errors, not empty searches.
-fn check_pins(framework: Framework, fixed: &Fixed) -> Result<()> {
-    if let Some(k) = fixed.schedule {
-        if !framework.runs(k) {
-            let runs: Vec<&str> = framework.schedules().iter().map(|k| k.as_str()).collect();
-            bail!(
-                "--fix schedule={k}: {framework} does not run it; it runs {}",
-                runs.join(", ")
-            );
-        }
-    }
-    if let Some(r) = fixed.recompute {
-        if !framework.recompute_modes().contains(&r) {
-            let modes: Vec<&str> = framework
-                .recompute_modes()
-                .iter()
-                .map(|m| m.as_str())
-                .collect();
-            bail!(
-                "--fix recompute={r}: {framework} does not run it; it runs {}",
-                modes.join(", ")
-            );
-        }
-    }
-    if let Some(z) = fixed.zero_stage {
-        if !framework.zero_stages().contains(&z) {
-            let zs: Vec<String> = framework
-                .zero_stages()
-                .iter()
-                .map(|z| z.to_string())
-                .collect();
-            bail!("--fix zero_stage={z}: {framework} does not run it with a pipeline; it runs ZeRO {}", zs.join(", "));
-        }
-    }
-    if fixed.cp.is_some_and(|c| c > 1) && !framework.context_parallel() {
-        bail!("--fix cp: {framework} does not run context parallelism beside a pipeline");
-    }
-    Ok(())
 }
