@@ -1,13 +1,8 @@
 //! End-to-end tests of `autopp estimate` as a user runs it.
 
-use std::process::{Command, Output};
+mod common;
 
-fn autopp(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_autopp"))
-        .args(args)
-        .output()
-        .expect("the autopp binary runs")
-}
+use common::autopp;
 
 /// Asserts a run failed with exit 2 and one clear line naming `needle`; returns the line.
 fn fails_with(args: &[&str], needle: &str) -> String {

@@ -1,23 +1,8 @@
 //! End-to-end tests of `autopp profile` and of `estimate --profile` / `plan --profile`.
 
-use std::process::{Command, Output};
+mod common;
 
-fn autopp(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_autopp"))
-        .args(args)
-        .output()
-        .expect("the autopp binary runs")
-}
-
-fn stdout(args: &[&str]) -> String {
-    let out = autopp(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
-}
+use common::{autopp, stdout};
 
 fn one_line_error(args: &[&str], needle: &str) {
     let out = autopp(args);

@@ -1,24 +1,10 @@
 //! End-to-end tests of `autopp schedule` as a user runs it.
 
+mod common;
+
+use common::{autopp, stdout};
+
 use std::collections::HashMap;
-use std::process::{Command, Output};
-
-fn autopp(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_autopp"))
-        .args(args)
-        .output()
-        .expect("the autopp binary runs")
-}
-
-fn stdout(args: &[&str]) -> String {
-    let out = autopp(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
-}
 
 /// Asserts a run failed with exit 2 and one line naming `needle`.
 fn fails_with(args: &[&str], needle: &str) -> String {
