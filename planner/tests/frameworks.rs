@@ -115,13 +115,15 @@ fn partial_recompute_beats_every_uniform_mode_when_memory_binds() {
 /// DeepSpeed's only the even split.
 #[test]
 fn each_framework_plans_only_what_it_runs() {
+    // the last is memory-bound: partial recompute among the plans
     let cases = [
-        ("llama3-8b", 32, "h100-sxm", 256),
-        ("gpt3-175b", 64, "a100-80g", 512),
+        ("llama3-8b", 32, "h100-sxm", 256, 8),
+        ("gpt3-175b", 64, "a100-80g", 512, 8),
+        ("gpt3-175b", 64, "a100-80g", 512, 4),
     ];
     for framework in Framework::ALL {
-        for (model, gpus, gpu, gb) in cases {
-            let opts = options(framework, gb, 8, None);
+        for (model, gpus, gpu, gb, max_tp) in cases {
+            let opts = options(framework, gb, max_tp, None);
             let m = load(model).unwrap();
             let c = Cluster::new(hardware::gpu(gpu).unwrap(), gpus, 8, None).unwrap();
             let p = AnalyticProfile::new(c, Precision::Bf16).unwrap();
@@ -146,6 +148,19 @@ fn each_framework_plans_only_what_it_runs() {
                         );
                         assert!(plan.zero_stage <= 1, "{what}");
                         assert!(!partial || mode == Recompute::None, "{what}");
+                        // one --recompute-num-layers N: every stage recomputes N of its
+                        // transformer layers, or all of them when it has fewer
+                        if let Some(counts) = plan.recompute_layers() {
+                            let last = e.stages.last().unwrap().layers[1];
+                            let most = counts.iter().copied().max().unwrap();
+                            for (count, stage) in counts.iter().zip(&e.stages) {
+                                let [a, b] = stage.layers;
+                                let blocks =
+                                    (b - a + 1 - usize::from(a == 0) - usize::from(b == last))
+                                        as u64;
+                                assert_eq!(*count, most.min(blocks), "{what}: {counts:?}");
+                            }
+                        }
                     }
                     Framework::Deepspeed => {
                         assert_eq!(plan.schedule, "1f1b", "{what}");

@@ -21,6 +21,7 @@ pub mod inflight;
 mod memo;
 mod partial;
 mod refine;
+mod scan;
 mod score;
 pub mod space;
 pub mod split_dp;
@@ -34,8 +35,7 @@ use rayon::prelude::*;
 
 use crate::config::{ParallelConfig, PlanError};
 use crate::estimate::{
-    check_config, dp_comm_time_s, evaluate_layers_with, optimizer_time_s, shard_spec, Detail,
-    Estimate,
+    dp_comm_time_s, evaluate_layers_with, optimizer_time_s, shard_spec, Detail, Estimate,
 };
 use crate::memory::{self, NCCL_BUFFER_BYTES_PER_GROUP};
 use crate::schedule;
@@ -46,7 +46,7 @@ use errors::{no_candidates, nothing_fits};
 use evaluator::{Evaluator, ScheduleShape};
 use memo::Memo;
 pub use partial::IlpSolver;
-use score::{below_memory_floor, lower_bound_s, score, solve_partial};
+use score::{lower_bound_s, solve_partial};
 pub use space::{Fixed, Key, SpaceLimits};
 use split_dp::{LayerSums, StageBudget};
 
@@ -123,6 +123,10 @@ pub(crate) struct LayerTable {
     /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
     /// unlimited, computed on first use.
     free_bottleneck: Memo<(usize, usize), Option<f64>>,
+    /// Per recompute mode: seconds of all layers for one micro-batch, F+B and F alone.
+    total_s: Vec<(f64, f64)>,
+    /// Parameters of all layers.
+    params: u64,
 }
 
 impl LayerTable {
@@ -259,62 +263,18 @@ pub fn search(
         .collect();
     bounded.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
 
-    // Score in bound order, a fixed-size chunk at a time, until no later key can enter the
-    // shortlist: the overall best few, and the best few of each schedule kind (the closed form's
-    // error depends on the schedule, so kinds are compared by simulation, not by it). Kinds
-    // whose candidates are all over GIVE_UP_FACTOR × the best do not hold the search up. Chunks are fixed,
-    // so the keys scored do not depend on the thread count.
+    // Score in bound order until no later key can enter the shortlist.
     let shortlist = (4 * opts.top_k).max(24);
-    let total = bounded.len();
-    let mut scored: Vec<Scored> = Vec::new();
-    let mut fit_times: Vec<f64> = Vec::new();
-    let mut kind_times: HashMap<schedule::ScheduleKind, Vec<f64>> = HashMap::new();
-    for (i, chunk) in bounded.chunks(SCORE_CHUNK).enumerate() {
-        if fit_times.len() >= shortlist {
-            let overall = fit_times[shortlist - 1];
-            let give_up = GIVE_UP_FACTOR * fit_times[0];
-            let per_kind = opts
-                .limits
-                .schedules
-                .iter()
-                .map(|k| match kind_times.get(k) {
-                    Some(t) if t.len() >= PER_KIND => t[PER_KIND - 1],
-                    _ => give_up,
-                })
-                .fold(overall, f64::max)
-                .min(give_up.max(overall));
-            if chunk[0].0 > per_kind {
-                break;
-            }
-        }
-        let part: Vec<Scored> = chunk
-            .par_iter()
-            .filter_map(|(_, key)| {
-                let shape = shape_of(key, opts);
-                let table = &tables[&group_of(key)];
-                if below_memory_floor(profile, opts, key, table) {
-                    return None;
-                }
-                check_config(model, profile, &config_of(key, opts, None)).ok()?;
-                let inflight = inflight_of(shape)?;
-                Some(score(profile, opts, key, table, &inflight, shape.3))
-            })
-            .flatten()
-            .collect();
-        for s in part.iter().filter(|s| s.fits) {
-            fit_times.push(s.approx_s);
-            kind_times
-                .entry(s.key.schedule)
-                .or_default()
-                .push(s.approx_s);
-        }
-        fit_times.sort_by(f64::total_cmp);
-        for t in kind_times.values_mut() {
-            t.sort_by(f64::total_cmp);
-        }
-        scored.extend(part);
-        progress(((i + 1) * SCORE_CHUNK).min(total), total);
+    let inflight_of_key = |k: &Key| inflight_of(shape_of(k, opts));
+    let scored = scan::Scan {
+        model,
+        profile,
+        opts,
+        tables: &tables,
+        inflight_of: &inflight_of_key,
+        shortlist,
     }
+    .run(&bounded, progress);
     let mut fitting: Vec<&Scored> = scored.iter().filter(|s| s.fits).collect();
     fitting.sort_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)));
     if fitting.is_empty() {
@@ -344,33 +304,11 @@ pub fn search(
             Some(s.split.clone())
         }
     };
-    // the integer program for the fastest few partial-recompute candidates (by closed form)
-    let solved: std::collections::HashSet<Key> = chosen
-        .iter()
-        .filter(|s| s.key.partial_recompute && s.key.pp <= PARTIAL_SOLVED_MAX_PP)
-        .take(PARTIAL_SOLVED)
-        .map(|s| s.key)
-        .collect();
     let mut tiered: Vec<(Option<Estimate>, &Scored)> = chosen
         .par_iter()
         .map(|s| {
             let table = &tables[&group_of(&s.key)];
-            let e = if solved.contains(&s.key) {
-                // the split and the recompute counts, jointly, under each rank's whole budget
-                let inflight = inflight_of(shape_of(&s.key, opts));
-                let answer = inflight.and_then(|q| solve_partial(profile, opts, &s.key, table, &q));
-                match answer {
-                    Some((split, layers)) => {
-                        eval.time_and_memory(&s.key, table, Some(split), Some(layers))
-                    }
-                    None => None,
-                }
-                .filter(|e| e.result.predicted.fits)
-                .or_else(|| {
-                    let layers = s.recompute_layers.clone();
-                    eval.time_and_memory(&s.key, table, Some(s.split.clone()), layers)
-                })
-            } else if s.key.partial_recompute {
+            let e = if s.key.partial_recompute {
                 let layers = s.recompute_layers.clone();
                 eval.time_and_memory(&s.key, table, Some(s.split.clone()), layers)
             } else {
@@ -380,11 +318,49 @@ pub fn search(
             (e, *s)
         })
         .collect();
+    // The integer program, for the fastest few partial-recompute candidates (by closed form)
+    // that are near the front: their split and recompute counts chosen jointly, under each
+    // rank's whole budget, replace the DP's when they simulate faster.
+    let front_s = tiered
+        .iter()
+        .filter_map(|(e, _)| e.as_ref().map(time_of))
+        .fold(f64::INFINITY, f64::min)
+        * GIVE_UP_FACTOR;
+    let to_solve: Vec<usize> = tiered
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, s))| s.key.partial_recompute && s.key.pp <= PARTIAL_SOLVED_MAX_PP)
+        .take(PARTIAL_SOLVED)
+        .filter(|(_, (e, s))| e.as_ref().map_or(s.approx_s, time_of) <= front_s)
+        .map(|(i, _)| i)
+        .collect();
+    let solved: Vec<(usize, Option<Estimate>)> = to_solve
+        .par_iter()
+        .map(|&i| {
+            let key = &tiered[i].1.key;
+            let table = &tables[&group_of(key)];
+            let e = inflight_of(shape_of(key, opts))
+                .and_then(|q| solve_partial(profile, opts, key, table, &q))
+                .and_then(|(split, layers)| {
+                    eval.time_and_memory(key, table, Some(split), Some(layers))
+                })
+                .filter(|e| e.result.predicted.fits);
+            (i, e)
+        })
+        .collect();
+    let mut simulated = chosen.len() + solved.len();
+    for (i, e) in solved {
+        let slot = &mut tiered[i].0;
+        if e.as_ref()
+            .is_some_and(|e| slot.as_ref().is_none_or(|d| time_of(e) < time_of(d)))
+        {
+            *slot = e;
+        }
+    }
     tiered.sort_by(|a, b| {
         let t = |x: &Option<Estimate>| x.as_ref().map_or(f64::INFINITY, time_of);
         t(&a.0).total_cmp(&t(&b.0)).then(a.1.key.cmp(&b.1.key))
     });
-    let mut simulated = chosen.len();
     if !opts.even_split_only {
         let extra: Vec<Option<Estimate>> = tiered
             .par_iter()
@@ -617,6 +593,15 @@ fn layer_table(
             }
         })
         .collect();
+    let total_s = per_mode
+        .iter()
+        .map(|costs| {
+            costs.iter().fold((0.0, 0.0), |(fb, f), c| {
+                (fb + c.forward_s() + c.backward_s(), f + c.forward_s())
+            })
+        })
+        .collect();
+    let params = per_mode[0].iter().map(|c| c.params).sum();
     Ok(LayerTable {
         layers,
         per_mode,
@@ -624,18 +609,21 @@ fn layer_table(
         sums,
         split_sums,
         free_bottleneck: Default::default(),
+        total_s,
+        params,
     })
 }
 
 /// A schedule kind whose closed-form times are all over this factor × the best does not get its
 /// quota in the shortlist.
-const GIVE_UP_FACTOR: f64 = 1.05;
+pub(crate) const GIVE_UP_FACTOR: f64 = 1.05;
 
 /// Candidates of each schedule kind that the shortlist holds at least (see [`search`]).
-const PER_KIND: usize = 6;
+pub(crate) const PER_KIND: usize = 6;
 
-/// Shortlisted partial-recompute configurations whose split and recompute counts the integer
-/// program chooses (the others keep the DP's); each solve takes up to tens of milliseconds.
+/// Shortlisted partial-recompute configurations (the fastest by closed form, and only those
+/// within [`GIVE_UP_FACTOR`] of the fastest simulated plan) whose split and recompute counts the
+/// integer program chooses (the others keep the DP's); each solve takes milliseconds.
 const PARTIAL_SOLVED: usize = 4;
 /// Pipelines longer than this keep the DP's partial recompute: the integer program's branch
 /// and bound grows too slow for the planner's budget (`microlp` needs seconds at 32 ranks).
@@ -646,9 +634,6 @@ const SECOND_TIER: usize = 8;
 
 /// Non-fitting candidates evaluated to say what more memory would buy.
 const UNFIT_TRIED: usize = 8;
-
-/// Keys scored per parallel chunk (see [`search`]).
-const SCORE_CHUNK: usize = 256;
 
 /// The schedule shape of a key.
 fn shape_of(k: &Key, opts: &SearchOptions) -> ScheduleShape {

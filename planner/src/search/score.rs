@@ -14,8 +14,7 @@ pub(super) fn below_memory_floor(
     table: &LayerTable,
 ) -> bool {
     let per_param = state_bytes_per_param(key.zero_stage, key.dp * key.cp);
-    let params: u64 = table.per_mode[0].iter().map(|c| c.params).sum();
-    let floor = params as f64 * per_param / key.pp as f64;
+    let floor = table.params as f64 * per_param / key.pp as f64;
     let usable = profile.cluster.gpu.memory_bytes as f64 - opts.memory_reserve_bytes as f64;
     floor > usable
 }
@@ -25,12 +24,11 @@ pub(super) fn below_memory_floor(
 /// at least `(pp−1)·T/(pp·v)` (`v` times that for looped BFS; for the split-backward schedules,
 /// whose `W`s fill the drain, `(pp−1)·T_F/(pp·v)` with `T_F` the forward seconds alone).
 pub(super) fn lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -> f64 {
-    let costs = &table.per_mode[mode_index(k.recompute)];
-    let total: f64 = costs.iter().map(|c| c.forward_s() + c.backward_s()).sum();
+    let (total, forward) = table.total_s[mode_index(k.recompute)];
     let (pp, v) = (k.pp as f64, k.virtual_stages as f64);
     let m = (opts.global_batch_size / (k.dp * k.micro_batch_size)) as f64;
     let fill = if k.schedule.splits_backward() {
-        (pp - 1.0) * costs.iter().map(|c| c.forward_s()).sum::<f64>() / (pp * v)
+        (pp - 1.0) * forward / (pp * v)
     } else {
         (pp - 1.0) * total / (pp * v)
     };
@@ -42,102 +40,121 @@ pub(super) fn lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -
     m * total / pp + fill
 }
 
-/// The DP split and closed-form time of one key, and — where the framework runs it and
-/// memory binds the split — of the same key with partial recompute (see [`partial`]).
-pub(super) fn score(
-    profile: &AnalyticProfile,
-    opts: &SearchOptions,
-    key: &Key,
-    table: &LayerTable,
-    inflight: &[u32],
+/// One key's scoring context: its layer sums, every stage's memory budget and the closed form.
+/// [`KeyScorer::base`] scores the key; [`KeyScorer::partial`] its partial-recompute variant,
+/// which the scan reaches only when that variant's lower bound comes up.
+pub(super) struct KeyScorer<'a> {
+    profile: &'a AnalyticProfile,
+    opts: &'a SearchOptions,
+    key: &'a Key,
+    table: &'a LayerTable,
+    /// Micro-batches per iteration.
     m: u64,
-) -> Vec<Scored> {
-    score_family(profile, opts, key, table, inflight, m).unwrap_or_default()
+    /// Index of the key's recompute mode in `Recompute::ALL`.
+    mode: usize,
+    costs: &'a [StageCost],
+    /// What the DP sums: for split-backward schedules, per in-flight pair the larger of the
+    /// activation and weight-gradient bytes.
+    sums: &'a LayerSums,
+    /// Per stage, in parameters (every term of a stage's memory inequality is divided by the
+    /// bytes per parameter).
+    budgets: Vec<StageBudget>,
+    /// The configuration without a split (for the tail's terms).
+    config: ParallelConfig,
+    dp_link: autopp_profiler::Link,
 }
 
-fn score_family(
-    profile: &AnalyticProfile,
-    opts: &SearchOptions,
-    key: &Key,
-    table: &LayerTable,
-    inflight: &[u32],
-    m: u64,
-) -> Option<Vec<Scored>> {
-    let mode = mode_index(key.recompute);
-    let costs = &table.per_mode[mode];
-    let n = costs.len();
-    let pp = key.pp as usize;
-    let v = key.virtual_stages as usize;
-    let s = pp * v;
-    if n < s {
-        return None;
-    }
-    let shard = key.dp * key.cp;
-    let per_param = state_bytes_per_param(key.zero_stage, shard);
-    // A split backward holds a pair's activations until its I, then what its W needs until
-    // the W: per in-flight pair, at most the larger of the two.
-    let sums = if key.schedule.splits_backward() {
-        &table.split_sums[mode]
-    } else {
-        &table.sums[mode]
-    };
-    let rank_budget = rank_budget_bytes(profile, opts, key, costs)?;
-    let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
-    let placement = key.schedule.placement();
-    // With one stage per rank a stage's budget is its rank's, exactly, and the allocator's
-    // fragmentation of the dynamic memory (activations, the backward's working set) is
-    // counted as evaluation counts it. With several, each stage gets an equal share of the
-    // rank's budget — which can reject splits that fit — and the fragmentation is left out
-    // as slack. Either way every candidate's memory is checked exactly when simulated.
-    let (dynamic, transient_frag) = if v == 1 {
-        let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
-        (
-            1.0 + memory::FRAGMENTATION,
-            transient * memory::FRAGMENTATION,
-        )
-    } else {
-        (1.0, 0.0)
-    };
-    // The sums hold parameters, not model-state bytes: every term of a stage's memory
-    // inequality is divided by the bytes per parameter.
-    let budgets: Vec<StageBudget> = (0..s)
-        .map(|k| {
-            let r = placement.rank_of(k, pp);
-            StageBudget {
+impl<'a> KeyScorer<'a> {
+    /// `None` when the key has fewer layers than stages or no memory left for layers.
+    pub(super) fn new(
+        profile: &'a AnalyticProfile,
+        opts: &'a SearchOptions,
+        key: &'a Key,
+        table: &'a LayerTable,
+        inflight: &[u32],
+        m: u64,
+    ) -> Option<Self> {
+        let mode = mode_index(key.recompute);
+        let costs = &table.per_mode[mode];
+        let (pp, v) = (key.pp as usize, key.virtual_stages as usize);
+        let s = pp * v;
+        if costs.len() < s {
+            return None;
+        }
+        let per_param = state_bytes_per_param(key.zero_stage, key.dp * key.cp);
+        // A split backward holds a pair's activations until its I, then what its W needs
+        // until the W: per in-flight pair, at most the larger of the two.
+        let sums = if key.schedule.splits_backward() {
+            &table.split_sums[mode]
+        } else {
+            &table.sums[mode]
+        };
+        let rank_budget = rank_budget_bytes(profile, opts, key, costs)?;
+        let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
+        let placement = key.schedule.placement();
+        // With one stage per rank a stage's budget is its rank's, exactly, and the allocator's
+        // fragmentation of the dynamic memory (activations, the backward's working set) is
+        // counted as evaluation counts it. With several, each stage gets an equal share of the
+        // rank's budget — which can reject splits that fit — and the fragmentation is left out
+        // as slack. Either way every candidate's memory is checked exactly when simulated.
+        let (dynamic, transient_frag) = if v == 1 {
+            let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
+            (
+                1.0 + memory::FRAGMENTATION,
+                transient * memory::FRAGMENTATION,
+            )
+        } else {
+            (1.0, 0.0)
+        };
+        let budgets = (0..s)
+            .map(|k| StageBudget {
                 bytes: (rank_budget - transient_frag) / v as f64 / per_param,
-                inflight: inflight[r] as f64 * dynamic / v as f64 / per_param,
+                inflight: inflight[placement.rank_of(k, pp)] as f64 * dynamic
+                    / v as f64
+                    / per_param,
                 extra_if_last_bytes: if pp > 1 { tied as f64 } else { 0.0 },
-            }
+            })
+            .collect();
+        let layout = Layout {
+            tp: key.tp,
+            cp: key.cp,
+            dp: key.dp,
+            pp: key.pp,
+        };
+        let dp_link = profile
+            .cluster
+            .group_link(key.dp * key.cp, layout.tp_stride() * key.tp);
+        Some(KeyScorer {
+            profile,
+            opts,
+            key,
+            table,
+            m,
+            mode,
+            costs,
+            sums,
+            budgets,
+            config: config_of(key, opts, None),
+            dp_link,
         })
-        .collect();
-    let base = if split_dp::any_split_fits(sums, &budgets) {
-        split_dp::best_split(sums, &budgets)
-    } else {
-        None
-    };
+    }
 
-    // The closed form of a split: the busiest rank's work plus the pipeline fill and drain,
-    // plus the tail (the same data-parallel and optimizer terms as `estimate`).
-    let c = config_of(key, opts, None);
-    let layout = Layout {
-        tp: key.tp,
-        cp: key.cp,
-        dp: key.dp,
-        pp: key.pp,
-    };
-    let dp_link = profile
-        .cluster
-        .group_link(key.dp * key.cp, layout.tp_stride() * key.tp);
-    let closed_form = |split: &[usize], extra_s: &dyn Fn(usize, usize, usize) -> f64| -> f64 {
+    /// The closed form of a split: the busiest rank's work plus the pipeline fill and drain,
+    /// plus the tail (the same data-parallel and optimizer terms as `estimate`).
+    /// `extra_s(stage, first, last)` is what a stage's recomputed layers add per micro-batch.
+    fn closed_form(&self, split: &[usize], extra_s: &dyn Fn(usize, usize, usize) -> f64) -> f64 {
+        let key = self.key;
+        let (pp, v) = (key.pp as usize, key.virtual_stages as usize);
+        let placement = key.schedule.placement();
         let ranges = split::stage_ranges(split);
         let stage_time: Vec<f64> = ranges
             .iter()
             .enumerate()
-            .map(|(k, &[a, b])| sums.time_s(a, b) + extra_s(k, a, b))
+            .map(|(k, &[a, b])| self.sums.time_s(a, b) + extra_s(k, a, b))
             .collect();
         let stages: Vec<StageCost> = ranges
             .iter()
-            .map(|&[a, b]| stages::combine(&costs[a..=b]))
+            .map(|&[a, b]| stages::combine(&self.costs[a..=b]))
             .collect();
         let mut busy = vec![0.0; pp];
         let mut rank_stages: Vec<Vec<&StageCost>> = vec![Vec::new(); pp];
@@ -146,7 +163,7 @@ fn score_family(
             busy[r] += stage_time[k];
             rank_stages[r].push(st);
         }
-        let busiest = busy.iter().cloned().fold(0.0, f64::max) * m as f64;
+        let busiest = busy.iter().cloned().fold(0.0, f64::max) * self.m as f64;
         let slowest_stage = stage_time.iter().cloned().fold(0.0, f64::max);
         let fill = match key.schedule {
             schedule::ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
@@ -160,107 +177,173 @@ fn score_family(
         let tail = rank_stages
             .iter()
             .map(|st| {
-                dp_comm_time_s(profile, &c, st, &dp_link, m)
-                    + optimizer_time_s(profile, &c, memory::rank_params(st))
+                dp_comm_time_s(self.profile, &self.config, st, &self.dp_link, self.m)
+                    + optimizer_time_s(self.profile, &self.config, memory::rank_params(st))
             })
             .fold(0.0, f64::max);
         busiest + fill + tail
-    };
-
-    let no_extra = |_: usize, _: usize, _: usize| 0.0;
-    let (split, fits) = match &base {
-        Some((split, _)) => (split.clone(), true),
-        // Does not fit: kept (with the even split) only to say what more memory would buy.
-        None => (
-            split::default_split(&layer_kinds(&table.layers), s).ok()?,
-            false,
-        ),
-    };
-    let mut out = vec![Scored {
-        key: *key,
-        // a configuration that does not fit only says what more memory would buy: its lower
-        // bound ranks it well enough, and costs far less than the closed form
-        approx_s: if fits {
-            closed_form(&split, &no_extra)
-        } else {
-            lower_bound_s(key, table, opts)
-        },
-        split,
-        recompute_layers: None,
-        fits,
-    }];
-
-    // Partial recompute, where the framework runs it and a pin does not forbid it.
-    let fw = opts.limits.framework;
-    let allowed = fw.partial_bases().contains(&key.recompute)
-        && opts.fixed.recompute.is_none()
-        && !key.schedule.splits_backward();
-    let Some(part) = table.partial[mode].as_ref().filter(|_| allowed) else {
-        return Some(out);
-    };
-    if let Some((_, bottleneck)) = base {
-        // Partial recompute is for configurations memory binds: when the best split with no
-        // layer recomputed is as good as the best split with memory unlimited, the
-        // configuration without it covers it.
-        let free = table.free_bottleneck_s(mode, s);
-        if free.is_none_or(|f| bottleneck <= f * (1.0 + 1e-9)) {
-            return Some(out);
-        }
     }
-    // every layer fully recomputed is the leanest a partial plan gets
-    if !split_dp::any_split_fits(&table.sums[mode_index(Recompute::Full)], &budgets) {
-        return Some(out);
-    }
-    // the fewest fully recomputed layers that make layers first..=last fit stage k
-    let needed = |k: usize, first: usize, last: usize| -> Option<u64> {
-        let b = &budgets[k];
-        let extra = if last + 1 == n {
-            b.extra_if_last_bytes
+
+    /// The key itself: its DP split and closed form, or — when no split fits — the even split
+    /// ranked by its lower bound (kept only to say what more memory would buy). Also the lower
+    /// bound of its partial-recompute variant, where that variant may pay.
+    pub(super) fn base(&self) -> Option<(Scored, Option<f64>)> {
+        let (key, table) = (self.key, self.table);
+        let s = self.budgets.len();
+        let base = if split_dp::any_split_fits(self.sums, &self.budgets) {
+            split_dp::best_split(self.sums, &self.budgets)
         } else {
-            0.0
+            None
         };
-        let over = sums.mem_bytes(first, last, b.inflight) + extra - b.bytes;
-        if over <= 0.0 {
-            return Some(0);
+        let no_extra = |_: usize, _: usize, _: usize| 0.0;
+        let scored = match &base {
+            Some((split, _)) => Scored {
+                key: *key,
+                approx_s: self.closed_form(split, &no_extra),
+                split: split.clone(),
+                recompute_layers: None,
+                fits: true,
+            },
+            // a configuration that does not fit only says what more memory would buy: its
+            // lower bound ranks it well enough, and costs far less than the closed form
+            None => Scored {
+                key: *key,
+                approx_s: lower_bound_s(key, table, self.opts),
+                split: split::default_split(&layer_kinds(&table.layers), s).ok()?,
+                recompute_layers: None,
+                fits: false,
+            },
+        };
+        let partial_bound = self.partial_bound_s(base.map(|b| b.1));
+        Some((scored, partial_bound))
+    }
+
+    /// The partial-recompute model, where the framework runs it and no pin forbids it.
+    fn partial_model(&self) -> Option<&'a partial::PartialModel> {
+        let key = self.key;
+        let allowed = self
+            .opts
+            .limits
+            .framework
+            .partial_bases()
+            .contains(&key.recompute)
+            && self.opts.fixed.recompute.is_none()
+            && !key.schedule.splits_backward();
+        self.table.partial[self.mode].as_ref().filter(|_| allowed)
+    }
+
+    /// A lower bound on the closed form of the key with partial recompute, or `None` when that
+    /// variant cannot pay: partial recompute is for configurations memory binds, so when the
+    /// best split with no layer recomputed (`bottleneck_s`) is as good as the best split with
+    /// memory unlimited, the key without it covers it.
+    ///
+    /// The bound is the key's own plus the recomputed layers' time spread over the ranks. At
+    /// least one layer is recomputed, and together the stages must shed what all layers need
+    /// at the fewest in-flight micro-batches beyond all budgets, each recomputed layer
+    /// shedding at most its share at the most.
+    fn partial_bound_s(&self, bottleneck_s: Option<f64>) -> Option<f64> {
+        let part = self.partial_model()?;
+        if let Some(bottleneck) = bottleneck_s {
+            let free = self.table.free_bottleneck_s(self.mode, self.budgets.len());
+            if free.is_none_or(|f| bottleneck <= f * (1.0 + 1e-9)) {
+                return None;
+            }
         }
-        let per = b.inflight * part.delta_act_bytes;
-        // ⌈over / per⌉ without a libm call
-        let floor = (over / per) as u64;
-        let need = floor + u64::from(floor as f64 * per < over);
-        (need <= part.count(first, last)).then_some(need)
-    };
-    let extra_s = |k: usize, first: usize, last: usize| {
-        needed(k, first, last).unwrap_or(0) as f64 * part.delta_time_s
-    };
-    let fits = |k: usize, a: usize, b: usize| needed(k, a, b).is_some();
-    if !split_dp::any_fits_with(n, s, fits) {
-        return Some(out);
+        let (least_inflight, most_inflight) = self
+            .budgets
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), b| {
+                (lo.min(b.inflight), hi.max(b.inflight))
+            });
+        let n = self.costs.len();
+        let over = self.sums.mem_bytes(0, n - 1, least_inflight)
+            - self.budgets.iter().map(|b| b.bytes).sum::<f64>();
+        let shed_most = most_inflight * part.delta_act_bytes;
+        let least_layers = if over > 0.0 && shed_most > 0.0 {
+            (over / shed_most).ceil().max(1.0)
+        } else {
+            1.0
+        };
+        Some(
+            lower_bound_s(self.key, self.table, self.opts)
+                + self.m as f64 * least_layers * part.delta_time_s / self.key.pp as f64,
+        )
     }
-    let Some((split, _)) =
-        split_dp::best_split_with(n, s, fits, |k, a, b| sums.time_s(a, b) + extra_s(k, a, b))
-    else {
-        return Some(out);
-    };
-    let recompute_layers: Vec<u64> = split::stage_ranges(&split)
-        .iter()
-        .enumerate()
-        .map(|(k, &[a, b])| needed(k, a, b).unwrap_or(0))
-        .collect();
-    if recompute_layers.iter().all(|&x| x == 0) {
-        // nothing recomputed: the configuration without partial recompute is the same plan
-        return Some(out);
+
+    /// The key with partial recompute: the split and per-stage counts of fully recomputed
+    /// layers that the DP chooses, when some layer is recomputed and the result fits.
+    pub(super) fn partial(&self) -> Option<Scored> {
+        let part = self.partial_model()?;
+        let budgets = &self.budgets;
+        let (n, s) = (self.costs.len(), budgets.len());
+        // every layer fully recomputed is the leanest a partial plan gets
+        let full = &self.table.sums[mode_index(Recompute::Full)];
+        if !split_dp::any_split_fits(full, budgets) {
+            return None;
+        }
+        // the fewest fully recomputed layers that make layers first..=last fit stage k
+        let needed = |k: usize, first: usize, last: usize| -> Option<u64> {
+            let b = &budgets[k];
+            let extra = if last + 1 == n {
+                b.extra_if_last_bytes
+            } else {
+                0.0
+            };
+            let over = self.sums.mem_bytes(first, last, b.inflight) + extra - b.bytes;
+            if over <= 0.0 {
+                return Some(0);
+            }
+            let per = b.inflight * part.delta_act_bytes;
+            // ⌈over / per⌉ without a libm call
+            let floor = (over / per) as u64;
+            let need = floor + u64::from(floor as f64 * per < over);
+            (need <= part.count(first, last)).then_some(need)
+        };
+        let extra_s = |k: usize, first: usize, last: usize| {
+            needed(k, first, last).unwrap_or(0) as f64 * part.delta_time_s
+        };
+        let fits = |k: usize, a: usize, b: usize| needed(k, a, b).is_some();
+        if !split_dp::any_fits_with(n, s, fits) {
+            return None;
+        }
+        let (split, _) = split_dp::best_split_with(n, s, fits, |k, a, b| {
+            self.sums.time_s(a, b) + extra_s(k, a, b)
+        })?;
+        let ranges = split::stage_ranges(&split);
+        let mut recompute_layers: Vec<u64> = ranges
+            .iter()
+            .enumerate()
+            .map(|(k, &[a, b])| needed(k, a, b).unwrap_or(0))
+            .collect();
+        if recompute_layers.iter().all(|&x| x == 0) {
+            // nothing recomputed: the configuration without partial recompute is the same plan
+            return None;
+        }
+        let approx_s = if self.opts.limits.framework.partial_recompute()
+            == crate::framework::PartialRecompute::SameCountPerStage
+        {
+            // one count for every stage (Megatron-LM's --recompute-num-layers): the largest
+            // any stage needs, up to each stage's recomputable layers
+            let most = recompute_layers.iter().copied().max().unwrap_or(0);
+            for (x, &[a, b]) in recompute_layers.iter_mut().zip(&ranges) {
+                *x = most.min(part.count(a, b));
+            }
+            let uniform = &recompute_layers;
+            self.closed_form(&split, &|k, _, _| uniform[k] as f64 * part.delta_time_s)
+        } else {
+            self.closed_form(&split, &extra_s)
+        };
+        Some(Scored {
+            key: Key {
+                partial_recompute: true,
+                ..*self.key
+            },
+            approx_s,
+            split,
+            recompute_layers: Some(recompute_layers),
+            fits: true,
+        })
     }
-    out.push(Scored {
-        key: Key {
-            partial_recompute: true,
-            ..*key
-        },
-        approx_s: closed_form(&split, &extra_s),
-        split,
-        recompute_layers: Some(recompute_layers),
-        fits: true,
-    });
-    Some(out)
 }
 
 /// Bytes one rank has for its layers' model states and activations: the GPU's memory less the

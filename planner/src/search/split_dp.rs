@@ -8,9 +8,10 @@
 //! `i+1..=j` fits stage `k`'s budget.
 //!
 //! `best[k−1][i]` never decreases as `i` grows (more layers in the same stages) and
-//! `cost(i+1..=j)` never increases, so the minimum sits where the two cross: a binary search
-//! finds it, and the whole table costs `O(S · n · log n)` for `S` stages and `n` layers. Memory
-//! needs grow with the range, so the feasible `i` form an interval found the same way.
+//! `cost(i+1..=j)` never increases, so the minimum sits where the two cross. Memory needs grow
+//! with the range, so the feasible `i` form an interval. As `j` grows, the interval's start and
+//! the crossing point both move right only, so two pointers find them and the whole table costs
+//! `O(S · n)` for `S` stages and `n` layers.
 
 /// Per-layer figures the DP needs, with prefix sums for O(1) range queries.
 #[derive(Debug, Clone)]
@@ -126,9 +127,21 @@ fn budget_fits(
 
 /// [`any_split_fits`] for any `fits(stage, first, last)` that stays true when a fitting range
 /// shrinks.
+///
+/// Two greedy passes settle most cases in `O(S + n)` calls of `fits`; the exact `O(S · n)`
+/// pass runs only when they disagree (see [`greedy_reach`]).
 pub fn any_fits_with(n: usize, s: usize, fits: impl Fn(usize, usize, usize) -> bool) -> bool {
     if s == 0 || n < s {
         return false;
+    }
+    // Stages allowed to stay empty: a relaxation, so if even it cannot place every layer,
+    // nothing can.
+    if greedy_reach(n, s, false, &fits) < n {
+        return false;
+    }
+    // Every stage non-empty: a split, so if it places every layer, one fits.
+    if greedy_reach(n, s, true, &fits) == n {
+        return true;
     }
     // prev[j + 1] = number of possible ends of the previous stage among layers 0..=j
     let mut prev = vec![0u32; n + 1];
@@ -153,6 +166,39 @@ pub fn any_fits_with(n: usize, s: usize, fits: impl Fn(usize, usize, usize) -> b
         std::mem::swap(&mut prev, &mut next);
     }
     prev[n] > prev[n - 1]
+}
+
+/// How many layers (a prefix) `s` stages place when each, in order, takes as many of the next
+/// layers as fit it, in `O(S + n)` calls of `fits`.
+///
+/// - `non_empty = false`: stages may be empty. Because a fitting range's sub-ranges fit, no
+///   placement (empty stages allowed) covers a longer prefix, so a result below `n` proves
+///   that no split fits.
+/// - `non_empty = true`: every stage takes at least one layer and leaves one for each stage
+///   after it, stopping at the first stage that cannot; `n` means the greedy found a split
+///   that fits (a smaller result proves nothing).
+fn greedy_reach(
+    n: usize,
+    s: usize,
+    non_empty: bool,
+    fits: &impl Fn(usize, usize, usize) -> bool,
+) -> usize {
+    let mut next = 0;
+    for k in 0..s {
+        let cap = if non_empty { n - (s - 1 - k) } else { n };
+        let mut end = next;
+        while end < cap && fits(k, next, end) {
+            end += 1;
+        }
+        if non_empty && end == next {
+            return next;
+        }
+        next = end;
+        if next == n {
+            break;
+        }
+    }
+    next
 }
 
 /// The split with the smallest bottleneck under the budgets: layer-list entries per stage, and
@@ -188,40 +234,27 @@ pub fn best_split_with(
         }
     }
     for k in 1..s {
+        // Stage k's range is i+1..=j. As j grows, both the smallest fitting i (memory grows
+        // with the range) and the crossing point (the first i where best[k−1][i] reaches the
+        // stage's time) only move right, so two pointers find them in O(n) per stage.
+        let mut i_min = k - 1;
+        let mut cross = k - 1;
         // stage k needs at least one layer, and the stages after it one each
         for j in k..=(n - s + k) {
-            // feasible i: range i+1..=j fits; memory grows as i shrinks, so i ≥ i_min
-            if !fits(k, j, j) {
+            let hi = j - 1;
+            while i_min <= hi && !fits(k, i_min + 1, j) {
+                i_min += 1;
+            }
+            if i_min > hi {
                 continue;
             }
-            let (mut lo, hi) = (k - 1, j - 1);
-            // smallest i in [k-1, j-1] with fits(k, i+1, j)
-            let i_min = {
-                let (mut a, mut b) = (lo, hi);
-                while a < b {
-                    let mid = (a + b) / 2;
-                    if fits(k, mid + 1, j) {
-                        b = mid;
-                    } else {
-                        a = mid + 1;
-                    }
-                }
-                a
-            };
-            lo = lo.max(i_min);
-            // crossing point: first i where best[k-1][i] >= cost(i+1..=j)
-            let (mut a, mut b) = (lo, hi + 1);
-            while a < b {
-                let mid = (a + b) / 2;
-                if best[k - 1][mid] >= time_s(k, mid + 1, j) {
-                    b = mid;
-                } else {
-                    a = mid + 1;
-                }
+            cross = cross.max(i_min);
+            while cross <= hi && best[k - 1][cross] < time_s(k, cross + 1, j) {
+                cross += 1;
             }
             let mut pick = (inf, usize::MAX);
-            for i in [a.saturating_sub(1), a] {
-                if i < lo || i > hi {
+            for i in [cross.saturating_sub(1), cross] {
+                if i < i_min || i > hi {
                     continue;
                 }
                 let v = best[k - 1][i].max(time_s(k, i + 1, j));
@@ -334,6 +367,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The greedy passes alone cannot decide this one: filling stage 0 as far as it goes leaves
+    /// stage 1 a layer it cannot hold, while a smaller stage 0 fits; with stage 2 too small for
+    /// the last two layers, nothing fits.
+    #[test]
+    fn the_exact_pass_decides_when_the_greedy_passes_disagree() {
+        let sums = LayerSums::new(&[1.0; 4], &[1.0, 1.0, 3.0, 1.0], &[0.0; 4]);
+        let mut b = budgets(3, 2.0);
+        b[1].bytes = 1.0;
+        b[2].bytes = 4.0;
+        assert_eq!(
+            greedy_reach(4, 3, false, &|k, f, l| budget_fits(&sums, &b, k, f, l)),
+            4
+        );
+        assert!(greedy_reach(4, 3, true, &|k, f, l| budget_fits(&sums, &b, k, f, l)) < 4);
+        assert!(any_split_fits(&sums, &b));
+        assert_eq!(best_split(&sums, &b).map(|x| x.0), Some(vec![1, 1, 2]));
+        b[2].bytes = 3.5;
+        assert!(!any_split_fits(&sums, &b));
+        assert_eq!(brute(&sums, &b), None);
     }
 
     #[test]

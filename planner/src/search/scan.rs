@@ -1,0 +1,183 @@
+//! The scan: scoring keys in lower-bound order, a fixed-size chunk at a time, until no later
+//! key can enter the shortlist.
+//!
+//! The shortlist holds the overall best few and the best few of each schedule kind (the closed
+//! form's error depends on the schedule, so kinds are compared by simulation, not by it). Kinds
+//! whose candidates are all over [`GIVE_UP_FACTOR`] × the best do not hold the scan up.
+//!
+//! A key's partial-recompute variant costs a second, slower DP, so scoring the key only files
+//! that variant under its own lower bound; the variant is scored when the scan reaches that
+//! bound, which it often never does.
+//!
+//! Chunks are fixed and every decision uses only what earlier chunks found, so the keys scored
+//! do not depend on the thread count.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use autopp_models::Model;
+use autopp_profiler::AnalyticProfile;
+use rayon::prelude::*;
+
+use super::score::{below_memory_floor, KeyScorer};
+use super::{
+    config_of, group_of, shape_of, GroupKey, Key, LayerTable, Scored, SearchOptions,
+    GIVE_UP_FACTOR, PER_KIND,
+};
+use crate::estimate::check_config;
+use crate::schedule::ScheduleKind;
+
+/// Keys scored per parallel chunk.
+const SCORE_CHUNK: usize = 256;
+
+/// What the scan scores next: a key, or a key's partial-recompute variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Variant {
+    Base,
+    Partial,
+}
+
+/// One item of the scan: a lower bound on its closed-form time, seconds, and what it is.
+type Item = (f64, Key, Variant);
+
+fn item_cmp(a: &Item, b: &Item) -> Ordering {
+    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
+}
+
+/// What the scan needs from the search.
+pub(super) struct Scan<'a> {
+    pub model: &'a Model,
+    pub profile: &'a AnalyticProfile,
+    pub opts: &'a SearchOptions,
+    pub tables: &'a HashMap<GroupKey, LayerTable>,
+    /// In-flight micro-batches per rank of a key's schedule shape (`None`: no schedule).
+    pub inflight_of: &'a (dyn Fn(&Key) -> Option<Vec<u32>> + Sync),
+    /// Candidates the shortlist holds besides each kind's quota.
+    pub shortlist: usize,
+}
+
+impl Scan<'_> {
+    /// Scores `bounded` (keys with their lower bounds, in ascending order) until no later item
+    /// can enter the shortlist; `progress(done, total)` is called after each chunk.
+    pub fn run(
+        &self,
+        bounded: &[(f64, Key)],
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Vec<Scored> {
+        let total = bounded.len();
+        let mut next_key = 0;
+        // partial variants waiting for their bound to come up, in ascending order
+        let mut pending: Vec<Item> = Vec::new();
+        let mut scored: Vec<Scored> = Vec::new();
+        let mut fit_times: Vec<f64> = Vec::new();
+        let mut kind_times: HashMap<ScheduleKind, Vec<f64>> = HashMap::new();
+        loop {
+            let cutoff_s = self.cutoff_s(&fit_times, &kind_times);
+            // the next chunk: the smallest items of both queues
+            let mut chunk: Vec<Item> = Vec::with_capacity(SCORE_CHUNK);
+            let mut taken = 0;
+            while chunk.len() < SCORE_CHUNK {
+                let key = bounded
+                    .get(next_key)
+                    .map(|&(bound, key)| (bound, key, Variant::Base));
+                let item = match (key, pending.get(taken)) {
+                    (Some(k), Some(p)) if item_cmp(p, &k).is_lt() => {
+                        taken += 1;
+                        *p
+                    }
+                    (Some(k), _) => {
+                        next_key += 1;
+                        k
+                    }
+                    (None, Some(p)) => {
+                        taken += 1;
+                        *p
+                    }
+                    (None, None) => break,
+                };
+                if item.0 > cutoff_s {
+                    break;
+                }
+                chunk.push(item);
+            }
+            pending.drain(..taken);
+            if chunk.is_empty() {
+                break;
+            }
+            let results: Vec<(Option<Scored>, Option<Item>)> = chunk
+                .par_iter()
+                .map(|&(_, key, variant)| self.score_item(&key, variant))
+                .collect();
+            for (s, later) in results {
+                if let Some(s) = s {
+                    if s.fits {
+                        fit_times.push(s.approx_s);
+                        kind_times
+                            .entry(s.key.schedule)
+                            .or_default()
+                            .push(s.approx_s);
+                    }
+                    scored.push(s);
+                }
+                pending.extend(later);
+            }
+            pending.sort_by(item_cmp);
+            fit_times.sort_by(f64::total_cmp);
+            for t in kind_times.values_mut() {
+                t.sort_by(f64::total_cmp);
+            }
+            progress(next_key, total);
+        }
+        progress(total, total);
+        scored
+    }
+
+    /// What a candidate must beat to enter the shortlist, from what the scan has found so far
+    /// (it only falls as the scan goes on); infinite until the shortlist is full.
+    fn cutoff_s(&self, fit_times: &[f64], kind_times: &HashMap<ScheduleKind, Vec<f64>>) -> f64 {
+        if fit_times.len() < self.shortlist {
+            return f64::INFINITY;
+        }
+        let overall = fit_times[self.shortlist - 1];
+        let give_up = GIVE_UP_FACTOR * fit_times[0];
+        self.opts
+            .limits
+            .schedules
+            .iter()
+            .map(|k| match kind_times.get(k) {
+                Some(t) if t.len() >= PER_KIND => t[PER_KIND - 1],
+                _ => give_up,
+            })
+            .fold(overall, f64::max)
+            .min(give_up.max(overall))
+    }
+
+    /// Scores one item: the key (and files its partial variant for later), or the variant.
+    fn score_item(&self, key: &Key, variant: Variant) -> (Option<Scored>, Option<Item>) {
+        let (profile, opts) = (self.profile, self.opts);
+        let table = &self.tables[&group_of(key)];
+        let m = shape_of(key, opts).3;
+        if variant == Variant::Partial {
+            let scored = self.inflight_of(key).and_then(|q| {
+                KeyScorer::new(profile, opts, key, table, &q, m).and_then(|k| k.partial())
+            });
+            return (scored, None);
+        }
+        if below_memory_floor(profile, opts, key, table)
+            || check_config(self.model, profile, &config_of(key, opts, None)).is_err()
+        {
+            return (None, None);
+        }
+        let Some(inflight) = self.inflight_of(key) else {
+            return (None, None);
+        };
+        match KeyScorer::new(profile, opts, key, table, &inflight, m).and_then(|k| k.base()) {
+            Some((s, bound)) => (Some(s), bound.map(|b| (b, *key, Variant::Partial))),
+            None => (None, None),
+        }
+    }
+
+    fn inflight_of(&self, key: &Key) -> Option<Vec<u32>> {
+        (self.inflight_of)(key)
+    }
+}
