@@ -1,21 +1,21 @@
 //! Peak in-flight micro-batches per rank without generating a schedule of every length.
 //!
-//! The schedules either *saturate* — 1F1B-like orders hold at most a warm-up's worth of
-//! micro-batches, a count that stops growing once `m` exceeds it (for interleaved 1F1B at most
-//! `2·(p−1) + (v−1)·G + 1 < 4·p·v`; for the split-backward schedules, counted from `F` to `W`,
-//! at most `2p − 1` (zb-h2), `2p + 1` (dualpipe-v) or `v·p` (interleaved-zb)) — or hold
-//! *everything*: GPipe and looped BFS run all forwards before any backward, so a rank holds
-//! `v·m`. So the counts at `m` follow from a schedule of about `4·p·v` micro-batches (with
-//! `m`'s remainder modulo `p`): taken as they are when they saturated, scaled by `m / m_small`
-//! when some rank held every one of its `v·m_small` (stage, micro-batch) pairs. A test checks
-//! this against full generation, for every schedule kind.
+//! Most kinds have a closed form (see [`closed_form`]). For the others (ZB-V and DualPipe-V)
+//! the counts *saturate*: the schedules hold at most about `2p + 1` micro-batches, a count that
+//! stops growing once `m` exceeds it. So the counts at `m` follow from a schedule of about
+//! `4·p·v` micro-batches (with `m`'s remainder modulo `p`): taken as they are when they
+//! saturated, scaled by `m / m_small` when some rank held every one of its `v·m_small`
+//! (stage, micro-batch) pairs. A test checks both against full generation, for every kind.
 
-use crate::schedule::{self, resolve_group_size, ScheduleKind, ScheduleSpec};
+use crate::schedule::{self, ScheduleKind, ScheduleSpec};
 
 /// Peak in-flight per rank in closed form, for the kinds whose generator documents it
 /// (`None` for the others, and when the schedule rejects the inputs):
 /// GPipe `m`; 1F1B `min(p − r, m)`; looped BFS `v·m`; interleaved 1F1B `min(w + 1, v·m)` with
-/// `w = min(2·(p − r − 1) + (v − 1)·G, v·m)` warm-up forwards.
+/// `w = min(2·(p − r − 1) + (v − 1)·G, v·m)` warm-up forwards; and the split-backward ranks of
+/// ZB-H1, ZB-H2 and interleaved zero bubble, whose count (`F` to `W`) peaks at
+/// `min(w + d + 1, n)` for `w` warm-up forwards, a `W` delay of `d` and `n` steps (see
+/// [`split_backward_peak`]).
 fn closed_form(kind: ScheduleKind, pp: u64, v: u64, m: u64) -> Option<Option<Vec<u32>>> {
     let spec = ScheduleSpec {
         kind,
@@ -24,7 +24,7 @@ fn closed_form(kind: ScheduleKind, pp: u64, v: u64, m: u64) -> Option<Option<Vec
         num_microbatches: m as usize,
         group_size: None,
     };
-    let group = match resolve_group_size(&spec) {
+    let group = match schedule::check_spec(&spec) {
         Ok(g) => g.map(|g| g as u64),
         Err(_) => return Some(None),
     };
@@ -39,10 +39,29 @@ fn closed_form(kind: ScheduleKind, pp: u64, v: u64, m: u64) -> Option<Option<Vec
             let warmup = (2 * (pp - r - 1) + (v - 1) * g).min(v * m);
             (warmup + 1).min(v * m)
         }),
+        // the generators' warm-ups and delays (zero_bubble.rs, interleaved_zb.rs)
+        (ScheduleKind::ZbH1, _) => Box::new(|r| split_backward_peak(m, pp - r - 1, r)),
+        (ScheduleKind::ZbH2, _) => Box::new(|r| {
+            let extra = m.saturating_sub(pp);
+            let warmup = (pp - r - 1) + (pp - r - 1).min(extra);
+            split_backward_peak(m, warmup, r + r.min(extra))
+        }),
+        (ScheduleKind::InterleavedZb, _) => {
+            Box::new(|r| split_backward_peak(v * m, (v - 1) * pp + pp - r - 1, r))
+        }
         #[allow(unreachable_patterns)]
         _ => return None,
     };
     Some(Some((0..pp).map(|r| per_rank(r) as u32).collect()))
+}
+
+/// Peak in-flight (`+1` at an `F`, `−1` at a `W`) of a rank that runs `warmup` forwards, then
+/// for each of its `n` steps the next forward, an `I` and — from step `delay` on — the oldest
+/// pending `W`. After step `j`'s forward it holds `min(w + j + 1, n) − max(0, j − d)`, which
+/// grows until `j = d` and never grows after, so the peak is `min(w + d + 1, n)` (with
+/// `w = min(warmup, n)`).
+fn split_backward_peak(n: u64, warmup: u64, delay: u64) -> u64 {
+    (warmup.min(n) + delay + 1).min(n)
 }
 
 /// Peak in-flight (stage, micro-batch) activations per rank of `kind` with `pp` ranks, `v`
@@ -106,8 +125,8 @@ mod tests {
     #[test]
     fn truncated_counts_equal_full_generation() {
         for kind in ScheduleKind::ALL {
-            for pp in [1u64, 2, 3, 4] {
-                for v in [1u64, 2, 3] {
+            for pp in [1u64, 2, 3, 4, 5, 8] {
+                for v in [1u64, 2, 3, 4] {
                     for m in 1..=60u64 {
                         let full = schedule::generate(&ScheduleSpec {
                             kind,

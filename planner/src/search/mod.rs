@@ -304,52 +304,51 @@ pub fn search(
             Some(s.split.clone())
         }
     };
-    let mut tiered: Vec<(Option<Estimate>, &Scored)> = chosen
+    // The integer program, for the fastest few partial-recompute candidates near the front (by
+    // closed form): their split and recompute counts chosen jointly, under each rank's whole
+    // budget, replace the DP's when they simulate faster. Solves run beside the simulations.
+    let front_s = chosen
+        .iter()
+        .map(|s| s.approx_s)
+        .fold(f64::INFINITY, f64::min)
+        * GIVE_UP_FACTOR;
+    let to_solve: Vec<usize> = chosen
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.key.partial_recompute && s.key.pp <= PARTIAL_SOLVED_MAX_PP)
+        .take(PARTIAL_SOLVED)
+        .filter(|(_, s)| s.approx_s <= front_s)
+        .map(|(i, _)| i)
+        .collect();
+    // (candidate, solve its integer program): the solves, which take longest, first
+    let tasks: Vec<(usize, bool)> = to_solve
+        .iter()
+        .map(|&i| (i, true))
+        .chain((0..chosen.len()).map(|i| (i, false)))
+        .collect();
+    let results: Vec<(usize, Option<Estimate>)> = tasks
         .par_iter()
-        .map(|s| {
+        .map(|&(i, solve)| {
+            let s = chosen[i];
             let table = &tables[&group_of(&s.key)];
-            let e = if s.key.partial_recompute {
+            let e = if solve {
+                inflight_of(shape_of(&s.key, opts))
+                    .and_then(|q| solve_partial(profile, opts, &s.key, table, &q))
+                    .and_then(|(split, layers)| {
+                        eval.time_and_memory(&s.key, table, Some(split), Some(layers))
+                    })
+            } else if s.key.partial_recompute {
                 let layers = s.recompute_layers.clone();
                 eval.time_and_memory(&s.key, table, Some(s.split.clone()), layers)
             } else {
                 eval.time_and_memory(&s.key, table, first_split(s), None)
             };
-            let e = e.filter(|e| e.result.predicted.fits);
-            (e, *s)
+            (i, e.filter(|e| e.result.predicted.fits))
         })
         .collect();
-    // The integer program, for the fastest few partial-recompute candidates (by closed form)
-    // that are near the front: their split and recompute counts chosen jointly, under each
-    // rank's whole budget, replace the DP's when they simulate faster.
-    let front_s = tiered
-        .iter()
-        .filter_map(|(e, _)| e.as_ref().map(time_of))
-        .fold(f64::INFINITY, f64::min)
-        * GIVE_UP_FACTOR;
-    let to_solve: Vec<usize> = tiered
-        .iter()
-        .enumerate()
-        .filter(|(_, (_, s))| s.key.partial_recompute && s.key.pp <= PARTIAL_SOLVED_MAX_PP)
-        .take(PARTIAL_SOLVED)
-        .filter(|(_, (e, s))| e.as_ref().map_or(s.approx_s, time_of) <= front_s)
-        .map(|(i, _)| i)
-        .collect();
-    let solved: Vec<(usize, Option<Estimate>)> = to_solve
-        .par_iter()
-        .map(|&i| {
-            let key = &tiered[i].1.key;
-            let table = &tables[&group_of(key)];
-            let e = inflight_of(shape_of(key, opts))
-                .and_then(|q| solve_partial(profile, opts, key, table, &q))
-                .and_then(|(split, layers)| {
-                    eval.time_and_memory(key, table, Some(split), Some(layers))
-                })
-                .filter(|e| e.result.predicted.fits);
-            (i, e)
-        })
-        .collect();
-    let mut simulated = chosen.len() + solved.len();
-    for (i, e) in solved {
+    let mut simulated = results.len();
+    let mut tiered: Vec<(Option<Estimate>, &Scored)> = chosen.iter().map(|s| (None, *s)).collect();
+    for (i, e) in results {
         let slot = &mut tiered[i].0;
         if e.as_ref()
             .is_some_and(|e| slot.as_ref().is_none_or(|d| time_of(e) < time_of(d)))
@@ -622,8 +621,9 @@ pub(crate) const GIVE_UP_FACTOR: f64 = 1.05;
 pub(crate) const PER_KIND: usize = 6;
 
 /// Shortlisted partial-recompute configurations (the fastest by closed form, and only those
-/// within [`GIVE_UP_FACTOR`] of the fastest simulated plan) whose split and recompute counts the
-/// integer program chooses (the others keep the DP's); each solve takes milliseconds.
+/// within [`GIVE_UP_FACTOR`] of the shortlist's fastest closed form) whose split and recompute
+/// counts the integer program chooses (the others keep the DP's); each solve takes up to a few
+/// milliseconds, beside the simulations.
 const PARTIAL_SOLVED: usize = 4;
 /// Pipelines longer than this keep the DP's partial recompute: the integer program's branch
 /// and bound grows too slow for the planner's budget (`microlp` needs seconds at 32 ranks).

@@ -345,6 +345,14 @@ fn validate_split_backward(spec: &ScheduleSpec) -> Result<(), ScheduleError> {
     }
 }
 
+/// Checks, without generating it, that `spec.kind` supports `spec`'s inputs (the rules of the
+/// [module docs](self)); the group size of interleaved 1F1B as [`resolve_group_size`] gives it.
+pub fn check_spec(spec: &ScheduleSpec) -> Result<Option<usize>, ScheduleError> {
+    let group_size = resolve_group_size(spec)?;
+    validate_split_backward(spec)?;
+    Ok(group_size)
+}
+
 /// Generates the per-rank lists of `spec.kind`, after checking that the schedule supports
 /// `spec`'s inputs (see the [module docs](self) for the rules).
 ///
@@ -356,8 +364,7 @@ fn validate_split_backward(spec: &ScheduleSpec) -> Result<(), ScheduleError> {
 /// assert_eq!(text, ["1F0", "1B0", "1F1", "1B1", "1F2", "1B2"]);
 /// ```
 pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, ScheduleError> {
-    let group_size = resolve_group_size(spec)?;
-    validate_split_backward(spec)?;
+    let group_size = check_spec(spec)?;
     let (p, v, m) = (spec.pp, spec.virtual_stages, spec.num_microbatches);
     Ok(match (spec.kind, group_size) {
         (ScheduleKind::Gpipe, _) => gpipe::gpipe(p, m),
