@@ -1,4 +1,4 @@
-//! Search time of `autopp plan` on the reference problems.
+//! Search time of `autopp plan` on the reference problems (`cargo bench --bench planner`).
 
 use autopp_models::load;
 use autopp_planner::schedule::ScheduleKind;
@@ -7,6 +7,10 @@ use autopp_planner::Framework;
 use autopp_planner::DEFAULT_MEMORY_RESERVE_BYTES;
 use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
 use criterion::{criterion_group, criterion_main, Criterion};
+
+/// The binary's allocator (see `src/main.rs`), so the bench measures what `autopp plan` runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn case(c: &mut Criterion, name: &str, model: &str, gpu: &str, gpus: u64, batch: Option<u64>) {
     let model = load(model).expect("preset");
@@ -61,14 +65,17 @@ fn planner(c: &mut Criterion) {
         16384,
         Some(2048),
     );
-    case(
-        c,
-        "plan llama3-8b 32 h100-sxm",
-        "llama3-8b",
-        "h100-sxm",
-        32,
-        None,
-    );
+    // the 32-GPU presets that fit (the others exit at the memory floor)
+    for model in ["llama2-70b", "llama3-8b", "llama3-70b"] {
+        case(
+            c,
+            &format!("plan {model} 32 h100-sxm"),
+            model,
+            "h100-sxm",
+            32,
+            None,
+        );
+    }
 }
 
 criterion_group! {

@@ -222,6 +222,20 @@ pub fn evaluate_scheduled(
     detail: Detail,
     sched: Arc<Schedule>,
 ) -> Result<Estimate, PlanError> {
+    let flops = model.model_flops_per_sequence()?;
+    evaluate_scheduled_with_flops(model, profile, c, layers, detail, sched, flops)
+}
+
+/// [`evaluate_scheduled`] given the model's FLOPs per sequence (the search computes them once).
+pub(crate) fn evaluate_scheduled_with_flops(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: &[LayerCost],
+    detail: Detail,
+    sched: Arc<Schedule>,
+    model_flops_per_sequence: f64,
+) -> Result<Estimate, PlanError> {
     let cluster = &profile.cluster;
     let kinds: Vec<LayerKind> = layers.iter().map(|l| l.kind).collect();
     let num_stages = c.num_stages() as usize;
@@ -442,7 +456,7 @@ pub fn evaluate_scheduled(
         optimizer: optimizer_s[tail_rank],
     };
 
-    let flops_per_iteration = model.model_flops_per_sequence()? * c.global_batch_size as f64;
+    let flops_per_iteration = model_flops_per_sequence * c.global_batch_size as f64;
     let gpus = c.num_gpus() as f64;
     let tflops_per_gpu = flops_per_iteration / (iteration_time_s * gpus) / 1e12;
     let capacity = cluster.gpu.memory_bytes;

@@ -9,7 +9,7 @@ use autopp_profiler::AnalyticProfile;
 use super::memo::Memo;
 use super::{config_with, key_of, Key, LayerTable, SearchOptions};
 use crate::config::ParallelConfig;
-use crate::estimate::{evaluate_scheduled, schedule_for, Detail, Estimate};
+use crate::estimate::{evaluate_scheduled_with_flops, schedule_for, Detail, Estimate};
 use crate::schedule::{Schedule, ScheduleKind};
 
 /// A schedule's shape: kind, pipeline ranks, stages per rank, micro-batches.
@@ -22,6 +22,8 @@ pub(crate) struct Evaluator<'a> {
     pub opts: &'a SearchOptions,
     /// Generated schedules by shape (`None`: the generator rejects the shape).
     schedules: Memo<ScheduleShape, Option<Arc<Schedule>>>,
+    /// The model's FLOPs per sequence (`None`: the model cannot say).
+    model_flops_per_sequence: Option<f64>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -32,6 +34,7 @@ impl<'a> Evaluator<'a> {
             profile,
             opts,
             schedules: Memo::default(),
+            model_flops_per_sequence: model.model_flops_per_sequence().ok(),
         }
     }
 
@@ -54,7 +57,17 @@ impl<'a> Evaluator<'a> {
     ) -> Option<Estimate> {
         let c = config_with(key, self.opts, split, recompute_layers);
         let sched = self.schedule(&c)?;
-        evaluate_scheduled(self.model, self.profile, &c, &table.layers, detail, sched).ok()
+        let flops = self.model_flops_per_sequence?;
+        evaluate_scheduled_with_flops(
+            self.model,
+            self.profile,
+            &c,
+            &table.layers,
+            detail,
+            sched,
+            flops,
+        )
+        .ok()
     }
 
     /// Iteration time and memory of a key with a split (the search's inner loop).

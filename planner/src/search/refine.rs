@@ -15,7 +15,7 @@ const EXHAUSTIVE_SPLITS: u64 = 512;
 /// Simulations [`refine`] may spend hill-climbing one plan.
 const REFINE_BUDGET: usize = 160;
 /// Schedule actions [`refine`] may simulate for one plan (bounds its time on long pipelines).
-const REFINE_ACTION_BUDGET: u64 = 400_000;
+const REFINE_ACTION_BUDGET: u64 = 200_000;
 
 /// `C(n, k)`, saturating.
 fn binomial(n: u64, k: u64) -> u64 {
