@@ -196,7 +196,8 @@ pub fn evaluate_layers_with(
     detail: Detail,
 ) -> Result<Estimate, PlanError> {
     let sched = Arc::new(schedule_for(c)?);
-    evaluate_scheduled(model, profile, c, layers, detail, sched)
+    let flops = model.model_flops_per_sequence()?;
+    evaluate_scheduled(model, profile, c, layers, detail, sched, flops)
 }
 
 /// The schedule a configuration runs: its kind, pipeline ranks, stages per rank and
@@ -212,22 +213,10 @@ pub fn schedule_for(c: &ParallelConfig) -> Result<Schedule, PlanError> {
     .map_err(|e| PlanError::Schedule(e.to_string()))
 }
 
-/// [`evaluate_layers_with`] given the configuration's schedule, [`schedule_for`]`(c)` (the
-/// planner generates each schedule shape once and shares it).
+/// [`evaluate_layers_with`] given the configuration's schedule, [`schedule_for`]`(c)`, and the
+/// model's FLOPs per sequence, [`Model::model_flops_per_sequence`] (the planner computes both
+/// once per search and shares them).
 pub fn evaluate_scheduled(
-    model: &Model,
-    profile: &AnalyticProfile,
-    c: &ParallelConfig,
-    layers: &[LayerCost],
-    detail: Detail,
-    sched: Arc<Schedule>,
-) -> Result<Estimate, PlanError> {
-    let flops = model.model_flops_per_sequence()?;
-    evaluate_scheduled_with_flops(model, profile, c, layers, detail, sched, flops)
-}
-
-/// [`evaluate_scheduled`] given the model's FLOPs per sequence (the search computes them once).
-pub(crate) fn evaluate_scheduled_with_flops(
     model: &Model,
     profile: &AnalyticProfile,
     c: &ParallelConfig,

@@ -9,7 +9,7 @@ use autopp_profiler::AnalyticProfile;
 use super::memo::Memo;
 use super::{config_with, key_of, Key, LayerTable, SearchOptions};
 use crate::config::ParallelConfig;
-use crate::estimate::{evaluate_scheduled_with_flops, schedule_for, Detail, Estimate};
+use crate::estimate::{evaluate_scheduled, schedule_for, Detail, Estimate};
 use crate::schedule::{Schedule, ScheduleKind};
 
 /// A schedule's shape: kind, pipeline ranks, stages per rank, micro-batches.
@@ -58,7 +58,7 @@ impl<'a> Evaluator<'a> {
         let c = config_with(key, self.opts, split, recompute_layers);
         let sched = self.schedule(&c)?;
         let flops = self.model_flops_per_sequence?;
-        evaluate_scheduled_with_flops(
+        evaluate_scheduled(
             self.model,
             self.profile,
             &c,

@@ -1,6 +1,6 @@
 //! Peak in-flight micro-batches per rank without generating a schedule of every length.
 //!
-//! Most kinds have a closed form (see [`closed_form`]). For the others (ZB-V and DualPipe-V)
+//! Most kinds have a closed form (`closed_form`). For the others (ZB-V and DualPipe-V)
 //! the counts *saturate*: the schedules hold at most about `2p + 1` micro-batches, a count that
 //! stops growing once `m` exceeds it. So the counts at `m` follow from a schedule of about
 //! `4·p·v` micro-batches (with `m`'s remainder modulo `p`): taken as they are when they

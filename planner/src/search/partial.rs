@@ -293,7 +293,7 @@ pub(crate) fn solve(p: &Problem<'_>, which: IlpSolver) -> Option<Answer> {
     }
 }
 
-/// The integer-programming solver behind [`solve`].
+/// The integer-programming solver of the partial-recompute program (`partial::solve`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum IlpSolver {
     /// `microlp`, pure Rust (every build).

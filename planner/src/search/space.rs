@@ -27,7 +27,7 @@ pub struct Key {
     /// Recompute mode (of the layers not fully recomputed, with `partial_recompute`).
     pub recompute: Recompute,
     /// Some transformer layers are fully recomputed, how many on each stage chosen with the
-    /// split (see [`super::partial`]); the others use `recompute`.
+    /// split (see `search::partial`); the others use `recompute`.
     pub partial_recompute: bool,
     /// Sequence parallelism.
     pub sequence_parallel: bool,

@@ -129,7 +129,7 @@ fn budget_fits(
 /// shrinks.
 ///
 /// Two greedy passes settle most cases in `O(S + n)` calls of `fits`; the exact `O(S · n)`
-/// pass runs only when they disagree (see [`greedy_reach`]).
+/// pass runs only when they disagree (see `greedy_reach`).
 pub fn any_fits_with(n: usize, s: usize, fits: impl Fn(usize, usize, usize) -> bool) -> bool {
     if s == 0 || n < s {
         return false;
