@@ -176,6 +176,9 @@ print("Activations, input gradients and the optimizer are fp32. Weight gradients
       "sums `--check` finds the pipelined weights equal to single-worker training's to the last "
       "bit in every case of the acceptance matrix (max_rel_err ~1e-16, from the loss's summation "
       "order).")
+print()
+# hand-written: the CUDA backend has no measurements yet
+print(open("scripts/executor-docs-cuda.md").read(), end="")
 PY
 rm -rf "$bench" "$runs"
 echo "wrote docs/executor.md"

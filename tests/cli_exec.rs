@@ -314,29 +314,87 @@ fn the_mpi_transport_needs_the_mpi_feature() {
     );
 }
 
-/// `--backend cuda` without a GPU (or without the `cuda` feature) is one clear line, exit 2.
+/// GPUs this test process sees: `None` in a build without CUDA or without a driver.
+fn gpus() -> Option<usize> {
+    #[cfg(feature = "cuda")]
+    {
+        autopp_profiler::device::cuda::device_count().ok()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        None
+    }
+}
+
+const CUDA_RUN: [&str; 14] = [
+    "exec",
+    "tiny-gpt",
+    "--pp",
+    "2",
+    "--microbatches",
+    "2",
+    "--mbs",
+    "1",
+    "--schedule",
+    "1f1b",
+    "--seq-len",
+    "16",
+    "--backend",
+    "cuda",
+];
+
+/// `--backend cuda` without a GPU (or without the `cuda` feature) is one clear line, exit 2;
+/// with a GPU it trains, GEMMs on cuBLAS, and passes `--check`.
 #[test]
 fn the_cuda_backend_without_a_gpu_is_one_line() {
-    let needle = if cfg!(feature = "cuda") {
-        "--backend cuda: "
-    } else {
-        "--features cuda"
-    };
+    match gpus() {
+        Some(n) if n > 0 => {
+            let mut args = CUDA_RUN.to_vec();
+            args.extend(["--steps", "2", "--check"]);
+            let out = stdout(&args);
+            assert!(
+                out.contains("GEMMs on cuBLAS") && out.contains("PASSED"),
+                "{out}"
+            );
+        }
+        _ => {
+            let needle = if cfg!(feature = "cuda") {
+                "--backend cuda: "
+            } else {
+                "--features cuda"
+            };
+            fails_with(&CUDA_RUN, needle);
+        }
+    }
+}
+
+/// `--transport nccl` needs a CUDA build, `--backend cuda` and a GPU per rank, and says which
+/// is missing in one line; with two GPUs it trains over NCCL and passes `--check`.
+#[test]
+fn the_cuda_backend_over_nccl_runs_or_says_why_not() {
+    let mut args = CUDA_RUN.to_vec();
+    args.extend(["--transport", "nccl"]);
+    let mut cpu = args.clone();
+    cpu[13] = "cpu";
+    if !cfg!(feature = "cuda") {
+        fails_with(&args, "--features cuda");
+        fails_with(&cpu, "--features cuda");
+        return;
+    }
     fails_with(
-        &[
-            "exec",
-            "tiny-gpt",
-            "--pp",
-            "2",
-            "--microbatches",
-            "2",
-            "--mbs",
-            "1",
-            "--schedule",
-            "1f1b",
-            "--backend",
-            "cuda",
-        ],
-        needle,
+        &cpu,
+        "--transport nccl: NCCL moves tensors between GPUs; add --backend cuda",
     );
+    match gpus() {
+        Some(n) if n >= 2 => {
+            args.extend(["--steps", "2", "--check"]);
+            let out = stdout(&args);
+            assert!(
+                out.contains("NCCL between GPUs") && out.contains("PASSED"),
+                "{out}"
+            );
+        }
+        Some(_) => fails_with(&args, "use --transport threads"),
+        None => fails_with(&args, "--backend cuda: "),
+    }
 }

@@ -9,6 +9,7 @@ use autopp_planner::schedule::{check, Schedule};
 use autopp_planner::split::{check_split, default_split};
 use serde::Serialize;
 
+use crate::backend::Backend;
 use crate::error::ExecError;
 
 /// The most parameters the executor accepts: it runs fp32 on the CPU and is meant for small
@@ -113,6 +114,8 @@ pub struct ExecConfig {
     pub recv_timeout_s: f64,
     /// A failure to inject on purpose (tests of failure handling); `None` runs normally.
     pub inject_failure: Option<InjectedFailure>,
+    /// Where the GEMMs run (the CPU unless set).
+    pub backend: Backend,
 }
 
 impl ExecConfig {
@@ -155,6 +158,7 @@ impl ExecConfig {
             optimizer: AdamWConfig::default(),
             recv_timeout_s: 60.0,
             inject_failure: None,
+            backend: Backend::Cpu,
         };
         cfg.validate()?;
         Ok(cfg)

@@ -1,8 +1,9 @@
 //! # autopp-executor
 //!
 //! Runs a schedule IR for real: one worker thread per rank (`pp × dp`) executing its action
-//! list over the profiler's device layer — fp32 CPU layers with explicit forward /
-//! backward-input / backward-weight, an in-process [`Transport`] between ranks — with saved
+//! list over the profiler's device layer — fp32 layers with explicit forward /
+//! backward-input / backward-weight, their GEMMs on the CPU or (feature `cuda`, [`Backend`])
+//! cuBLAS, an in-process [`Transport`] between ranks (or NCCL: `run_nccl`) — with saved
 //! activations per (stage, micro-batch), gradients accumulated over micro-batches and scaled as
 //! one full-batch step, a data-parallel all-reduce, and AdamW. [`check`] trains the same model
 //! on one worker with the whole batch at once and compares losses and weights.
@@ -30,6 +31,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backend;
 mod barrier;
 pub mod check;
 pub mod config;
@@ -45,6 +47,9 @@ pub mod stage;
 pub mod trace;
 mod worker;
 
+#[cfg(feature = "cuda")]
+pub use backend::run_nccl;
+pub use backend::Backend;
 pub use check::{compare, train_single_worker, CheckReport, Reference};
 pub use config::{AdamWConfig, ExecConfig, InjectedFailure, MAX_PARAMS};
 pub use error::ExecError;

@@ -63,6 +63,18 @@ pub fn run_rank<T: Transport>(
         world_sync: true,
         epoch: Instant::now(),
     };
+    let gpus = crate::backend::gpus(cfg.backend)?;
+    let _engine =
+        crate::backend::EngineGuard::install(cfg.backend, rank, gpus).map_err(|message| {
+            ExecError::Rank {
+                rank,
+                replica: rank / cfg.pp(),
+                pp_rank: rank % cfg.pp(),
+                step: 1,
+                action: None,
+                message,
+            }
+        })?;
     let mut w = Worker::new(&shared, &mut *transport);
     let (replica, pp_rank) = w.position();
     let mut steps = Vec::with_capacity(cfg.steps);

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use autopp_profiler::device::{Abort, InProcess, Tensor, Transport};
 use serde::Serialize;
 
+use crate::backend::{self, EngineGuard};
 use crate::barrier::Barrier;
 use crate::config::ExecConfig;
 use crate::data::SyntheticData;
@@ -120,8 +121,26 @@ pub fn run(
     on_step: &mut dyn FnMut(StepSummary),
 ) -> Result<ExecReport, ExecError> {
     cfg.validate()?;
-    let world = cfg.world_size();
     let abort = Abort::new();
+    let endpoints = InProcess::world_with_abort(
+        cfg.world_size(),
+        Duration::from_secs_f64(cfg.recv_timeout_s),
+        &abort,
+    );
+    run_world(cfg, endpoints, abort, on_step)
+}
+
+/// [`run`] over any transport: `endpoints` (rank `i` at index `i`) share the world's `abort`
+/// switch, which a failing rank sets.
+pub(crate) fn run_world<T: Transport + Send>(
+    cfg: &ExecConfig,
+    endpoints: Vec<T>,
+    abort: Abort,
+    on_step: &mut dyn FnMut(StepSummary),
+) -> Result<ExecReport, ExecError> {
+    cfg.validate()?;
+    let world = cfg.world_size();
+    let gpus = backend::gpus(cfg.backend)?;
     let shared = Shared {
         cfg,
         data: SyntheticData::new(cfg.seed, cfg.model.vocab_size as usize, cfg.seq_len()),
@@ -130,8 +149,6 @@ pub fn run(
         world_sync: false,
         epoch: Instant::now(),
     };
-    let endpoints =
-        InProcess::world_with_abort(world, Duration::from_secs_f64(cfg.recv_timeout_s), &abort);
     let (tx, rx) = mpsc::channel::<Report>();
     let mut per_step: Vec<Vec<Option<RankStep>>> = vec![vec![None; world]; cfg.steps];
     // the root cause, and whether it is only a consequence of another failure
@@ -144,7 +161,7 @@ pub fn run(
             let rank = t.rank();
             let spawned = std::thread::Builder::new()
                 .name(format!("{RANK_THREAD_PREFIX}{rank}"))
-                .spawn_scoped(scope, move || rank_thread(shared, t, &tx));
+                .spawn_scoped(scope, move || rank_thread(shared, t, gpus, &tx));
             match spawned {
                 Ok(h) => handles.push(Some(h)),
                 Err(e) => {
@@ -223,14 +240,33 @@ pub fn run(
 
 /// One rank's thread: every step, reporting each to the coordinator; on a failure or a panic
 /// it aborts the world, reports the error and stops.
-fn rank_thread(
+fn rank_thread<T: Transport>(
     shared: &Shared<'_>,
-    transport: InProcess,
+    transport: T,
+    gpus: usize,
     tx: &mpsc::Sender<Report>,
 ) -> Option<(usize, usize, Vec<Stage>)> {
     let cfg = shared.cfg;
+    let rank = transport.rank();
+    let (replica, pp_rank) = (rank / cfg.pp(), rank % cfg.pp());
+    // the engine outlives the worker, whose transport may still wait for its last sends
+    let _engine = match EngineGuard::install(cfg.backend, rank, gpus) {
+        Ok(g) => g,
+        Err(message) => {
+            shared.abort_all();
+            let e = ExecError::Rank {
+                rank,
+                replica,
+                pp_rank,
+                step: 1,
+                action: None,
+                message,
+            };
+            let _ = tx.send((rank, 0, Err((e, false))));
+            return None;
+        }
+    };
     let mut w = Worker::new(shared, transport);
-    let (rank, (replica, pp_rank)) = (w.rank(), w.position());
     for step in 0..cfg.steps {
         let r = match catch_unwind(AssertUnwindSafe(|| w.run_step(step))) {
             Ok(Ok(s)) => Ok(s),

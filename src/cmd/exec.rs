@@ -5,7 +5,9 @@
 use std::io::IsTerminal;
 
 use anyhow::{bail, Context, Result};
-use autopp_executor::{check, run, trace, ExecConfig, ExecReport, InjectedFailure, StepSummary};
+use autopp_executor::{
+    check, run, trace, Backend, ExecConfig, ExecReport, InjectedFailure, StepSummary,
+};
 use autopp_models::{Model, Recompute};
 use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
 use autopp_planner::PlanFile;
@@ -17,7 +19,8 @@ use super::common::{load_model, secs, write_atomic};
 /// Train a small model (such as tiny-gpt) on the CPU with a pipeline schedule: one thread per
 /// rank, real activations and gradients between them, AdamW; report losses, step times, the
 /// measured bubble and peak activation memory per rank next to the simulator's prediction.
-/// The global batch is microbatches × mbs × dp sequences of synthetic, learnable data.
+/// The global batch is microbatches × mbs × dp sequences of synthetic, learnable data. With
+/// --backend cuda (a build with `--features cuda`) the GEMMs run on NVIDIA GPUs.
 ///
 /// Example: autopp exec tiny-gpt --pp 2 --microbatches 8 --mbs 2 --schedule 1f1b --check
 #[derive(Args, Debug)]
@@ -88,48 +91,62 @@ pub struct ExecArgs {
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     pub json: bool,
-    /// How ranks run and talk: threads of this process, or one process per rank under
-    /// `mpirun -np <pp × dp>` (needs a build with `--features mpi`; rank 0 prints the report).
+    /// How ranks run and talk: threads of this process with in-process channels; one process
+    /// per rank under `mpirun -np <pp × dp>` (needs a build with `--features mpi`; rank 0
+    /// prints the report); or threads with one GPU each, tensors moving between GPUs over NCCL
+    /// (needs `--backend cuda` and pp × dp GPUs).
     #[arg(long, value_enum, default_value_t = TransportKind::Threads)]
     pub transport: TransportKind,
-    /// Where the layers run: this machine's CPU, or an NVIDIA GPU (needs a build with
-    /// `--features cuda`; the CUDA layers are not implemented yet, so today it only finds the
-    /// GPU and says so).
+    /// Where the GEMMs run: this machine's CPU, or NVIDIA GPUs through cuBLAS (rank r on GPU
+    /// r mod GPUs; needs a build with `--features cuda`). Everything else — norms, softmax,
+    /// the loss, AdamW — runs on the CPU either way, and --check compares with CPU training.
     #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
     pub backend: BackendKind,
 }
 
-/// Where the layers of `exec` run.
+/// Where the GEMMs of `exec` run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
-    /// fp32 layers on the CPU, one thread per rank.
+    /// faer on the CPU, one thread per rank.
     Cpu,
-    /// An NVIDIA GPU through CUDA.
+    /// cuBLAS on NVIDIA GPUs through CUDA.
     Cuda,
 }
 
-/// Refuses `--backend cuda` in one line: no GPU, or no CUDA layers yet.
+/// Refuses what this build or machine cannot run, in one line; with `--backend cuda`, the
+/// name of GPU 0.
 #[cfg(feature = "cuda")]
-fn check_backend(backend: BackendKind) -> Result<()> {
-    if backend == BackendKind::Cuda {
-        match autopp_profiler::device::cuda::device_name(0) {
-            Err(e) => bail!("--backend cuda: {e}; use --backend cpu"),
-            Ok(name) => bail!(
-                "--backend cuda: found {name}, but the executor's CUDA layers (cuBLAS GEMMs, NCCL transport) are not implemented yet; use --backend cpu"
-            ),
+fn check_backend(args: &ExecArgs) -> Result<Option<String>> {
+    use autopp_profiler::device::cuda;
+    if args.transport == TransportKind::Nccl {
+        if args.backend != BackendKind::Cuda {
+            bail!("--transport nccl: NCCL moves tensors between GPUs; add --backend cuda");
         }
+        // before the first CUDA call, while this is the only thread
+        cuda::prefer_eager_module_loading();
     }
-    Ok(())
+    if args.backend == BackendKind::Cuda {
+        return match cuda::device_name(0) {
+            Err(e) => bail!("--backend cuda: {e}; use --backend cpu"),
+            Ok(name) => Ok(Some(name)),
+        };
+    }
+    Ok(None)
 }
 
 #[cfg(not(feature = "cuda"))]
-fn check_backend(backend: BackendKind) -> Result<()> {
-    if backend == BackendKind::Cuda {
+fn check_backend(args: &ExecArgs) -> Result<Option<String>> {
+    if args.backend == BackendKind::Cuda {
         bail!(
             "--backend cuda: this autopp was built without CUDA; build it with `cargo build --release --features cuda`"
         );
     }
-    Ok(())
+    if args.transport == TransportKind::Nccl {
+        bail!(
+            "--transport nccl: this autopp was built without CUDA; build it with `cargo build --release --features cuda` and add --backend cuda"
+        );
+    }
+    Ok(None)
 }
 
 /// How the ranks of `exec` run.
@@ -140,6 +157,31 @@ pub enum TransportKind {
     /// One process per rank (MPI): pipeline neighbours send point-to-point, data-parallel
     /// groups all-reduce in their own communicators.
     Mpi,
+    /// One thread per rank, each on its own GPU: NCCL between GPUs (needs --backend cuda).
+    Nccl,
+}
+
+/// Runs `cfg` over NCCL, one GPU per rank.
+#[cfg(feature = "cuda")]
+fn run_nccl(cfg: &ExecConfig, on_step: &mut dyn FnMut(StepSummary)) -> Result<ExecReport> {
+    Ok(autopp_executor::run_nccl(cfg, on_step)?)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_nccl(_cfg: &ExecConfig, _on_step: &mut dyn FnMut(StepSummary)) -> Result<ExecReport> {
+    bail!("--transport nccl: this autopp was built without CUDA")
+}
+
+/// The executor's backend for the flag.
+fn backend(kind: BackendKind) -> Backend {
+    match kind {
+        BackendKind::Cpu => Backend::Cpu,
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => Backend::Cuda,
+        // refused by `check_backend` in a build without CUDA
+        #[cfg(not(feature = "cuda"))]
+        BackendKind::Cuda => Backend::Cpu,
+    }
 }
 
 /// Runs this process's rank under MPI; `None` on ranks other than 0. On a failure it prints
@@ -269,8 +311,9 @@ fn quiet_rank_panics() {
 
 /// Runs `autopp exec`.
 pub fn run_exec(args: &ExecArgs) -> Result<()> {
-    check_backend(args.backend)?;
-    let cfg = config(args)?;
+    let gpu = check_backend(args)?;
+    let mut cfg = config(args)?;
+    cfg.backend = backend(args.backend);
     quiet_rank_panics();
     let bar = (std::io::stderr().is_terminal() && !args.json).then(|| {
         let b = indicatif::ProgressBar::new(cfg.steps as u64);
@@ -291,6 +334,7 @@ pub fn run_exec(args: &ExecArgs) -> Result<()> {
             Some(r) => r,
             None => return Ok(()), // not rank 0: rank 0 reports
         },
+        TransportKind::Nccl => run_nccl(&cfg, &mut on_step)?,
     };
     if let Some(b) = &bar {
         b.finish_and_clear();
@@ -322,6 +366,8 @@ pub fn run_exec(args: &ExecArgs) -> Result<()> {
             "seq_len": cfg.seq_len(),
             "global_batch_size": cfg.global_batch_size(),
             "split": cfg.split,
+            "backend": cfg.backend,
+            "gpu": gpu,
             "losses": report.losses,
             "step_time_s": report.step_time_s,
             "iteration_time_s": report.iteration_time_s,
@@ -346,7 +392,15 @@ pub fn run_exec(args: &ExecArgs) -> Result<()> {
     } else {
         print!(
             "{}",
-            text(&cfg, &report, &lines, flops, checked.as_ref(), args)
+            text(
+                &cfg,
+                &report,
+                &lines,
+                flops,
+                checked.as_ref(),
+                args,
+                gpu.as_deref()
+            )
         );
     }
     if let Some(c) = checked.filter(|c| !c.passed) {
@@ -379,9 +433,10 @@ fn text(
     flops: f64,
     checked: Option<&check::CheckReport>,
     args: &ExecArgs,
+    gpu: Option<&str>,
 ) -> String {
     let mut out = format!(
-        "{} · {} · pp {} · dp {}{} · {} micro-batches of {} × {} tokens · {} {}\n\n",
+        "{} · {} · pp {} · dp {}{} · {} micro-batches of {} × {} tokens · {} {}{}\n\n",
         cfg.model.name,
         cfg.schedule.kind,
         cfg.pp(),
@@ -398,6 +453,11 @@ fn text(
         match args.transport {
             TransportKind::Threads => "threads",
             TransportKind::Mpi => "MPI processes",
+            TransportKind::Nccl => "threads, NCCL between GPUs",
+        },
+        match gpu {
+            Some(name) => format!(" · GEMMs on cuBLAS ({name})"),
+            None => String::new(),
         },
     );
     out.push_str("step   loss      time\n");

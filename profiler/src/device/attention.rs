@@ -5,8 +5,12 @@
 //! columns `n·d..(n+1)·d` of each block, `d = h/heads`). Backward, per sequence and head:
 //! `dP = dO·Vᵀ`, `dV = Pᵀ·dO`, `dS = P ∘ (dP − rowsum(dP ∘ P)) / √d`, `dQ = dS·K`,
 //! `dK = dSᵀ·Q`. The core has no weights, so its backward is all backward-input.
+//!
+//! Each product runs for every head of a sequence in one [`gemm_batched`] call (head `n`'s
+//! blocks are `n·d` columns or `n·s²` elements further on), so a GPU engine gets one call per
+//! sequence instead of one per head.
 
-use super::gemm::{gemm_views, view, view_mut};
+use super::gemm::{gemm_batched, Operand};
 use super::tensor::Tensor;
 
 /// Shape of one attention call: `sequences` sequences of `seq_len` tokens, `heads` heads of
@@ -34,6 +38,17 @@ impl AttentionShape {
     }
 }
 
+/// Head `n`'s `s × d` block of the `Q`, `K` or `V` columns (`which` = 0, 1, 2) of sequence
+/// `b` in `qkv` (`tokens × 3h`), batched over heads.
+fn qkv_block(b: usize, which: usize, s: usize, d: usize, h: usize) -> Operand {
+    Operand::block(b * s * 3 * h + which * h, s, d, 3 * h).batched(d)
+}
+
+/// Head `n`'s `s × s` block of a `heads·s × s` buffer from element `offset`, batched over heads.
+fn square_block(offset: usize, s: usize) -> Operand {
+    Operand::block(offset, s, s, s).batched(s * s)
+}
+
 /// Forward: returns `O` (`tokens × h`) and the probabilities `P` (`b·a·s × s`, zero above the
 /// diagonal), which the backward needs.
 pub fn forward(qkv: &Tensor, shape: AttentionShape) -> (Tensor, Tensor) {
@@ -49,20 +64,29 @@ pub fn forward(qkv: &Tensor, shape: AttentionShape) -> (Tensor, Tensor) {
     let mut out = Tensor::zeros(sequences * s, h);
     let mut probs = Tensor::zeros(sequences * heads * s, s);
     for b in 0..sequences {
-        let base = b * s * 3 * h;
+        let (q, k, v) = (
+            qkv_block(b, 0, s, d, h),
+            qkv_block(b, 1, s, d, h),
+            qkv_block(b, 2, s, d, h),
+        );
+        let p0 = b * heads * s * s;
+        let p = square_block(p0, s);
+        // S = Q·Kᵀ, every head
+        gemm_batched(
+            probs.data_mut(),
+            p,
+            qkv.data(),
+            q,
+            qkv.data(),
+            k.t(),
+            heads,
+            false,
+        );
         for n in 0..heads {
-            let q = view(qkv.data(), base + n * d, s, d, 3 * h);
-            let k = view(qkv.data(), base + h + n * d, s, d, 3 * h);
-            let p_off = (b * heads + n) * s * s;
-            gemm_views(
-                view_mut(probs.data_mut(), p_off, s, s, s),
-                q,
-                k.transpose(),
-                false,
-            );
-            let p = &mut probs.data_mut()[p_off..p_off + s * s];
+            let at = p0 + n * s * s;
+            let pn = &mut probs.data_mut()[at..at + s * s];
             for i in 0..s {
-                let row = &mut p[i * s..(i + 1) * s];
+                let row = &mut pn[i * s..(i + 1) * s];
                 let max = row[..=i]
                     .iter()
                     .fold(f32::NEG_INFINITY, |m, &x| m.max(x * scale));
@@ -75,15 +99,19 @@ pub fn forward(qkv: &Tensor, shape: AttentionShape) -> (Tensor, Tensor) {
                 row[..=i].iter_mut().for_each(|x| *x *= inv);
                 row[i + 1..].fill(0.0);
             }
-            let v = view(qkv.data(), base + 2 * h + n * d, s, d, 3 * h);
-            let pv = view(probs.data(), p_off, s, s, s);
-            gemm_views(
-                view_mut(out.data_mut(), b * s * h + n * d, s, d, h),
-                pv,
-                v,
-                false,
-            );
         }
+        // O = P·V into head n's columns of the sequence's rows
+        let o = Operand::block(b * s * h, s, d, h).batched(d);
+        gemm_batched(
+            out.data_mut(),
+            o,
+            probs.data(),
+            p,
+            qkv.data(),
+            v,
+            heads,
+            false,
+        );
     }
     (out, probs)
 }
@@ -99,54 +127,73 @@ pub fn backward(qkv: &Tensor, probs: &Tensor, dout: &Tensor, shape: AttentionSha
     let h = shape.hidden();
     let scale = 1.0 / (d as f32).sqrt();
     let mut dqkv = Tensor::zeros(sequences * s, 3 * h);
-    let mut ds = Tensor::zeros(s, s);
+    // dP, then dS, of every head of one sequence
+    let mut ds = Tensor::zeros(heads * s, s);
+    let dsb = square_block(0, s);
     for b in 0..sequences {
-        let base = b * s * 3 * h;
+        let (q, k, v) = (
+            qkv_block(b, 0, s, d, h),
+            qkv_block(b, 1, s, d, h),
+            qkv_block(b, 2, s, d, h),
+        );
+        let p0 = b * heads * s * s;
+        let p = square_block(p0, s);
+        let dout_b = Operand::block(b * s * h, s, d, h).batched(d);
+        // dP = dO·Vᵀ, then dS in place
+        gemm_batched(
+            ds.data_mut(),
+            dsb,
+            dout.data(),
+            dout_b,
+            qkv.data(),
+            v.t(),
+            heads,
+            false,
+        );
         for n in 0..heads {
-            let q = view(qkv.data(), base + n * d, s, d, 3 * h);
-            let k = view(qkv.data(), base + h + n * d, s, d, 3 * h);
-            let v = view(qkv.data(), base + 2 * h + n * d, s, d, 3 * h);
-            let p_off = (b * heads + n) * s * s;
-            let p = view(probs.data(), p_off, s, s, s);
-            let dout_v = view(dout.data(), b * s * h + n * d, s, d, h);
-            // dP = dO·Vᵀ, then dS in place
-            gemm_views(
-                view_mut(ds.data_mut(), 0, s, s, s),
-                dout_v,
-                v.transpose(),
-                false,
-            );
-            let pd = &probs.data()[p_off..p_off + s * s];
+            let pd = &probs.data()[p0 + n * s * s..p0 + (n + 1) * s * s];
             for i in 0..s {
                 let prow = &pd[i * s..(i + 1) * s];
-                let drow = ds.row_mut(i);
+                let drow = ds.row_mut(n * s + i);
                 let dot: f32 = prow[..=i].iter().zip(&drow[..=i]).map(|(a, b)| a * b).sum();
                 for (x, &pv) in drow[..=i].iter_mut().zip(&prow[..=i]) {
                     *x = pv * (*x - dot) * scale;
                 }
                 drow[i + 1..].fill(0.0);
             }
-            let dsv = view(ds.data(), 0, s, s, s);
-            // dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q
-            gemm_views(
-                view_mut(dqkv.data_mut(), base + 2 * h + n * d, s, d, 3 * h),
-                p.transpose(),
-                dout_v,
-                false,
-            );
-            gemm_views(
-                view_mut(dqkv.data_mut(), base + n * d, s, d, 3 * h),
-                dsv,
-                k,
-                false,
-            );
-            gemm_views(
-                view_mut(dqkv.data_mut(), base + h + n * d, s, d, 3 * h),
-                dsv.transpose(),
-                q,
-                false,
-            );
         }
+        // dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q
+        let (dq, dk, dv) = (q, k, v);
+        gemm_batched(
+            dqkv.data_mut(),
+            dv,
+            probs.data(),
+            p.t(),
+            dout.data(),
+            dout_b,
+            heads,
+            false,
+        );
+        gemm_batched(
+            dqkv.data_mut(),
+            dq,
+            ds.data(),
+            dsb,
+            qkv.data(),
+            k,
+            heads,
+            false,
+        );
+        gemm_batched(
+            dqkv.data_mut(),
+            dk,
+            ds.data(),
+            dsb.t(),
+            qkv.data(),
+            q,
+            heads,
+            false,
+        );
     }
     dqkv
 }

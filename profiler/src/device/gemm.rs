@@ -1,14 +1,148 @@
-//! Matrix multiplies through `faer`, single-threaded: ranks already use the cores, one thread
-//! each (`docs/executor.md` has the benchmark of `faer`, `gemm` and `matrixmultiply` on
-//! tiny-gpt's shapes that chose `faer`).
+//! Matrix multiplies on the engine the calling thread chose ([`set_thread_engine`]):
+//! - [`Engine::Cpu`] (the default): `faer`, single-threaded — ranks already use the cores, one
+//!   thread each (`docs/executor.md` has the benchmark of `faer`, `gemm` and `matrixmultiply`
+//!   on tiny-gpt's shapes that chose `faer`);
+//! - `Engine::Cuda` (feature `cuda`): cuBLAS on a GPU
+//!   ([`CudaGemm`](super::cuda_gemm::CudaGemm)), copying the operands to the GPU and the
+//!   product back on every call.
+//!
+//! Every GEMM of the layers goes through [`gemm_batched`] (the attention core's per-head
+//! products, one call per sequence for all its heads) or its dense forms [`matmul`],
+//! [`matmul_into`] and [`matmul_tn_acc_f64`].
+
+use std::cell::RefCell;
 
 use faer::{Accum, MatMut, MatRef, Par};
 
 use super::tensor::{Tensor, Tensor64};
 
+/// One operand of a (batched) GEMM over a row-major buffer of f32: matrix `i` of the batch is
+/// the `rows × cols` block starting at element `offset + i·batch_stride`, with consecutive rows
+/// `row_stride` elements apart (column stride 1); the product uses it transposed when
+/// `transpose` is set. `rows` and `cols` are the stored shape, before any transpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operand {
+    /// Element index of the first matrix's first element.
+    pub offset: usize,
+    /// Stored rows.
+    pub rows: usize,
+    /// Stored columns.
+    pub cols: usize,
+    /// Elements between the starts of consecutive rows (at least `cols` when `rows > 1`).
+    pub row_stride: usize,
+    /// Elements between the starts of consecutive matrices of the batch.
+    pub batch_stride: usize,
+    /// Use the matrix transposed.
+    pub transpose: bool,
+}
+
+impl Operand {
+    /// The `rows × cols` block at `offset` with rows `row_stride` apart, not transposed, the
+    /// same block for every matrix of a batch (see [`Operand::batched`]).
+    pub fn block(offset: usize, rows: usize, cols: usize, row_stride: usize) -> Self {
+        Operand {
+            offset,
+            rows,
+            cols,
+            row_stride,
+            batch_stride: 0,
+            transpose: false,
+        }
+    }
+
+    /// A whole dense row-major tensor.
+    pub fn dense(t: &Tensor) -> Self {
+        Operand::block(0, t.rows(), t.cols(), t.cols().max(1))
+    }
+
+    /// The same operand with matrix `i` of a batch `batch_stride · i` elements further on.
+    pub fn batched(self, batch_stride: usize) -> Self {
+        Operand {
+            batch_stride,
+            ..self
+        }
+    }
+
+    /// The same operand, transposed (again, if it was).
+    pub fn t(self) -> Self {
+        Operand {
+            transpose: !self.transpose,
+            ..self
+        }
+    }
+
+    /// `(rows, cols)` of the matrix the product uses (after the transpose).
+    pub fn shape(&self) -> (usize, usize) {
+        if self.transpose {
+            (self.cols, self.rows)
+        } else {
+            (self.rows, self.cols)
+        }
+    }
+
+    /// One past the last element any of `batch` matrices touches (`offset` when there are
+    /// none).
+    pub fn end(&self, batch: usize) -> usize {
+        if batch == 0 || self.rows == 0 || self.cols == 0 {
+            return self.offset;
+        }
+        self.offset
+            + (batch - 1) * self.batch_stride
+            + (self.rows - 1) * self.row_stride
+            + self.cols
+    }
+
+    /// Leading dimension for a column-major library: the row stride, or the width when there
+    /// is one row (its stride is never used).
+    pub fn leading_dim(&self) -> usize {
+        if self.rows > 1 {
+            self.row_stride
+        } else {
+            self.cols.max(1)
+        }
+    }
+}
+
+/// The engine that runs the calling thread's GEMMs.
+#[derive(Debug, Default)]
+pub enum Engine {
+    /// `faer` on the calling thread.
+    #[default]
+    Cpu,
+    /// cuBLAS on a GPU (feature `cuda`).
+    #[cfg(feature = "cuda")]
+    Cuda(Box<super::cuda_gemm::CudaGemm>),
+}
+
+impl Engine {
+    /// `cpu`, or `cuda:K` for GPU `K`.
+    pub fn name(&self) -> String {
+        match self {
+            Engine::Cpu => "cpu".into(),
+            #[cfg(feature = "cuda")]
+            Engine::Cuda(g) => format!("cuda:{}", g.ordinal()),
+        }
+    }
+}
+
+thread_local! {
+    static ENGINE: RefCell<Engine> = const { RefCell::new(Engine::Cpu) };
+}
+
+/// Makes `engine` run the calling thread's GEMMs from now on and returns the engine it
+/// replaces (drop it to release a GPU). Threads start with [`Engine::Cpu`].
+pub fn set_thread_engine(engine: Engine) -> Engine {
+    ENGINE.with(|e| e.replace(engine))
+}
+
+/// The name of the calling thread's engine (see [`Engine::name`]).
+pub fn thread_engine_name() -> String {
+    ENGINE.with_borrow(Engine::name)
+}
+
 /// A read-only strided view of `rows × cols` elements of `data` starting at `offset`, with
 /// consecutive rows `row_stride` elements apart (column stride 1).
-pub(crate) fn view(
+fn view(
     data: &[f32],
     offset: usize,
     rows: usize,
@@ -23,7 +157,7 @@ pub(crate) fn view(
 /// Built as the transpose of a column-major view: faer 0.24.4's
 /// `MatMut::from_row_major_slice_with_stride_mut` swaps the two strides (it makes a
 /// column-major view while checking row-major bounds) and writes out of bounds.
-pub(crate) fn view_mut(
+fn view_mut(
     data: &mut [f32],
     offset: usize,
     rows: usize,
@@ -34,11 +168,38 @@ pub(crate) fn view_mut(
         .transpose_mut()
 }
 
-/// `c ← a·b`, or `c += a·b` with `accumulate`, on views.
-pub(crate) fn gemm_views(
-    c: MatMut<'_, f32>,
-    a: MatRef<'_, f32>,
-    b: MatRef<'_, f32>,
+/// Panics unless the operands chain, fit their buffers and `c` is not transposed.
+fn check_operands(c: (usize, Operand), a: (usize, Operand), b: (usize, Operand), batch: usize) {
+    let ((clen, cm), (alen, am), (blen, bm)) = (c, a, b);
+    assert!(!cm.transpose, "gemm: the output cannot be transposed");
+    let ((m, k), (k2, n)) = (am.shape(), bm.shape());
+    assert_eq!(k, k2, "matmul: inner dimensions {k} and {k2} differ");
+    assert_eq!(cm.shape(), (m, n), "matmul: output shape");
+    for (name, len, x) in [("output", clen, cm), ("a", alen, am), ("b", blen, bm)] {
+        assert!(
+            x.rows <= 1 || x.row_stride >= x.cols,
+            "gemm: {name} rows overlap (stride {} < {} columns)",
+            x.row_stride,
+            x.cols
+        );
+        assert!(
+            x.end(batch) <= len,
+            "gemm: {name} reaches element {} of {len}",
+            x.end(batch)
+        );
+    }
+}
+
+/// The CPU engine: one faer product per matrix of the batch.
+#[allow(clippy::too_many_arguments)]
+fn cpu_batched(
+    c: &mut [f32],
+    cm: Operand,
+    a: &[f32],
+    am: Operand,
+    b: &[f32],
+    bm: Operand,
+    batch: usize,
     accumulate: bool,
 ) {
     let accum = if accumulate {
@@ -46,40 +207,92 @@ pub(crate) fn gemm_views(
     } else {
         Accum::Replace
     };
-    faer::linalg::matmul::matmul(c, accum, a, b, 1.0f32, Par::Seq);
+    let cpu_view = |data, x: Operand, i: usize| {
+        let v = view(
+            data,
+            x.offset + i * x.batch_stride,
+            x.rows,
+            x.cols,
+            x.row_stride.max(1),
+        );
+        if x.transpose {
+            v.transpose()
+        } else {
+            v
+        }
+    };
+    for i in 0..batch {
+        let cv = view_mut(
+            c,
+            cm.offset + i * cm.batch_stride,
+            cm.rows,
+            cm.cols,
+            cm.row_stride.max(1),
+        );
+        faer::linalg::matmul::matmul(
+            cv,
+            accum,
+            cpu_view(a, am, i),
+            cpu_view(b, bm, i),
+            1.0f32,
+            Par::Seq,
+        );
+    }
 }
 
-fn as_ref(t: &Tensor, transpose: bool) -> MatRef<'_, f32> {
-    let v = view(t.data(), 0, t.rows(), t.cols(), t.cols().max(1));
-    if transpose {
-        v.transpose()
-    } else {
-        v
-    }
+/// `c_i ← op(a_i)·op(b_i)` for the `batch` matrices the operands describe (or `c_i +=` with
+/// `accumulate`), on the calling thread's engine. The output blocks of a batch must not
+/// overlap.
+///
+/// # Panics
+/// If the shapes do not chain or an operand reaches past its buffer; on the CUDA engine, if a
+/// CUDA call fails (the message names the call and the GPU).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_batched(
+    c: &mut [f32],
+    cm: Operand,
+    a: &[f32],
+    am: Operand,
+    b: &[f32],
+    bm: Operand,
+    batch: usize,
+    accumulate: bool,
+) {
+    check_operands((c.len(), cm), (a.len(), am), (b.len(), bm), batch);
+    ENGINE.with_borrow(|engine| match engine {
+        Engine::Cpu => cpu_batched(c, cm, a, am, b, bm, batch, accumulate),
+        #[cfg(feature = "cuda")]
+        Engine::Cuda(g) => g
+            .gemm_batched(c, cm, a, am, b, bm, batch, accumulate)
+            .unwrap_or_else(|e| panic!("{e}")),
+    })
 }
 
 /// `c ← op(a)·op(b)` (or `c += op(a)·op(b)` with `accumulate`), where `op(x)` is `xᵀ` when
 /// its flag is set.
 ///
 /// # Panics
-/// If the shapes do not chain.
+/// If the shapes do not chain (and see [`gemm_batched`]).
 pub fn matmul_into(c: &mut Tensor, a: &Tensor, ta: bool, b: &Tensor, tb: bool, accumulate: bool) {
-    let (ar, ac) = if ta {
-        (a.cols(), a.rows())
-    } else {
-        (a.rows(), a.cols())
+    let op = |t: &Tensor, transpose: bool| {
+        let x = Operand::dense(t);
+        if transpose {
+            x.t()
+        } else {
+            x
+        }
     };
-    let (br, bc) = if tb {
-        (b.cols(), b.rows())
-    } else {
-        (b.rows(), b.cols())
-    };
-    assert_eq!(ac, br, "matmul: inner dimensions {ac} and {br} differ");
-    assert_eq!(c.shape(), (ar, bc), "matmul: output shape");
-    let cols = c.cols().max(1);
-    let rows = c.rows();
-    let cv = view_mut(c.data_mut(), 0, rows, bc, cols);
-    gemm_views(cv, as_ref(a, ta), as_ref(b, tb), accumulate);
+    let cm = Operand::dense(c);
+    gemm_batched(
+        c.data_mut(),
+        cm,
+        a.data(),
+        op(a, ta),
+        b.data(),
+        op(b, tb),
+        1,
+        accumulate,
+    );
 }
 
 /// `op(a)·op(b)` as a new tensor.
@@ -92,10 +305,11 @@ pub fn matmul(a: &Tensor, ta: bool, b: &Tensor, tb: bool) -> Tensor {
 }
 
 /// `c += aᵀ·b` in f64 (the weight-gradient product `xᵀ·dy`, a sum over tokens; see
-/// [`Tensor64`] for why f64).
+/// [`Tensor64`] for why f64). The CUDA engine widens `a` and `b` to f64 and runs DGEMM, so the
+/// sum is f64 there too.
 ///
 /// # Panics
-/// If the shapes do not chain.
+/// If the shapes do not chain (and see [`gemm_batched`]).
 pub fn matmul_tn_acc_f64(c: &mut Tensor64, a: &Tensor, b: &Tensor) {
     assert_eq!(a.rows(), b.rows(), "matmul_tn: inner dimensions differ");
     assert_eq!(
@@ -103,6 +317,23 @@ pub fn matmul_tn_acc_f64(c: &mut Tensor64, a: &Tensor, b: &Tensor) {
         (a.cols(), b.cols()),
         "matmul_tn: output shape"
     );
+    ENGINE.with_borrow(|engine| match engine {
+        Engine::Cpu => cpu_tn_acc_f64(c, a, b),
+        #[cfg(feature = "cuda")]
+        Engine::Cuda(g) => g
+            .gemm_tn_acc_f64(
+                c.data_mut(),
+                a.data(),
+                a.rows(),
+                a.cols(),
+                b.data(),
+                b.cols(),
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
+    })
+}
+
+fn cpu_tn_acc_f64(c: &mut Tensor64, a: &Tensor, b: &Tensor) {
     let a64: Vec<f64> = a.data().iter().map(|&x| f64::from(x)).collect();
     let b64: Vec<f64> = b.data().iter().map(|&x| f64::from(x)).collect();
     let av = MatRef::from_row_major_slice(&a64, a.rows(), a.cols()).transpose();
@@ -163,5 +394,59 @@ mod tests {
         for (x, y) in acc.data().iter().zip(want.data()) {
             assert_eq!(*x, 2.0 * f64::from(*y));
         }
+    }
+
+    /// Matrix `i` of operand `x` over `data`, as the product uses it (transposed if asked).
+    pub(crate) fn extract(data: &[f32], x: Operand, i: usize) -> Tensor {
+        let mut t = Tensor::zeros(x.rows, x.cols);
+        for r in 0..x.rows {
+            let at = x.offset + i * x.batch_stride + r * x.row_stride;
+            t.row_mut(r).copy_from_slice(&data[at..at + x.cols]);
+        }
+        if x.transpose {
+            let v = (0..x.rows * x.cols)
+                .map(|j| t.row(j % x.rows)[j / x.rows])
+                .collect();
+            Tensor::from_vec(x.cols, x.rows, v)
+        } else {
+            t
+        }
+    }
+
+    /// Strided, interleaved blocks (the attention core's per-head views): every product is
+    /// the naive one, and elements of the output outside the blocks keep their values.
+    #[test]
+    fn batched_strided_blocks_match_the_naive_products() {
+        let (s, d, heads) = (5, 3, 2);
+        let h = heads * d;
+        let qkv: Vec<f32> = (0..s * 3 * h)
+            .map(|x| ((x * 7) % 11) as f32 - 5.0)
+            .collect();
+        let q = Operand::block(0, s, d, 3 * h).batched(d);
+        let k = Operand::block(h, s, d, 3 * h).batched(d);
+        let scores = Operand::block(0, s, s, s).batched(s * s);
+        let mut probs = vec![0.0f32; heads * s * s];
+        gemm_batched(&mut probs, scores, &qkv, q, &qkv, k.t(), heads, false);
+        let mut out = vec![9.0f32; s * 3 * h];
+        let dk = Operand::block(h, s, d, 3 * h).batched(d);
+        gemm_batched(&mut out, dk, &probs, scores.t(), &qkv, q, heads, true);
+        for n in 0..heads {
+            let want = naive(&extract(&qkv, q, n), false, &extract(&qkv, k, n), true);
+            assert_eq!(extract(&probs, scores, n), want);
+            let mut acc = naive(
+                &extract(&probs, scores, n),
+                true,
+                &extract(&qkv, q, n),
+                false,
+            );
+            acc.data_mut().iter_mut().for_each(|x| *x += 9.0);
+            assert_eq!(extract(&out, dk, n), acc);
+        }
+        // the Q and V columns of `out` were not written
+        for r in 0..s {
+            let row = &out[r * 3 * h..(r + 1) * 3 * h];
+            assert!(row[..h].iter().chain(&row[2 * h..]).all(|&x| x == 9.0));
+        }
+        assert_eq!(thread_engine_name(), "cpu");
     }
 }

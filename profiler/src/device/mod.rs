@@ -1,14 +1,17 @@
 //! The device layer: what the executor runs and what a measured profile will time.
 //!
-//! - [`Tensor`]: dense row-major fp32 matrices; [`gemm`] multiplies them through `faer`, one
-//!   thread per rank.
+//! - [`Tensor`]: dense row-major fp32 matrices; [`gemm`] multiplies them on the engine each
+//!   rank's thread chose: `faer` on the CPU, one thread per rank (the default), or cuBLAS on a
+//!   GPU (feature `cuda`: [`cuda_gemm`]). Everything else — norms, softmax, GeLU, the loss,
+//!   the optimizer — runs on the CPU.
 //! - Layers with explicit gradients, each with `forward` (returning what it keeps for the
 //!   backward), `backward_input` (`I`) and `backward_weight` (`W`); a full backward `B` is `I`
 //!   then `W`: [`Embedding`], [`Block`] (pre-norm: LayerNorm, causal multi-head attention,
 //!   GeLU MLP, residuals), [`Head`] (final norm, LM head, cross-entropy), behind the one
 //!   interface of [`Layer`].
 //! - [`Transport`]: point-to-point sends and receives of tagged tensors and all-reduce within
-//!   a group, with the in-process implementation [`InProcess`].
+//!   a group, with the in-process implementation [`InProcess`] (and, with features, `mpi` and
+//!   `nccl`).
 //! - [`Rng`]: the fixed generator weights and synthetic data are drawn from.
 //!
 //! ```
@@ -28,6 +31,8 @@ pub mod attention;
 pub mod block;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod cuda_gemm;
 pub mod embedding;
 pub mod gemm;
 pub mod head;
@@ -35,6 +40,8 @@ pub mod layer;
 pub mod linear;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "cuda")]
+pub mod nccl;
 pub mod norm;
 pub mod rng;
 pub mod tensor;
@@ -42,7 +49,9 @@ pub mod transport;
 
 pub use block::{Block, BlockSaved, BlockWeightSaved};
 pub use embedding::Embedding;
-pub use gemm::{matmul, matmul_into, matmul_tn_acc_f64};
+pub use gemm::{
+    gemm_batched, matmul, matmul_into, matmul_tn_acc_f64, set_thread_engine, Engine, Operand,
+};
 pub use head::Head;
 pub use layer::{Flow, Layer, Saved, WeightSaved};
 pub use linear::Linear;

@@ -2,9 +2,9 @@
 //! ([`InProcess`]: one thread per rank, `std::sync::mpsc` channels).
 //!
 //! The trait is what every backend provides — point-to-point sends and receives of tensors
-//! named by a [`Tag`], and a summing all-reduce within a group of ranks — so an MPI backend
-//! (tags and communicators) and an NCCL backend (grouped send/recv, `ncclAllReduce`) can
-//! implement it later without the runtime changing. Sends never wait for their receive;
+//! named by a [`Tag`], and a summing all-reduce within a group of ranks — so the MPI backend
+//! (tags and communicators, feature `mpi`) and the NCCL backend (one communicator per direction
+//! of each pipeline link, feature `cuda`) implement it without the runtime changing. Sends never wait for their receive;
 //! receives wait at most a timeout and then fail naming the peer, and give up within
 //! [`ABORT_POLL`] once the world's [`Abort`] switch is set (a rank failed).
 
@@ -112,6 +112,14 @@ pub enum TransportError {
         rank: usize,
         /// The rank it tried to reach.
         peer: usize,
+    },
+    /// The device under the transport failed (a CUDA or NCCL call).
+    #[error("rank {rank}: {message}")]
+    Device {
+        /// This rank.
+        rank: usize,
+        /// The call and the library's error.
+        message: String,
     },
     /// A rank or group outside the world, or a payload of the wrong size.
     #[error("rank {rank}: {message}")]
