@@ -289,6 +289,10 @@ fn an_injected_failure_outside_the_run_is_refused() {
     let mut args = base.to_vec();
     args.extend(["--inject-failure", "1:x"]);
     fails_with(&args, "RANK:STEP");
+    // a killed process would take every rank's thread with it
+    let mut args = base.to_vec();
+    args.extend(["--inject-failure", "1:1:kill"]);
+    fails_with(&args, "':kill' is only for --transport mpi");
 }
 
 /// Without the `mpi` feature, `--transport mpi` says how to get it, in one line, exit 2.

@@ -48,45 +48,62 @@ impl Default for AdamWConfig {
     }
 }
 
-/// A failure `--inject-failure RANK:STEP[:panic]` asks for, to test failure handling: world
-/// rank `rank` fails in step `step` (1-based) at the middle action of its list, with an error
-/// or, if `panic`, a panic.
+/// How an injected failure fails (see [`InjectedFailure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailureMode {
+    /// The rank's action returns an error (`RANK:STEP`).
+    Error,
+    /// The rank's action panics (`RANK:STEP:panic`).
+    Panic,
+    /// The rank's process dies at once, as if killed (`RANK:STEP:kill`): SIGKILL on Unix, an
+    /// abort elsewhere, with no error line and no clean-up. Only for one process per rank
+    /// (`--transport mpi`): the threaded runners refuse it, since it would end every rank.
+    Kill,
+}
+
+/// A failure `--inject-failure RANK:STEP[:panic|:kill]` asks for, to test failure handling:
+/// world rank `rank` fails in step `step` (1-based) at the middle action of its list — with an
+/// error, a panic, or (`:kill`, one process per rank only) the death of its process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct InjectedFailure {
     /// World rank that fails.
     pub rank: usize,
     /// Step (1-based) in which it fails.
     pub step: usize,
-    /// Panic instead of returning an error.
-    pub panic: bool,
+    /// How it fails.
+    pub mode: FailureMode,
 }
 
 impl std::fmt::Display for InjectedFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.rank, self.step)?;
-        if self.panic {
-            write!(f, ":panic")?;
+        match self.mode {
+            FailureMode::Error => Ok(()),
+            FailureMode::Panic => write!(f, ":panic"),
+            FailureMode::Kill => write!(f, ":kill"),
         }
-        Ok(())
     }
 }
 
 impl std::str::FromStr for InjectedFailure {
     type Err = String;
 
-    /// Parses `RANK:STEP` or `RANK:STEP:panic`.
+    /// Parses `RANK:STEP`, `RANK:STEP:panic` or `RANK:STEP:kill`.
     fn from_str(s: &str) -> Result<Self, String> {
         let parts: Vec<&str> = s.split(':').collect();
-        let bad = || format!("'{s}' is not RANK:STEP or RANK:STEP:panic (e.g. 1:2)");
-        let (rank, step, panic) = match parts.as_slice() {
-            [r, k] => (r, k, false),
-            [r, k, "panic"] => (r, k, true),
+        let bad =
+            || format!("'{s}' is not RANK:STEP, RANK:STEP:panic or RANK:STEP:kill (e.g. 1:2)");
+        let (rank, step, mode) = match parts.as_slice() {
+            [r, k] => (r, k, FailureMode::Error),
+            [r, k, "panic"] => (r, k, FailureMode::Panic),
+            [r, k, "kill"] => (r, k, FailureMode::Kill),
             _ => return Err(bad()),
         };
         Ok(InjectedFailure {
             rank: rank.parse().map_err(|_| bad())?,
             step: step.parse().map_err(|_| bad())?,
-            panic,
+            mode,
         })
     }
 }

@@ -51,7 +51,7 @@ mod worker;
 pub use backend::run_nccl;
 pub use backend::Backend;
 pub use check::{compare, train_single_worker, CheckReport, Reference};
-pub use config::{AdamWConfig, ExecConfig, InjectedFailure, MAX_PARAMS};
+pub use config::{AdamWConfig, ExecConfig, FailureMode, InjectedFailure, MAX_PARAMS};
 pub use error::ExecError;
 pub use measure::Measured;
 pub use multiprocess::run_rank;

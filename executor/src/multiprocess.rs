@@ -24,7 +24,9 @@ use crate::worker::{ActionEvent, RankStep, Shared, Worker};
 /// once the records are in); the other ranks get `None`. Every rank of the job must call it.
 ///
 /// On an error or a panic it returns the error naming this rank and its action; the caller
-/// must then end the job (`MPI_Abort`), since the other ranks may wait on this one.
+/// must then end the job (`MPI_Abort`), since the other ranks may wait on this one. An injected
+/// `:kill` ([`FailureMode::Kill`](crate::FailureMode::Kill)) ends this process there and then,
+/// as a killed process would; the launcher (`mpirun`) is what notices.
 pub fn run_rank<T: Transport>(
     cfg: &ExecConfig,
     transport: &mut T,

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::backend::{self, EngineGuard};
 use crate::barrier::Barrier;
-use crate::config::ExecConfig;
+use crate::config::{ExecConfig, FailureMode};
 use crate::data::SyntheticData;
 use crate::error::ExecError;
 use crate::measure::{measure, median, Measured};
@@ -115,7 +115,8 @@ pub const RANK_THREAD_PREFIX: &str = "autopp rank ";
 ///
 /// When a rank fails — an error or a panic — it sets the world's [`Abort`] switch: every other
 /// rank stops within [`autopp_profiler::device::ABORT_POLL`] of reaching a receive or the
-/// start-of-step barrier, and the error names the rank that failed first and its action.
+/// start-of-step barrier, and the error names the rank that failed first and its action. An
+/// injected `:kill` ([`FailureMode::Kill`]) is refused: it would end every rank's thread.
 pub fn run(
     cfg: &ExecConfig,
     on_step: &mut dyn FnMut(StepSummary),
@@ -139,6 +140,12 @@ pub(crate) fn run_world<T: Transport + Send>(
     on_step: &mut dyn FnMut(StepSummary),
 ) -> Result<ExecReport, ExecError> {
     cfg.validate()?;
+    if let Some(f) = cfg.inject_failure.filter(|f| f.mode == FailureMode::Kill) {
+        return Err(ExecError::invalid(
+            "--inject-failure",
+            format!("{f} kills the failing rank's process, and here every rank is a thread of this one: ':kill' is only for --transport mpi (one process per rank)"),
+        ));
+    }
     let world = cfg.world_size();
     let gpus = backend::gpus(cfg.backend)?;
     let shared = Shared {

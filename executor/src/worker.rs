@@ -14,7 +14,7 @@ use autopp_profiler::device::{Abort, Direction, Flow, Tag, Tensor, Transport};
 use serde::Serialize;
 
 use crate::barrier::Barrier;
-use crate::config::ExecConfig;
+use crate::config::{ExecConfig, FailureMode};
 use crate::data::SyntheticData;
 use crate::error::RankError;
 use crate::optim::AdamState;
@@ -203,10 +203,11 @@ impl<'a, T: Transport> Worker<'a, T> {
             self.current = Some(a);
             if let Some(f) = inject.filter(|_| index == middle) {
                 let what = format!("injected failure (--inject-failure {f})");
-                if f.panic {
-                    panic!("{what}");
+                match f.mode {
+                    FailureMode::Error => return Err((Some(a), RankError::Injected(what))),
+                    FailureMode::Panic => panic!("{what}"),
+                    FailureMode::Kill => kill_this_process(),
                 }
-                return Err((Some(a), RankError::Injected(what)));
             }
             let event = self
                 .run_action(a, step, &mut out.loss_sum)
@@ -414,4 +415,19 @@ impl<'a, T: Transport> Worker<'a, T> {
     pub(crate) fn position(&self) -> (usize, usize) {
         (self.replica, self.pp_rank)
     }
+}
+
+/// Ends this process at once, as if it were killed (`--inject-failure RANK:STEP:kill`):
+/// SIGKILL on Unix, so nothing of this process runs after it — no error line, no unwinding,
+/// no `MPI_Abort`; an abort elsewhere.
+fn kill_this_process() -> ! {
+    #[cfg(unix)]
+    {
+        // SAFETY: `raise` has no memory-safety preconditions; SIGKILL cannot be caught or
+        // ignored, so the process ends here.
+        unsafe {
+            libc::raise(libc::SIGKILL);
+        }
+    }
+    std::process::abort()
 }

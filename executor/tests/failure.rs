@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use autopp_executor::{run, ExecConfig, ExecError, InjectedFailure};
+use autopp_executor::{run, ExecConfig, ExecError, FailureMode, InjectedFailure};
 use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
 
 fn config(kind: ScheduleKind, pp: usize, v: usize, dp: usize) -> ExecConfig {
@@ -42,11 +42,11 @@ fn every_rank_of_every_shape_stops_when_one_fails() {
     for (kind, pp, v, dp) in cases {
         let cfg = config(kind, pp, v, dp);
         for rank in 0..pp * dp {
-            for panic in [false, true] {
+            for mode in [FailureMode::Error, FailureMode::Panic] {
                 let failure = InjectedFailure {
                     rank,
                     step: 2,
-                    panic,
+                    mode,
                 };
                 match fails_fast(cfg.clone(), failure) {
                     ExecError::Rank {
@@ -59,11 +59,31 @@ fn every_rank_of_every_shape_stops_when_one_fails() {
                         assert_eq!((r, step), (rank, 2), "{kind} {failure}: {message}");
                         assert!(action.is_some(), "{kind} {failure}");
                         assert!(message.contains("injected failure"), "{message}");
-                        assert_eq!(message.starts_with("panicked"), panic, "{message}");
+                        assert_eq!(
+                            message.starts_with("panicked"),
+                            mode == FailureMode::Panic,
+                            "{message}"
+                        );
                     }
                     e => panic!("{kind} {failure}: {e}"),
                 }
             }
         }
     }
+}
+
+/// A killed process would take every thread with it: the threaded run refuses `:kill` before
+/// any rank starts.
+#[test]
+fn a_kill_is_refused_when_ranks_are_threads() {
+    let mut cfg = config(ScheduleKind::OneFOneB, 2, 1, 1);
+    let failure: InjectedFailure = "1:2:kill".parse().unwrap();
+    assert_eq!(failure.mode, FailureMode::Kill);
+    assert_eq!(failure.to_string(), "1:2:kill");
+    cfg.inject_failure = Some(failure);
+    let e = run(&cfg, &mut |_| {}).unwrap_err().to_string();
+    assert!(
+        e.starts_with("--inject-failure: 1:2:kill") && e.contains("only for --transport mpi"),
+        "{e}"
+    );
 }

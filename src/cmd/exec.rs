@@ -76,7 +76,10 @@ pub struct ExecArgs {
     /// Make world rank RANK fail on purpose in step STEP (1-based), at the middle action of its
     /// list — with an error, or with a panic given `:panic` — to test failure handling: every
     /// rank stops, the command exits 2 naming the rank and its action, and writes no files.
-    #[arg(long, value_name = "RANK:STEP[:panic]")]
+    /// Given `:kill` (--transport mpi only), the rank's process dies at once instead, as if
+    /// killed (SIGKILL), printing nothing: mpirun ends the other processes, names the dead rank
+    /// and exits non-zero.
+    #[arg(long, value_name = "RANK:STEP[:panic|:kill]")]
     pub inject_failure: Option<InjectedFailure>,
     /// AdamW learning rate.
     #[arg(long, default_value_t = 3e-3, value_name = "LR")]

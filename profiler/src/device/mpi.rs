@@ -8,11 +8,17 @@
 //!   made from the [`Tag`]; buffered sends (`MPI_Bsend`), so a send never waits for its receive;
 //!   receives poll (`MPI_Improbe`) until their timeout;
 //! - one *data-parallel* communicator per pipeline rank (its `dp` replicas): the gradient
-//!   all-reduce (`MPI_Allreduce`, f64 sum).
+//!   all-reduce.
 //!
 //! An all-reduce over the whole world (the start-of-step barrier, gathering the report) uses
-//! `MPI_COMM_WORLD`. When a rank fails it calls [`Mpi::abort`] (`MPI_Abort`), which ends every
-//! process of the job: nothing waits for a dead rank.
+//! `MPI_COMM_WORLD`. An all-reduce is not `MPI_Allreduce`, whose sums MPI only recommends be
+//! the same bits on every rank, in an order of its choosing: it is a gather to the
+//! communicator's first rank (`MPI_Gather`), the sum there in group order, and a broadcast of
+//! the sum (`MPI_Bcast`), [`REDUCE_CHUNK`] values at a time. Every member gets the same bits for
+//! any group size, and the in-process transport's bits.
+//!
+//! When a rank fails it calls [`Mpi::abort`] (`MPI_Abort`), which ends every process of the
+//! job: nothing waits for a dead rank.
 
 use std::time::{Duration, Instant};
 
@@ -21,12 +27,16 @@ use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 
 use super::tensor::Tensor;
-use super::transport::{Direction, Tag, Transport, TransportError};
+use super::transport::{sum_in_group_order, Direction, Tag, Transport, TransportError};
 
 /// Stages below this and micro-batches below [`MAX_MICROBATCHES`] fit in an MPI tag.
 pub const MAX_STAGES: u32 = 1 << 10;
 /// See [`MAX_STAGES`].
 pub const MAX_MICROBATCHES: u32 = 1 << 19;
+
+/// Values (f64) per gather and broadcast of an all-reduce: the first member holds one chunk of
+/// every member's data at a time, 8 MiB each.
+pub const REDUCE_CHUNK: usize = 1 << 20;
 
 /// Bytes MPI may add to each buffered send (`MPI_BSEND_OVERHEAD` is about 100 in Open MPI).
 const BSEND_OVERHEAD_BYTES: usize = 1024;
@@ -201,8 +211,12 @@ impl Transport for Mpi {
         Ok(Tensor::from_vec(rows as usize, cols as usize, data))
     }
 
-    /// `MPI_Allreduce` over the data-parallel communicator (`group` = this rank's replicas of
-    /// its pipeline rank) or the world (`group` = every rank).
+    /// Over the data-parallel communicator (`group` = this rank's replicas of its pipeline
+    /// rank) or the world (`group` = every rank), whose ranks are in `group`'s order: for each
+    /// [`REDUCE_CHUNK`] values, a gather of every member's values to the first member, their
+    /// sum there in group order (`sum_in_group_order`, as [`InProcess`](super::InProcess)
+    /// adds), and a broadcast of the sum. Every member must pass the same number of values
+    /// (another number is an MPI error).
     fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError> {
         let whole: Vec<usize> = (0..self.size).collect();
         let comm = if group == self.dp_group.as_slice() {
@@ -218,8 +232,25 @@ impl Transport for Mpi {
         if group.len() == 1 {
             return Ok(());
         }
-        let mine = data.to_vec();
-        comm.all_reduce_into(&mine[..], data, mpi::collective::SystemOperation::sum());
+        let root = comm.process_at_rank(0);
+        let is_root = comm.rank() == 0;
+        // the parts of one chunk, on the first member only
+        let held = if is_root {
+            data.len().min(REDUCE_CHUNK)
+        } else {
+            0
+        };
+        let mut parts = vec![0.0f64; held * group.len()];
+        for chunk in data.chunks_mut(REDUCE_CHUNK) {
+            if is_root {
+                let parts = &mut parts[..chunk.len() * group.len()];
+                root.gather_into_root(&*chunk, &mut *parts);
+                sum_in_group_order(parts, chunk);
+            } else {
+                root.gather_into(&*chunk);
+            }
+            root.broadcast_into(chunk);
+        }
         Ok(())
     }
 }

@@ -178,6 +178,18 @@ impl<T: Transport + ?Sized> Transport for &mut T {
     }
 }
 
+/// Sums the members' parts into `out`: `parts` holds member 0's `out.len()` values, then member
+/// 1's, and so on; each element is summed from 0.0, adding the members in group order. Every
+/// transport's all-reduce sums through this, so all give the same bits.
+pub(crate) fn sum_in_group_order(parts: &[f64], out: &mut [f64]) {
+    out.fill(0.0);
+    for part in parts.chunks_exact(out.len().max(1)) {
+        for (s, x) in out.iter_mut().zip(part) {
+            *s += x;
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Key {
     P2p(Tag),
@@ -341,7 +353,7 @@ impl Transport for InProcess {
     }
 
     /// Every member sends its data to every other member, then adds all contributions in
-    /// group order, so the sum is bitwise the same everywhere.
+    /// group order (`sum_in_group_order`), so the sum is bitwise the same everywhere.
     fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError> {
         if !group.contains(&self.rank) {
             return Err(self.invalid(format!(
@@ -358,38 +370,34 @@ impl Transport for InProcess {
             group: group.to_vec(),
             seq,
         };
-        let mine = data.to_vec();
         for &peer in group.iter().filter(|&&p| p != self.rank) {
-            self.post(peer, key.clone(), Payload::Reduce(mine.clone()))?;
+            self.post(peer, key.clone(), Payload::Reduce(data.to_vec()))?;
         }
-        let mut sum = vec![0.0f64; data.len()];
+        let mut parts = Vec::with_capacity(data.len() * group.len());
         for &peer in group {
-            let part = if peer == self.rank {
-                mine.clone()
-            } else {
-                match self.take(peer, key.clone(), || {
-                    format!("its part of all-reduce #{seq}")
-                })? {
-                    Payload::Reduce(v) => v,
-                    Payload::Tensor(_) => {
-                        return Err(self.invalid(format!(
-                            "all-reduce #{seq}: rank {peer} sent a tensor instead"
-                        )))
-                    }
+            if peer == self.rank {
+                parts.extend_from_slice(data);
+                continue;
+            }
+            let what = || format!("its part of all-reduce #{seq}");
+            let part = match self.take(peer, key.clone(), what)? {
+                Payload::Reduce(v) => v,
+                Payload::Tensor(_) => {
+                    return Err(self.invalid(format!(
+                        "all-reduce #{seq}: rank {peer} sent a tensor instead"
+                    )))
                 }
             };
-            if part.len() != sum.len() {
+            if part.len() != data.len() {
                 return Err(self.invalid(format!(
                     "all-reduce #{seq}: rank {peer} sent {} elements, this rank has {}",
                     part.len(),
-                    sum.len()
+                    data.len()
                 )));
             }
-            for (s, x) in sum.iter_mut().zip(&part) {
-                *s += x;
-            }
+            parts.extend(part);
         }
-        data.copy_from_slice(&sum);
+        sum_in_group_order(&parts, data);
         Ok(())
     }
 }
@@ -457,6 +465,16 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    #[test]
+    fn parts_are_summed_from_zero_in_group_order() {
+        // 1e16 + 1 rounds back to 1e16: adding the two 1e16s first would give 1
+        let parts = [1e16, 0.5, 1.0, 0.5, -1e16, 1.0];
+        let mut out = [7.0, 7.0];
+        sum_in_group_order(&parts, &mut out);
+        assert_eq!(out, [0.0, 2.0]);
+        sum_in_group_order(&[], &mut []);
     }
 
     #[test]

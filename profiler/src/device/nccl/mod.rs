@@ -38,7 +38,7 @@ use cudarc::nccl::Comm;
 
 use super::cuda::{call_failed, CudaError};
 use super::tensor::Tensor;
-use super::transport::{Abort, Direction, Tag, Transport, TransportError};
+use super::transport::{sum_in_group_order, Abort, Direction, Tag, Transport, TransportError};
 
 mod world;
 
@@ -388,13 +388,7 @@ impl Transport for NcclTransport {
             .clone_dtoh(&all)
             .and_then(|v| stream.synchronize().map(|()| v))
             .map_err(|e| self.device_error(failed("copying from the GPU")(e)))?;
-        for (j, x) in data.iter_mut().enumerate() {
-            let mut sum = 0.0f64;
-            for m in 0..group.len() {
-                sum += parts[m * n + j];
-            }
-            *x = sum;
-        }
+        sum_in_group_order(&parts, data);
         Ok(())
     }
 }
