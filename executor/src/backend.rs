@@ -1,5 +1,5 @@
 //! Where a run's GEMMs run ([`Backend`]) and, with the `cuda` feature, the NCCL world
-//! ([`run_nccl`]).
+//! (`run_nccl`, with the `cuda` feature).
 //!
 //! Each rank's thread installs its GEMM engine when it starts and puts the CPU engine back
 //! when it ends (`EngineGuard`); everything but the GEMMs stays on the CPU either way (see

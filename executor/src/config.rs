@@ -181,7 +181,7 @@ impl ExecConfig {
         Ok(cfg)
     }
 
-    /// Checks the configuration (also run by [`crate::run`], since the fields are public).
+    /// Checks the configuration (also run by [`crate::run()`], since the fields are public).
     pub fn validate(&self) -> Result<(), ExecError> {
         check_model(&self.model)?;
         if self.dp == 0 {

@@ -19,7 +19,7 @@
 //!
 //! Models come from a bundled preset ([`presets()`]), autopp's `model.json`
 //! ([`TransformerSpec`]), a Hugging Face `config.json` ([`hf`]) or an explicit layer list
-//! ([`LayerListSpec`]); [`load`] tells them apart. Bad input is a [`ModelError`] whose message is
+//! ([`LayerListSpec`]); [`load()`] tells them apart. Bad input is a [`ModelError`] whose message is
 //! one line naming the key at fault and the fix:
 //!
 //! ```

@@ -5,7 +5,7 @@
 //!
 //! 1. a `layers` key: an explicit layer list ([`LayerListSpec`]);
 //! 2. a Hugging Face marker (`model_type`, `architectures`, `num_hidden_layers`, `n_layer`,
-//!    `n_embd`, `n_head`; see [`hf`](crate::hf)): a Hugging Face `config.json`;
+//!    `n_embd`, `n_head`; see [`hf`]): a Hugging Face `config.json`;
 //! 3. anything else: autopp's `model.json` ([`TransformerSpec`]), whose errors then name the
 //!    missing or unknown keys.
 

@@ -108,15 +108,6 @@ const ABSENT: Loc = Loc {
     step: NONE,
 };
 
-fn kind_index(k: ActionKind) -> usize {
-    match k {
-        ActionKind::F => 0,
-        ActionKind::B => 1,
-        ActionKind::I => 2,
-        ActionKind::W => 3,
-    }
-}
-
 /// Checks that `s` is complete, respects its dependencies and cannot deadlock (see the
 /// [module docs](self)).
 ///
@@ -154,7 +145,7 @@ pub fn check(s: &Schedule) -> Result<(), CheckError> {
     }
     let n = num_stages * m;
     let mut loc = vec![ABSENT; 4 * n];
-    let at = |a: Action| kind_index(a.kind) * n + a.stage as usize * m + a.microbatch as usize;
+    let at = |a: Action| a.kind.index() * n + a.stage as usize * m + a.microbatch as usize;
 
     // 1. Ranges, placement, duplicates.
     for (r, list) in s.ranks.iter().enumerate() {
@@ -206,7 +197,7 @@ pub fn check(s: &Schedule) -> Result<(), CheckError> {
 
     // 2. Completeness.
     let present =
-        |stage: usize, i: usize, k: ActionKind| loc[kind_index(k) * n + stage * m + i].rank != NONE;
+        |stage: usize, i: usize, k: ActionKind| loc[k.index() * n + stage * m + i].rank != NONE;
     for stage in 0..num_stages {
         let rank = s.rank_of(stage);
         for i in 0..m {
@@ -273,12 +264,12 @@ pub fn check(s: &Schedule) -> Result<(), CheckError> {
 
     // 3. Same-rank order of dependencies.
     let backward_at = |stage: usize, i: usize| {
-        let b = loc[kind_index(ActionKind::B) * n + stage * m + i];
+        let b = loc[ActionKind::B.index() * n + stage * m + i];
         if b.rank != NONE {
             (b, ActionKind::B)
         } else {
             (
-                loc[kind_index(ActionKind::I) * n + stage * m + i],
+                loc[ActionKind::I.index() * n + stage * m + i],
                 ActionKind::I,
             )
         }

@@ -163,6 +163,16 @@ pub enum ActionKind {
 }
 
 impl ActionKind {
+    /// A dense index: F 0, B 1, I 2, W 3 (for per-kind tables).
+    pub fn index(self) -> usize {
+        match self {
+            ActionKind::F => 0,
+            ActionKind::B => 1,
+            ActionKind::I => 2,
+            ActionKind::W => 3,
+        }
+    }
+
     /// The one-letter text form.
     pub fn letter(self) -> char {
         match self {

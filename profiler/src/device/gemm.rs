@@ -3,7 +3,7 @@
 //!   thread each (`docs/executor.md` has the benchmark of `faer`, `gemm` and `matrixmultiply`
 //!   on tiny-gpt's shapes that chose `faer`);
 //! - `Engine::Cuda` (feature `cuda`): cuBLAS on a GPU
-//!   ([`CudaGemm`](super::cuda_gemm::CudaGemm)), copying the operands to the GPU and the
+//!   (`cuda_gemm::CudaGemm`), copying the operands to the GPU and the
 //!   product back on every call.
 //!
 //! Every GEMM of the layers goes through [`gemm_batched`] (the attention core's per-head

@@ -2,7 +2,7 @@
 //!
 //! - [`Tensor`]: dense row-major fp32 matrices; [`gemm`] multiplies them on the engine each
 //!   rank's thread chose: `faer` on the CPU, one thread per rank (the default), or cuBLAS on a
-//!   GPU (feature `cuda`: [`cuda_gemm`]). Everything else — norms, softmax, GeLU, the loss,
+//!   GPU (feature `cuda`: `cuda_gemm`). Everything else — norms, softmax, GeLU, the loss,
 //!   the optimizer — runs on the CPU.
 //! - Layers with explicit gradients, each with `forward` (returning what it keeps for the
 //!   backward), `backward_input` (`I`) and `backward_weight` (`W`); a full backward `B` is `I`

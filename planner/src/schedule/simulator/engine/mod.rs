@@ -12,6 +12,8 @@
 use std::cell::RefCell;
 
 use super::{SimCosts, SimError, SimResult, TimedStep};
+
+mod metrics;
 use crate::schedule::ir::{Action, ActionKind, Schedule, Step};
 
 const NONE: u32 = u32::MAX;
@@ -61,12 +63,29 @@ fn push_memory(curve: &mut Vec<(f64, u64)>, t: f64, bytes: u64) {
     }
 }
 
-fn kind_index(k: ActionKind) -> usize {
-    match k {
-        ActionKind::F => 0,
-        ActionKind::B => 1,
-        ActionKind::I => 2,
-        ActionKind::W => 3,
+/// Per rank: the next step, the time it is free, busy seconds, in-flight micro-batches and
+/// live bytes with their peaks.
+struct RankState {
+    pos: Vec<usize>,
+    free_s: Vec<f64>,
+    busy_s: Vec<f64>,
+    inflight: Vec<i64>,
+    peak_inflight: Vec<i64>,
+    alive: Vec<u64>,
+    peak_bytes: Vec<u64>,
+}
+
+impl RankState {
+    fn new(pp: usize) -> Self {
+        RankState {
+            pos: vec![0; pp],
+            free_s: vec![0.0; pp],
+            busy_s: vec![0.0; pp],
+            inflight: vec![0; pp],
+            peak_inflight: vec![0; pp],
+            alive: vec![0; pp],
+            peak_bytes: vec![0; pp],
+        }
     }
 }
 
@@ -79,13 +98,26 @@ struct State<'v> {
     ready: Vec<u32>,
 }
 
-impl State<'_> {
+impl<'v> State<'v> {
+    /// A run's start: nothing done or parked, every rank ready (rank 0 first).
+    fn new(done: &'v mut [f64], wait_head: &'v mut [u32], pp: usize) -> Self {
+        State {
+            done,
+            wait_head,
+            wait_next: vec![NONE; pp],
+            parked_on: vec![0; pp],
+            ready: (0..pp as u32).rev().collect(),
+        }
+    }
+
+    #[inline]
     fn park(&mut self, rank: usize, slot: usize) {
         self.wait_next[rank] = self.wait_head[slot];
         self.wait_head[slot] = rank as u32;
         self.parked_on[rank] = slot;
     }
 
+    #[inline]
     fn finish(&mut self, slot: usize, end: f64) {
         self.done[slot] = end;
         let mut r = self.wait_head[slot];
@@ -208,7 +240,7 @@ impl<'a> Engine<'a> {
     pub(super) fn run<const RECORD: bool>(self) -> Result<SimResult, SimError> {
         let n = 2 * self.num_stages * self.m;
         if n > MAX_SCRATCH_SLOTS {
-            return self.run_with::<RECORD>(&mut vec![f64::NAN; n], &mut vec![NONE; n]);
+            return self.run_any::<RECORD>(&mut vec![f64::NAN; n], &mut vec![NONE; n]);
         }
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
             Ok(mut scratch) => {
@@ -221,12 +253,30 @@ impl<'a> Engine<'a> {
                 if sc.heads.len() < n {
                     sc.heads.resize(n, NONE);
                 }
-                let result = self.run_with::<RECORD>(&mut sc.done, &mut sc.heads[..n]);
+                let result = self.run_any::<RECORD>(&mut sc.done, &mut sc.heads[..n]);
                 sc.heads_dirty = result.is_err();
                 result
             }
-            Err(_) => self.run_with::<RECORD>(&mut vec![f64::NAN; n], &mut vec![NONE; n]),
+            Err(_) => self.run_any::<RECORD>(&mut vec![f64::NAN; n], &mut vec![NONE; n]),
         })
+    }
+
+    /// Without a timeline, the compiled loop of [`metrics`] where it applies; otherwise, and
+    /// for what it leaves (overlapped pairs, bad actions, deadlocks: their errors), the general
+    /// loop. `done` must be all NaN and `wait_head` all `NONE`.
+    fn run_any<const RECORD: bool>(
+        &self,
+        done: &mut [f64],
+        wait_head: &mut [u32],
+    ) -> Result<SimResult, SimError> {
+        if !RECORD {
+            if let Some(result) = self.run_metrics(done, wait_head) {
+                return Ok(result);
+            }
+            done.fill(f64::NAN);
+            wait_head.fill(NONE);
+        }
+        self.run_with::<RECORD>(done, wait_head)
     }
 
     /// The end-time slot of `F(s,i)`; the `B`-or-`I` slot is one higher.
@@ -237,9 +287,21 @@ impl<'a> Engine<'a> {
     /// When `a` can start on its inputs, or the slot it waits for. `a` must be in range.
     #[inline]
     fn ready_s(&self, a: Action, done: &[f64]) -> Result<f64, usize> {
-        let (s, i) = (a.stage as usize, a.microbatch as usize);
-        let base = self.slot(s, i);
-        match a.kind {
+        let s = a.stage as usize;
+        self.ready_at(a.kind, s, self.slot(s, a.microbatch as usize), done)
+    }
+
+    /// When an action of `kind` on stage `s` whose `F` slot is `base` can start on its inputs,
+    /// or the slot it waits for.
+    #[inline]
+    fn ready_at(
+        &self,
+        kind: ActionKind,
+        s: usize,
+        base: usize,
+        done: &[f64],
+    ) -> Result<f64, usize> {
+        match kind {
             ActionKind::F if s == 0 => Ok(0.0),
             ActionKind::F => {
                 let t = done[base - 2];
@@ -318,20 +380,16 @@ impl<'a> Engine<'a> {
     ) -> Result<SimResult, SimError> {
         let s = self.s;
         let pp = s.pp;
-        let mut st = State {
-            done,
-            wait_head,
-            wait_next: vec![NONE; pp],
-            parked_on: vec![0; pp],
-            ready: (0..pp as u32).rev().collect(),
-        };
-        let mut pos = vec![0usize; pp];
-        let mut free_s = vec![0.0f64; pp];
-        let mut busy_s = vec![0.0f64; pp];
-        let mut inflight = vec![0i64; pp];
-        let mut peak_inflight = vec![0i64; pp];
-        let mut alive = vec![0u64; pp];
-        let mut peak_bytes = vec![0u64; pp];
+        let mut st = State::new(done, wait_head, pp);
+        let RankState {
+            mut pos,
+            mut free_s,
+            mut busy_s,
+            mut inflight,
+            mut peak_inflight,
+            mut alive,
+            mut peak_bytes,
+        } = RankState::new(pp);
         let mut timeline: Vec<Vec<TimedStep>> = Vec::new();
         let mut memory: Vec<Vec<(f64, u64)>> = Vec::new();
         if RECORD {
@@ -365,7 +423,7 @@ impl<'a> Engine<'a> {
                                 break;
                             }
                         };
-                        let d = self.dur[a.stage as usize][kind_index(a.kind)];
+                        let d = self.dur[a.stage as usize][a.kind.index()];
                         let start = ready.max(free);
                         busy += d;
                         (start, start + d)
@@ -380,8 +438,8 @@ impl<'a> Engine<'a> {
                                 break;
                             }
                         };
-                        let da = self.dur[a.stage as usize][kind_index(a.kind)];
-                        let db = self.dur[b.stage as usize][kind_index(b.kind)];
+                        let da = self.dur[a.stage as usize][a.kind.index()];
+                        let db = self.dur[b.stage as usize][b.kind.index()];
                         let d = da + db - self.overlap * da.min(db);
                         let start = ready.max(free);
                         busy += d;
@@ -479,21 +537,41 @@ impl<'a> Engine<'a> {
             });
         }
 
-        let makespan_s = free_s.iter().copied().fold(0.0, f64::max);
-        let total_busy: f64 = busy_s.iter().sum();
-        let bubble_fraction = if makespan_s > 0.0 {
-            ((pp as f64 * makespan_s - total_busy) / (pp as f64 * makespan_s)).max(0.0)
-        } else {
-            0.0
-        };
-        Ok(SimResult {
-            makespan_s,
+        Ok(finish_result(
+            free_s,
             busy_s,
-            bubble_fraction,
-            peak_inflight: peak_inflight.iter().map(|&x| x.max(0) as u32).collect(),
-            peak_activation_bytes: peak_bytes,
+            &peak_inflight,
+            peak_bytes,
             timeline,
             memory,
-        })
+        ))
+    }
+}
+
+/// The simulator's answer from each rank's end (free) time, busy time and peaks.
+fn finish_result(
+    free_s: Vec<f64>,
+    busy_s: Vec<f64>,
+    peak_inflight: &[i64],
+    peak_bytes: Vec<u64>,
+    timeline: Vec<Vec<TimedStep>>,
+    memory: Vec<Vec<(f64, u64)>>,
+) -> SimResult {
+    let pp = free_s.len();
+    let makespan_s = free_s.iter().copied().fold(0.0, f64::max);
+    let total_busy: f64 = busy_s.iter().sum();
+    let bubble_fraction = if makespan_s > 0.0 {
+        ((pp as f64 * makespan_s - total_busy) / (pp as f64 * makespan_s)).max(0.0)
+    } else {
+        0.0
+    };
+    SimResult {
+        makespan_s,
+        busy_s,
+        bubble_fraction,
+        peak_inflight: peak_inflight.iter().map(|&x| x.max(0) as u32).collect(),
+        peak_activation_bytes: peak_bytes,
+        timeline,
+        memory,
     }
 }
