@@ -157,13 +157,30 @@ print("When a rank fails (an error or a panic) it sets the world's abort switch:
       "command exits 2 with one line naming the first failing rank, its step and its action; "
       "`--trace` and `--json` files are written only after a successful run, atomically. "
       "Under MPI the failing rank prints its line and calls `MPI_Abort`, which ends every "
-      "process of the job. `--inject-failure RANK:STEP[:panic]` makes a rank fail on purpose: "
+      "process of the job. `--inject-failure RANK:STEP[:panic|:kill]` makes a rank fail on purpose: "
       f"`exec tiny-gpt --pp 4 --microbatches 8 --mbs 2 --schedule 1f1b --steps 3 --inject-failure 2:2` "
       f"ended after **{secs:.1f} s** in all (three steps' start included) with")
 print()
 print("```")
 print(fail)
 print("```")
+print()
+# hand-written: the kill case runs under mpirun (tests/cli_mpi.rs times it)
+print("A process can also die without a word — killed by the OOM killer or an operator. `:kill` "
+      "simulates that under `--transport mpi`: at the same point the rank's process raises "
+      "SIGKILL on itself, so it prints nothing and calls no `MPI_Abort`. `mpirun` notices the "
+      "dead process, ends the others and exits non-zero (137 with Open MPI 4.1), naming the "
+      "rank; no `--json` or `--trace` output is written. `mpirun -np 4 autopp exec tiny-gpt "
+      "--pp 2 --dp 2 --microbatches 4 --mbs 1 --seq-len 32 --steps 3 --schedule 1f1b "
+      "--transport mpi --inject-failure 2:2:kill` (debug build, as `tests/cli_mpi.rs` runs it) "
+      "ended after about **2 s** in all (1.9–2.5 s over several runs), with")
+print()
+print("```")
+print("mpirun noticed that process rank 2 with PID 0 on node vm exited on signal 9 (Killed).")
+print("```")
+print()
+print("With threads (`--transport threads` or `nccl`) every rank is a thread of one process, "
+      "so a kill would end them all: `exec` refuses `:kill` there in one line (exit 2).")
 print()
 print("## Numerics: why weight gradients are summed in f64")
 print()
