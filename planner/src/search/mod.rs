@@ -328,6 +328,8 @@ pub fn search(
         .collect();
     let results: Vec<(usize, Option<Estimate>)> = tasks
         .par_iter()
+        // one task per split: simulations and solves differ in length by 100×
+        .with_max_len(1)
         .map(|&(i, solve)| {
             let s = chosen[i];
             let table = &tables[&group_of(&s.key)];
@@ -364,6 +366,7 @@ pub fn search(
         let extra: Vec<Option<Estimate>> = tiered
             .par_iter()
             .take(SECOND_TIER)
+            .with_max_len(1)
             .map(|(first, s)| {
                 let table = &tables[&group_of(&s.key)];
                 if s.key.partial_recompute {
@@ -408,6 +411,7 @@ pub fn search(
     let leaders = leaders.min(exact.len());
     let refined: Vec<(Estimate, usize)> = exact[..leaders]
         .par_iter()
+        .with_max_len(1)
         .map(|est| refine::refine(&eval, est, &tables[&group_of(&key_of(est))]))
         .collect();
     for (slot, (better, n)) in exact.iter_mut().zip(refined) {
@@ -433,6 +437,7 @@ pub fn search(
         .chain(&alternatives)
         .collect::<Vec<_>>()
         .par_iter()
+        .with_max_len(1)
         .map(|e| full(e))
         .collect::<Result<Vec<_>, _>>()?
         .into_iter();
@@ -455,6 +460,7 @@ pub fn search(
         .take(UNFIT_TRIED)
         .collect::<Vec<_>>()
         .par_iter()
+        .with_max_len(1)
         .map(|s| {
             let table = tables.get(&group_of(&s.key))?;
             eval.time_and_memory(
