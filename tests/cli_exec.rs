@@ -21,6 +21,20 @@ fn fails_with(args: &[&str], needle: &str) {
 
 const SMALL: [&str; 4] = ["--seq-len", "16", "--steps", "3"];
 
+/// tiny-gpt on two ranks, one 1F1B pipeline of two micro-batches of one sequence.
+const TWO_RANKS: [&str; 10] = [
+    "exec",
+    "tiny-gpt",
+    "--pp",
+    "2",
+    "--microbatches",
+    "2",
+    "--mbs",
+    "1",
+    "--schedule",
+    "1f1b",
+];
+
 #[test]
 fn json_has_every_key_and_the_check_passes() {
     let mut args = vec![
@@ -72,20 +86,8 @@ fn text_report_and_trace() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.json");
     let path_text = path.to_str().unwrap();
-    let mut args = vec![
-        "exec",
-        "tiny-gpt",
-        "--pp",
-        "2",
-        "--microbatches",
-        "2",
-        "--mbs",
-        "1",
-        "--schedule",
-        "1f1b",
-        "--trace",
-        path_text,
-    ];
+    let mut args = TWO_RANKS.to_vec();
+    args.extend(["--trace", path_text]);
     args.extend(SMALL);
     let out = stdout(&args);
     assert!(out.contains("iteration time"), "{out}");
@@ -139,19 +141,9 @@ fn a_plan_file_runs() {
 
 #[test]
 fn impossible_requests_fail_with_one_line() {
-    let base = [
-        "--microbatches",
-        "2",
-        "--mbs",
-        "1",
-        "--schedule",
-        "1f1b",
-        "--pp",
-        "2",
-    ];
     let with = |model: &str, extra: &[&'static str]| {
-        let mut v = vec!["exec", model];
-        v.extend(base);
+        let mut v = TWO_RANKS.to_vec();
+        v[1] = model;
         v.extend(extra.iter().copied());
         v.into_iter().map(String::from).collect::<Vec<_>>()
     };
@@ -180,21 +172,9 @@ fn too_large_untied_models_are_refused_by_size() {
             "vocab_size": 50000, "seq_length": 128, "tied_embeddings": false, "dropout": false}"#,
     )
     .unwrap();
-    fails_with(
-        &[
-            "exec",
-            model.to_str().unwrap(),
-            "--pp",
-            "2",
-            "--microbatches",
-            "2",
-            "--mbs",
-            "1",
-            "--schedule",
-            "1f1b",
-        ],
-        "above the limit of 100 M",
-    );
+    let mut args = TWO_RANKS;
+    args[1] = model.to_str().unwrap();
+    fails_with(&args, "above the limit of 100 M");
 }
 
 /// Runs `exec` with `--inject-failure FAILURE` and a trace file, and asserts it ends well within
@@ -269,20 +249,7 @@ fn an_injected_panic_stops_every_rank_quickly() {
 
 #[test]
 fn an_injected_failure_outside_the_run_is_refused() {
-    let base = [
-        "exec",
-        "tiny-gpt",
-        "--pp",
-        "2",
-        "--microbatches",
-        "2",
-        "--mbs",
-        "1",
-        "--schedule",
-        "1f1b",
-        "--steps",
-        "2",
-    ];
+    let base = [&TWO_RANKS[..], &["--steps", "2"]].concat();
     let mut args = base.to_vec();
     args.extend(["--inject-failure", "2:1"]);
     fails_with(&args, "--inject-failure");
@@ -300,20 +267,7 @@ fn an_injected_failure_outside_the_run_is_refused() {
 #[test]
 fn the_mpi_transport_needs_the_mpi_feature() {
     fails_with(
-        &[
-            "exec",
-            "tiny-gpt",
-            "--pp",
-            "2",
-            "--microbatches",
-            "2",
-            "--mbs",
-            "1",
-            "--schedule",
-            "1f1b",
-            "--transport",
-            "mpi",
-        ],
+        &[&TWO_RANKS[..], &["--transport", "mpi"]].concat(),
         "--features mpi",
     );
 }
@@ -330,22 +284,10 @@ fn gpus() -> Option<usize> {
     }
 }
 
-const CUDA_RUN: [&str; 14] = [
-    "exec",
-    "tiny-gpt",
-    "--pp",
-    "2",
-    "--microbatches",
-    "2",
-    "--mbs",
-    "1",
-    "--schedule",
-    "1f1b",
-    "--seq-len",
-    "16",
-    "--backend",
-    "cuda",
-];
+/// [`TWO_RANKS`] with short sequences on `--backend cuda`.
+fn cuda_run() -> Vec<&'static str> {
+    [&TWO_RANKS[..], &["--seq-len", "16", "--backend", "cuda"]].concat()
+}
 
 /// `--backend cuda` without a GPU (or without the `cuda` feature) is one clear line, exit 2;
 /// with a GPU it trains, GEMMs on cuBLAS, and passes `--check`.
@@ -353,7 +295,7 @@ const CUDA_RUN: [&str; 14] = [
 fn the_cuda_backend_without_a_gpu_is_one_line() {
     match gpus() {
         Some(n) if n > 0 => {
-            let mut args = CUDA_RUN.to_vec();
+            let mut args = cuda_run();
             args.extend(["--steps", "2", "--check"]);
             let out = stdout(&args);
             assert!(
@@ -367,7 +309,7 @@ fn the_cuda_backend_without_a_gpu_is_one_line() {
             } else {
                 "--features cuda"
             };
-            fails_with(&CUDA_RUN, needle);
+            fails_with(&cuda_run(), needle);
         }
     }
 }
@@ -376,7 +318,7 @@ fn the_cuda_backend_without_a_gpu_is_one_line() {
 /// is missing in one line; with two GPUs it trains over NCCL and passes `--check`.
 #[test]
 fn the_cuda_backend_over_nccl_runs_or_says_why_not() {
-    let mut args = CUDA_RUN.to_vec();
+    let mut args = cuda_run();
     args.extend(["--transport", "nccl"]);
     let mut cpu = args.clone();
     cpu[13] = "cpu";

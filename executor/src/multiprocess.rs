@@ -5,7 +5,6 @@
 //! Gathering is exact: each rank writes its values (f64, or f32 widened) into its own slot of a
 //! zeroed world-sized buffer, and the sum over ranks adds only zeros to them.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use autopp_planner::schedule::{Action, ActionKind};
@@ -78,22 +77,9 @@ pub fn run_rank<T: Transport>(
             }
         })?;
     let mut w = Worker::new(&shared, &mut *transport);
-    let (replica, pp_rank) = w.position();
     let mut steps = Vec::with_capacity(cfg.steps);
     for step in 0..cfg.steps {
-        let r = match catch_unwind(AssertUnwindSafe(|| w.run_step(step))) {
-            Ok(r) => r.map_err(|(action, e)| (action, e.to_string())),
-            Err(payload) => Err((w.current_action(), crate::run::panic_text(payload.as_ref()))),
-        };
-        let s = r.map_err(|(action, message)| ExecError::Rank {
-            rank,
-            replica,
-            pp_rank,
-            step: step + 1,
-            action: action.map(|a| a.to_string()),
-            message,
-        })?;
-        steps.push(s);
+        steps.push(w.run_step_caught(rank, step).map_err(|(e, _)| e)?);
     }
     let stages = w.into_stages();
 

@@ -1,7 +1,6 @@
 //! The coordinator: one thread per rank (`pp × dp`), in-process transport between them,
 //! per-step summaries as they complete, and the report at the end.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -275,23 +274,9 @@ fn rank_thread<T: Transport>(
     };
     let mut w = Worker::new(shared, transport);
     for step in 0..cfg.steps {
-        let r = match catch_unwind(AssertUnwindSafe(|| w.run_step(step))) {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err((action, e))) => Err((action, e.to_string(), e.is_secondary())),
-            Err(payload) => Err((w.current_action(), panic_text(payload.as_ref()), false)),
-        };
-        let r = r.map_err(|(action, message, secondary)| {
-            shared.abort_all();
-            let e = ExecError::Rank {
-                rank,
-                replica,
-                pp_rank,
-                step: step + 1,
-                action: action.map(|a| a.to_string()),
-                message,
-            };
-            (e, secondary)
-        });
+        let r = w
+            .run_step_caught(rank, step)
+            .inspect_err(|_| shared.abort_all());
         let failed = r.is_err();
         let _ = tx.send((rank, step, r));
         if failed {

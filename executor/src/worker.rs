@@ -7,6 +7,7 @@
 //! forward allocates before its backward frees, as the simulator counts it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use autopp_planner::schedule::{Action, ActionKind, Step};
@@ -16,7 +17,7 @@ use serde::Serialize;
 use crate::barrier::Barrier;
 use crate::config::{ExecConfig, FailureMode};
 use crate::data::SyntheticData;
-use crate::error::RankError;
+use crate::error::{ExecError, RankError};
 use crate::optim::AdamState;
 use crate::stage::{Stage, StageSaved, StageWeightSaved};
 
@@ -406,14 +407,33 @@ impl<'a, T: Transport> Worker<'a, T> {
         self.stages.into_values().map(|(s, _)| s).collect()
     }
 
-    /// The action running when the rank failed or panicked, if any.
-    pub(crate) fn current_action(&self) -> Option<Action> {
-        self.current
-    }
-
-    /// Replica and pipeline rank.
-    pub(crate) fn position(&self) -> (usize, usize) {
-        (self.replica, self.pp_rank)
+    /// [`Worker::run_step`] with a panic caught as a failure of the running action: the step's
+    /// record, or the failure as world rank `rank`'s [`ExecError::Rank`] and whether it is
+    /// secondary (a rank that gave up because another failed).
+    pub(crate) fn run_step_caught(
+        &mut self,
+        rank: usize,
+        step: usize,
+    ) -> Result<RankStep, (ExecError, bool)> {
+        let r = match catch_unwind(AssertUnwindSafe(|| self.run_step(step))) {
+            Ok(Ok(s)) => return Ok(s),
+            Ok(Err((action, e))) => (action, e.to_string(), e.is_secondary()),
+            Err(payload) => (
+                self.current,
+                crate::run::panic_text(payload.as_ref()),
+                false,
+            ),
+        };
+        let (action, message, secondary) = r;
+        let e = ExecError::Rank {
+            rank,
+            replica: self.replica,
+            pp_rank: self.pp_rank,
+            step: step + 1,
+            action: action.map(|a| a.to_string()),
+            message,
+        };
+        Err((e, secondary))
     }
 }
 

@@ -128,15 +128,7 @@ mod tests {
             for pp in [1u64, 2, 3, 4, 5, 8] {
                 for v in [1u64, 2, 3, 4] {
                     for m in 1..=60u64 {
-                        let full = schedule::generate(&ScheduleSpec {
-                            kind,
-                            pp: pp as usize,
-                            virtual_stages: v as usize,
-                            num_microbatches: m as usize,
-                            group_size: None,
-                        })
-                        .ok()
-                        .map(|s| s.peak_inflight());
+                        let full = generated(kind, pp, v, m);
                         assert_eq!(
                             peak_inflight(kind, pp, v, m),
                             full,

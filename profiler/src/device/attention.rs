@@ -44,6 +44,15 @@ fn qkv_block(b: usize, which: usize, s: usize, d: usize, h: usize) -> Operand {
     Operand::block(b * s * 3 * h + which * h, s, d, 3 * h).batched(d)
 }
 
+/// Sequence `b`'s Q, K and V blocks (see [`qkv_block`]).
+fn qkv_blocks(b: usize, s: usize, d: usize, h: usize) -> (Operand, Operand, Operand) {
+    (
+        qkv_block(b, 0, s, d, h),
+        qkv_block(b, 1, s, d, h),
+        qkv_block(b, 2, s, d, h),
+    )
+}
+
 /// Head `n`'s `s × s` block of a `heads·s × s` buffer from element `offset`, batched over heads.
 fn square_block(offset: usize, s: usize) -> Operand {
     Operand::block(offset, s, s, s).batched(s * s)
@@ -64,11 +73,7 @@ pub fn forward(qkv: &Tensor, shape: AttentionShape) -> (Tensor, Tensor) {
     let mut out = Tensor::zeros(sequences * s, h);
     let mut probs = Tensor::zeros(sequences * heads * s, s);
     for b in 0..sequences {
-        let (q, k, v) = (
-            qkv_block(b, 0, s, d, h),
-            qkv_block(b, 1, s, d, h),
-            qkv_block(b, 2, s, d, h),
-        );
+        let (q, k, v) = qkv_blocks(b, s, d, h);
         let p0 = b * heads * s * s;
         let p = square_block(p0, s);
         // S = Q·Kᵀ, every head
@@ -131,11 +136,7 @@ pub fn backward(qkv: &Tensor, probs: &Tensor, dout: &Tensor, shape: AttentionSha
     let mut ds = Tensor::zeros(heads * s, s);
     let dsb = square_block(0, s);
     for b in 0..sequences {
-        let (q, k, v) = (
-            qkv_block(b, 0, s, d, h),
-            qkv_block(b, 1, s, d, h),
-            qkv_block(b, 2, s, d, h),
-        );
+        let (q, k, v) = qkv_blocks(b, s, d, h);
         let p0 = b * heads * s * s;
         let p = square_block(p0, s);
         let dout_b = Operand::block(b * s * h, s, d, h).batched(d);
