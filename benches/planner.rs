@@ -1,11 +1,11 @@
 //! Search time of `autopp plan` on the reference problems (`cargo bench --bench planner`).
 
+use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::load;
-use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::search::{search, Fixed, SearchOptions, SpaceLimits};
 use autopp_planner::Framework;
 use autopp_planner::DEFAULT_MEMORY_RESERVE_BYTES;
-use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
+use autopp_schedule::ScheduleKind;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 /// The binary's allocator (see `src/main.rs`), so the bench measures what `autopp plan` runs.

@@ -3,7 +3,7 @@
 //!
 //! Run with `cargo bench --bench simulator`.
 
-use autopp_planner::schedule::{
+use autopp_schedule::{
     check, generate, simulate, simulate_metrics, ScheduleKind, ScheduleSpec, SimCosts,
 };
 use criterion::{black_box, criterion_group, criterion_main, Criterion};

@@ -140,7 +140,7 @@ echo "A ratio below 1 means the plan is predicted faster. The plans mostly gain 
 echo "recomputation (not available in 2021) and interleaving; the one published run predicted not"
 echo "to fit ran at the edge of memory (it did not fit on 560 GPUs) and is predicted 5% over."
 echo
-cargo run --release --quiet -p autopp-planner --example experts_table
+cargo run --release --quiet -p autopp-calibrate --example experts_table
 echo
 } > "$out"
 mkdir -p docs

@@ -92,13 +92,7 @@ fn main() {
         Command::Gpus { json } => cmd::catalog::gpus(*json),
     };
     if let Err(e) = result {
-        // One line: the error and its causes, joined.
-        let msg = e
-            .chain()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(": ");
-        eprintln!("error: {}", msg.replace('\n', " "));
+        eprintln!("error: {}", cmd::common::error_line(&e));
         std::process::exit(2);
     }
 }

@@ -152,7 +152,7 @@ pub fn run_nccl(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
+    use autopp_schedule::{generate, ScheduleKind, ScheduleSpec};
 
     fn cfg(kind: ScheduleKind, pp: usize, v: usize, dp: usize) -> ExecConfig {
         let model = autopp_models::load("tiny-gpt")

@@ -10,11 +10,11 @@ use autopp_profiler::device::{Flow, Tensor};
 use serde::Serialize;
 
 use crate::config::ExecConfig;
-use crate::data::SyntheticData;
 use crate::error::{ExecError, RankError};
 use crate::optim::AdamState;
 use crate::run::ExecReport;
 use crate::stage::Stage;
+use autopp_profiler::data::SyntheticData;
 
 /// The tolerance the acceptance tests hold `max_rel_err` to.
 pub const DEFAULT_TOLERANCE: f64 = 1e-5;

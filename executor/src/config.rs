@@ -4,17 +4,15 @@
 
 use std::ops::Range;
 
-use autopp_models::{LayerKind, Model, Norm, TransformerSpec};
-use autopp_planner::schedule::{check, Schedule};
-use autopp_planner::split::{check_split, default_split};
+use autopp_models::{LayerKind, Model, TransformerSpec};
+use autopp_profiler::device::check_model;
+use autopp_profiler::fp32_layers::fp32_layer_bytes;
+use autopp_schedule::split::{check_split, default_split};
+use autopp_schedule::{check, Schedule};
 use serde::Serialize;
 
 use crate::backend::Backend;
 use crate::error::ExecError;
-
-/// The most parameters the executor accepts: it runs fp32 on the CPU and is meant for small
-/// models such as tiny-gpt (1.9 M parameters).
-pub const MAX_PARAMS: u64 = 100_000_000;
 
 /// The most bytes one step's single-worker check may keep for backward (the whole global batch
 /// at once).
@@ -161,7 +159,7 @@ impl ExecConfig {
                 kinds.extend(std::iter::repeat_n(LayerKind::Transformer, entries - 2));
                 kinds.push(LayerKind::Head);
                 default_split(&kinds, schedule.num_stages())
-                    .map_err(|e| ExecError::invalid("--pp", e.to_string().replace("--pp: ", "")))?
+                    .map_err(|e| ExecError::invalid("--pp", e.to_string()))?
             }
         };
         let cfg = ExecConfig {
@@ -183,7 +181,7 @@ impl ExecConfig {
 
     /// Checks the configuration (also run by [`crate::run()`], since the fields are public).
     pub fn validate(&self) -> Result<(), ExecError> {
-        check_model(&self.model)?;
+        check_model(&self.model).map_err(|e| ExecError::Unsupported(e.to_string()))?;
         if self.dp == 0 {
             return Err(ExecError::invalid("--dp", "must be at least 1"));
         }
@@ -217,11 +215,9 @@ impl ExecConfig {
             self.model.num_layers as usize + 2,
             self.num_stages(),
         )
-        .map_err(|e| ExecError::invalid("--split", e.to_string().replace("--split: ", "")))?;
+        .map_err(|e| ExecError::invalid("--split", e.to_string()))?;
         let batch = self.global_batch_size() as u64;
-        let per_sequence: u64 = self
-            .model
-            .fp32_layer_bytes(1)
+        let per_sequence: u64 = fp32_layer_bytes(&self.model, 1)
             .iter()
             .map(|b| b.activation_bytes)
             .sum();
@@ -287,40 +283,4 @@ impl ExecConfig {
         let first = (replica * self.num_microbatches() + microbatch) * self.micro_batch_size;
         first..first + self.micro_batch_size
     }
-}
-
-/// Refuses models outside the executor's subset, and models too large for it.
-pub(crate) fn check_model(m: &TransformerSpec) -> Result<(), ExecError> {
-    m.validate()
-        .map_err(|e| ExecError::Unsupported(e.to_string()))?;
-    let name = &m.name;
-    let unsupported = |what: &str| {
-        Err(ExecError::Unsupported(format!(
-            "exec does not implement {what} (model '{name}'); it runs LayerNorm transformers with multi-head attention, a GeLU MLP, an untied LM head and no dropout, such as tiny-gpt"
-        )))
-    };
-    if m.gated_mlp {
-        return unsupported("gated MLPs (\"gated_mlp\": true)");
-    }
-    if m.norm != Norm::Layernorm {
-        return unsupported("RMSNorm (\"norm\": \"rmsnorm\")");
-    }
-    if m.kv_heads() != m.num_attention_heads {
-        return unsupported("grouped-query attention (\"num_kv_heads\")");
-    }
-    if m.tied_embeddings {
-        return unsupported("tied embeddings (set \"tied_embeddings\": false)");
-    }
-    if m.dropout {
-        return unsupported("dropout (set \"dropout\": false)");
-    }
-    let params = m.num_params();
-    if params > MAX_PARAMS {
-        return Err(ExecError::Unsupported(format!(
-            "exec trains in fp32 on the CPU and is meant for small models such as tiny-gpt (1.9 M parameters); '{name}' has {:.1} M parameters, above the limit of {} M",
-            params as f64 / 1e6,
-            MAX_PARAMS / 1_000_000
-        )));
-    }
-    Ok(())
 }

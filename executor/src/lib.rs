@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use autopp_executor::{check, run, ExecConfig};
-//! use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
+//! use autopp_schedule::{generate, ScheduleKind, ScheduleSpec};
 //!
 //! let model = autopp_models::load("tiny-gpt").unwrap().with_seq_length(8).unwrap();
 //! let schedule = generate(&ScheduleSpec::new(ScheduleKind::OneFOneB, 2, 4)).unwrap();
@@ -27,7 +27,7 @@
 //! ```
 //!
 //! [`Transport`]: autopp_profiler::device::Transport
-//! [`Schedule`]: autopp_planner::schedule::Schedule
+//! [`Schedule`]: autopp_schedule::Schedule
 
 #![warn(missing_docs)]
 
@@ -35,26 +35,24 @@ pub mod backend;
 mod barrier;
 pub mod check;
 pub mod config;
-pub mod data;
 mod error;
 pub mod measure;
 pub mod multiprocess;
 pub mod optim;
 pub mod predict;
-pub mod profile;
 pub mod run;
 pub mod stage;
 pub mod trace;
 mod worker;
 
+pub use autopp_profiler::device::MAX_PARAMS;
 #[cfg(feature = "cuda")]
 pub use backend::run_nccl;
 pub use backend::Backend;
 pub use check::{compare, train_single_worker, CheckReport, Reference};
-pub use config::{AdamWConfig, ExecConfig, FailureMode, InjectedFailure, MAX_PARAMS};
+pub use config::{AdamWConfig, ExecConfig, FailureMode, InjectedFailure};
 pub use error::ExecError;
 pub use measure::Measured;
 pub use multiprocess::run_rank;
-pub use profile::profile_layers;
 pub use run::{run, ExecReport, RankTrace, StepSummary};
 pub use worker::{ActionEvent, RankStep};

@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use autopp_planner::schedule::ActionKind;
+use autopp_profiler::median;
+use autopp_schedule::ActionKind;
 use serde::Serialize;
 
 use crate::config::ExecConfig;
@@ -24,17 +25,6 @@ pub struct Measured {
     /// Per pipeline rank, the median seconds from the end of its action list to the end of its
     /// step (the gradient all-reduce and AdamW; the slowest replica of each step).
     pub end_of_step_s: Vec<f64>,
-}
-
-/// The median of `xs` (0 for none).
-pub(crate) fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
-    }
 }
 
 fn kind_index(kind: ActionKind) -> usize {
@@ -106,17 +96,5 @@ pub fn measure(cfg: &ExecConfig, ranks: &[RankTrace], steps: &[usize]) -> Measur
             .collect(),
         p2p_s: hops.iter().map(|h| median(h)).collect(),
         end_of_step_s: tails.iter().map(|t| median(t)).collect(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::median;
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(&[]), 0.0);
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 }

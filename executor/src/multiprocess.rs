@@ -7,16 +7,16 @@
 
 use std::time::Instant;
 
-use autopp_planner::schedule::{Action, ActionKind};
 use autopp_profiler::device::{Abort, Transport};
+use autopp_schedule::{Action, ActionKind};
 
 use crate::barrier::Barrier;
 use crate::config::ExecConfig;
-use crate::data::SyntheticData;
 use crate::error::ExecError;
 use crate::run::{report, summarize, ExecReport, RankTrace, StepSummary};
 use crate::stage::Stage;
 use crate::worker::{ActionEvent, RankStep, Shared, Worker};
+use autopp_profiler::data::SyntheticData;
 
 /// Runs this process's rank (`transport.rank()`) of `cfg` — every step — then gathers all
 /// ranks' records and weights. Rank 0 gets the report (and `on_step` is called for each step
@@ -242,8 +242,8 @@ fn decode_steps(v: &[f64]) -> Option<Vec<RankStep>> {
 mod tests {
     use super::*;
     use crate::run::run;
-    use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
     use autopp_profiler::device::InProcess;
+    use autopp_schedule::{generate, ScheduleKind, ScheduleSpec};
     use std::time::Duration;
 
     /// The multi-process path, with threads standing in for processes: rank 0's report equals

@@ -3,16 +3,17 @@
 //! iteration time from measured per-action times ([`Measured`]) — the same simulator the
 //! planner uses, so the run checks the planner's model of time.
 
-use autopp_planner::schedule::{simulate, SimCosts, StageCosts};
+use autopp_schedule::{simulate, SimCosts, StageCosts};
 
 use crate::config::ExecConfig;
 use crate::error::ExecError;
 use crate::measure::Measured;
 
 /// Per global stage, the bytes one micro-batch keeps from `F` to `B` (or `I`), and from `I`
-/// to `W`: the sums of the stage's layers' [`autopp_models::Fp32LayerBytes`].
+/// to `W`: the sums of the stage's layers' [`autopp_profiler::Fp32LayerBytes`].
 pub fn stage_bytes(cfg: &ExecConfig) -> Vec<(u64, u64)> {
-    let layers = cfg.model.fp32_layer_bytes(cfg.micro_batch_size as u64);
+    let layers =
+        autopp_profiler::fp32_layers::fp32_layer_bytes(&cfg.model, cfg.micro_batch_size as u64);
     cfg.stage_ranges()
         .into_iter()
         .map(|r| {

@@ -10,9 +10,11 @@ use serde::Serialize;
 use crate::backend::{self, EngineGuard};
 use crate::barrier::Barrier;
 use crate::config::{ExecConfig, FailureMode};
-use crate::data::SyntheticData;
 use crate::error::ExecError;
-use crate::measure::{measure, median, Measured};
+use autopp_profiler::data::SyntheticData;
+use autopp_profiler::median;
+
+use crate::measure::{measure, Measured};
 use crate::predict;
 use crate::stage::Stage;
 use crate::worker::{RankStep, Shared, Worker};

@@ -2,42 +2,10 @@
 //! and the initialisation that makes every rank's stage equal to the same layers of the
 //! single-worker model.
 
-use autopp_models::{PositionEmbedding, TransformerSpec};
-use autopp_profiler::device::{
-    Block, Embedding, Flow, Head, Layer, Rng, Saved, Tensor, Tensor64, WeightSaved,
-};
+use autopp_models::TransformerSpec;
+use autopp_profiler::device::{init_layer, Flow, Layer, Saved, Tensor, Tensor64, WeightSaved};
 
 use crate::error::RankError;
-
-const INIT_STREAM: u64 = 0x1A17;
-
-/// Layer-list entry `index` of `spec` (0 the embedding, then the blocks, then the head),
-/// initialised from its own stream of `seed`, so the same entry gets the same weights on
-/// whichever rank holds it.
-pub fn init_layer(spec: &TransformerSpec, seed: u64, index: usize) -> Layer {
-    let mut rng = Rng::derive(seed, &[INIT_STREAM, index as u64]);
-    let (h, v) = (spec.hidden_size as usize, spec.vocab_size as usize);
-    let last = spec.num_layers as usize + 1;
-    if index == 0 {
-        let positions = match spec.position_embedding {
-            PositionEmbedding::Learned => Some(spec.position_table_rows() as usize),
-            PositionEmbedding::None => None,
-        };
-        Layer::Embedding(Embedding::init(&mut rng, v, h, positions))
-    } else if index == last {
-        Layer::Head(Head::init(&mut rng, h, v))
-    } else {
-        Layer::Block(Box::new(Block::init(
-            &mut rng,
-            h,
-            spec.num_attention_heads as usize,
-            spec.ffn() as usize,
-            spec.num_layers as usize,
-            spec.bias,
-            spec.has_qkv_bias(),
-        )))
-    }
-}
 
 /// One stage's layers and their accumulated gradients.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,16 +10,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use autopp_planner::schedule::{Action, ActionKind, Step};
 use autopp_profiler::device::{Abort, Direction, Flow, Tag, Tensor, Transport};
+use autopp_schedule::{Action, ActionKind, Step};
 use serde::Serialize;
 
 use crate::barrier::Barrier;
 use crate::config::{ExecConfig, FailureMode};
-use crate::data::SyntheticData;
 use crate::error::{ExecError, RankError};
 use crate::optim::AdamState;
 use crate::stage::{Stage, StageSaved, StageWeightSaved};
+use autopp_profiler::data::SyntheticData;
 
 /// One action as it ran on a rank. Times are seconds since the start of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -11,7 +11,7 @@
 
 use autopp_executor::{check, run, ExecConfig, ExecReport};
 use autopp_models::Model;
-use autopp_planner::schedule::{generate, Schedule, ScheduleKind, ScheduleSpec};
+use autopp_schedule::{generate, Schedule, ScheduleKind, ScheduleSpec};
 
 /// (kind, p, m, v, dp) for every case of the acceptance matrix.
 fn matrix() -> Vec<(ScheduleKind, usize, usize, usize, usize)> {

@@ -3,7 +3,7 @@
 //! training, and the simulator predicts their memory exactly.
 
 use autopp_executor::{check, run, ExecConfig};
-use autopp_planner::schedule::{
+use autopp_schedule::{
     check as check_schedule, generate, Action, ActionKind, Schedule, ScheduleKind, ScheduleSpec,
     Step,
 };

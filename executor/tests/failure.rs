@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use autopp_executor::{run, ExecConfig, ExecError, FailureMode, InjectedFailure};
-use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
+use autopp_schedule::{generate, ScheduleKind, ScheduleSpec};
 
 fn config(kind: ScheduleKind, pp: usize, v: usize, dp: usize) -> ExecConfig {
     let model = autopp_models::load("tiny-gpt")

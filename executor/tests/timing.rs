@@ -2,7 +2,7 @@
 //! times, predicts the run's iteration time.
 
 use autopp_executor::{run, ExecConfig};
-use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
+use autopp_schedule::{generate, ScheduleKind, ScheduleSpec};
 
 #[test]
 fn the_simulator_predicts_the_measured_iteration_time() {

@@ -35,7 +35,6 @@
 #![warn(missing_docs)]
 
 pub mod custom;
-pub mod fp32_layers;
 pub mod hf;
 mod json;
 pub mod layer;
@@ -44,7 +43,6 @@ pub mod presets;
 pub mod transformer;
 
 pub use custom::{CustomLayer, LayerListSpec};
-pub use fp32_layers::Fp32LayerBytes;
 pub use layer::{
     ActivationBytes, Collective, CollectiveKind, LayerCost, LayerKind, Op, Recompute, ShardSpec,
 };

@@ -1,10 +1,10 @@
 //! A full parallel configuration and the errors that reject impossible ones.
 
+use autopp_hardware::{HardwareError, Precision};
 use autopp_models::{ModelError, Recompute};
-use autopp_profiler::{Precision, ProfilerError};
 use serde::{Deserialize, Serialize};
 
-use crate::schedule::ScheduleKind;
+use crate::schedule::{ScheduleKind, SplitError};
 
 /// Default headroom kept free per GPU, in bytes (2 GiB), on top of the modelled CUDA context,
 /// NCCL, framework buffers and allocator fragmentation (`memory::CONTEXT_BYTES`,
@@ -132,7 +132,10 @@ pub enum PlanError {
     Model(#[from] ModelError),
     /// The cluster or profile cannot be built.
     #[error(transparent)]
-    Profiler(#[from] ProfilerError),
+    Hardware(#[from] HardwareError),
+    /// The layer split cannot be made or used ([`SplitError::field`] names the input).
+    #[error(transparent)]
+    Split(#[from] SplitError),
     /// The schedule cannot be generated for these inputs.
     #[error("--schedule: {0}")]
     Schedule(String),

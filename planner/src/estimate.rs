@@ -3,15 +3,15 @@
 
 use std::sync::Arc;
 
+use autopp_hardware::{AnalyticProfile, Layout};
 use autopp_models::{LayerCost, LayerKind, Model, Recompute, ShardSpec};
-use autopp_profiler::{AnalyticProfile, Layout};
 use serde::Serialize;
 
 use crate::config::{ParallelConfig, PlanError};
 use crate::memory::{self, MemoryContext, RankMemory};
 use crate::plan::{Breakdown, Plan, PlanAndPrediction, Predicted, RankPlan, FORMAT_VERSION};
+use crate::schedule::split;
 use crate::schedule::{self, Schedule, ScheduleSpec, SimCosts, SimResult};
-use crate::split;
 use crate::stages::{self, StageContext, StageCost};
 
 /// Bytes of HBM traffic per optimizer-owned parameter in one Adam step: read the fp32 gradient
@@ -520,7 +520,7 @@ pub fn evaluate_scheduled(
         recompute: c.recompute.to_string(),
         sequence_parallel: c.sequence_parallel,
         zero_stage: c.zero_stage,
-        megatron_layout: split::megatron_layout(&kinds, &ranges),
+        megatron_layout: crate::layout::megatron_layout(&kinds, &ranges),
         ranks,
     };
     Ok(Estimate {
@@ -603,7 +603,7 @@ pub fn dp_comm_time_s(
     profile: &AnalyticProfile,
     c: &ParallelConfig,
     stages: &[&StageCost],
-    link: &autopp_profiler::Link,
+    link: &autopp_hardware::Link,
     m: u64,
 ) -> f64 {
     use autopp_models::CollectiveKind::*;
@@ -659,7 +659,7 @@ mod tests {
     use super::*;
     use crate::config::Runtime;
     use crate::schedule::ScheduleKind;
-    use autopp_profiler::{hardware, Cluster, Precision};
+    use autopp_hardware::{hardware, Cluster, Precision};
 
     fn setup(gpus: u64, tp: u64, pp: u64) -> (Model, AnalyticProfile, ParallelConfig) {
         let model = autopp_models::load_str(

@@ -8,17 +8,18 @@
 //! This crate never runs kernels: it reads costs from the profiler and hands plans to the
 //! executor.
 
+pub use autopp_schedule as schedule;
+
+pub mod bands;
 pub mod config;
 pub mod estimate;
 pub mod framework;
+pub mod layout;
 pub mod memory;
 pub mod plan;
 pub mod planfile;
-pub mod schedule;
 pub mod search;
-pub mod split;
 pub mod stages;
-pub mod validate;
 
 pub use config::{ParallelConfig, PlanError, DEFAULT_MEMORY_RESERVE_BYTES};
 pub use estimate::{evaluate, Estimate};

@@ -1,8 +1,8 @@
 //! Plan files: a plan, its prediction, and the model, cluster and settings it was made for —
 //! everything needed to evaluate, draw or run it again.
 
+use autopp_hardware::{Cluster, Precision};
 use autopp_models::Model;
-use autopp_profiler::{Cluster, Precision};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ParallelConfig, PlanError};

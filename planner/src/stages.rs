@@ -1,8 +1,8 @@
 //! Per-stage costs: the times of one stage's F, B, I and W for one micro-batch and the bytes it
 //! holds, summed from its layers' costs and the profile.
 
+use autopp_hardware::{AnalyticProfile, Link};
 use autopp_models::{LayerCost, LayerKind, Recompute};
-use autopp_profiler::{AnalyticProfile, Link};
 use serde::Serialize;
 
 /// What one stage costs for one micro-batch on one GPU of its rank.

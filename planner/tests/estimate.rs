@@ -1,9 +1,9 @@
 //! The evaluator against hand-worked cases.
 
+use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::{load_str, Model, Recompute};
-use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::{evaluate, ParallelConfig, DEFAULT_MEMORY_RESERVE_BYTES};
-use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
+use autopp_schedule::ScheduleKind;
 
 fn model() -> Model {
     load_str(
@@ -146,8 +146,11 @@ fn explicit_split_is_used_and_checked() {
     assert_eq!(e.result.plan.ranks[0].stages, vec![[0, 3]]);
     assert_eq!(e.result.plan.ranks[1].stages, vec![[4, 9]]);
     c.split = Some(vec![4, 5]);
-    let err = evaluate(&m, &p, &c).unwrap_err().to_string();
-    assert!(err.starts_with("--split"), "{err}");
+    let err = evaluate(&m, &p, &c).unwrap_err();
+    assert!(
+        matches!(&err, autopp_planner::PlanError::Split(e) if e.field() == autopp_schedule::SpecField::Split),
+        "{err}"
+    );
 }
 
 #[test]

@@ -2,11 +2,11 @@
 //! on a memory-bound case, each framework's plans use only what it runs, and (with the `highs`
 //! feature) HiGHS and microlp give the same plans.
 
+use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::{load, Recompute};
-use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::search::{self, Fixed, IlpSolver, SearchOptions, SpaceLimits};
 use autopp_planner::{Estimate, Framework, DEFAULT_MEMORY_RESERVE_BYTES};
-use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
+use autopp_schedule::ScheduleKind;
 
 /// What `autopp plan --framework F [--max-tp T] [--fix recompute=R]` searches.
 fn options(
@@ -167,7 +167,7 @@ fn each_framework_plans_only_what_it_runs() {
                         assert!(plan.zero_stage <= 1, "{what}");
                         assert_eq!(plan.cp, 1, "{what}");
                         assert!(!partial, "{what}");
-                        let even = autopp_planner::split::default_split(
+                        let even = autopp_schedule::split::default_split(
                             &m.layers(&autopp_planner::estimate::shard_spec(
                                 &search::exact_config(e, &opts),
                             ))

@@ -2,13 +2,14 @@
 //! contiguous split, each evaluated through `estimate`'s code path; the planner's plan must be
 //! within 0.5% of the best of them.
 
+use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::{load_str, Model};
 use autopp_planner::estimate::{evaluate_layers, shard_spec};
-use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::search::{self, config_of, space, Fixed, SearchOptions, SpaceLimits};
 use autopp_planner::Framework;
-use autopp_planner::{split, DEFAULT_MEMORY_RESERVE_BYTES};
-use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
+use autopp_planner::DEFAULT_MEMORY_RESERVE_BYTES;
+use autopp_schedule::split;
+use autopp_schedule::ScheduleKind;
 
 fn options(global_batch: u64, precision: Precision) -> SearchOptions {
     SearchOptions {

@@ -1,77 +1,21 @@
 //! # autopp-profiler
 //!
-//! Everything that touches hardware: the GPU catalog, the cluster description (nodes, links,
-//! where each parallel group sits), and the *profile* — seconds for each layer's passes and for
-//! collectives and sends. Today the profile is analytic (a roofline with shape-dependent
-//! efficiency). The [`device`] layer — fp32 CPU layers with explicit forward / backward-input /
-//! backward-weight, and the transports between ranks — is what the executor runs; measured
-//! profiles will time it.
+//! What measures: the device layers — an embedding, pre-norm transformer blocks and a head, in
+//! fp32 on the CPU (GEMMs through faer; through cuBLAS with the `cuda` feature), each with
+//! explicit forward / backward-input / backward-weight passes — the transports between ranks
+//! (in-process channels; MPI and NCCL behind features), the timing of each layer's passes that
+//! `autopp profile` writes as a measured profile, and the byte accounting of what those layers
+//! keep for backward. The executor runs exactly these layers, so a measured profile describes
+//! what will execute.
 //!
 //! This crate never chooses plans.
-//!
-//! ```
-//! use autopp_profiler::{hardware, AnalyticProfile, Cluster, Precision};
-//! use autopp_models::CollectiveKind;
-//!
-//! let cluster = Cluster::new(hardware::gpu("h100-sxm").unwrap(), 16, 8, None).unwrap();
-//! let profile = AnalyticProfile::new(cluster, Precision::Bf16).unwrap();
-//! // a 1 GB all-reduce over the two nodes' NICs
-//! let link = profile.cluster.group_link(2, 8);
-//! let t_s = profile.collective_time_s(CollectiveKind::AllReduce, 1_000_000_000, 2, &link);
-//! assert!(t_s > 0.02 && t_s < 0.03);
-//! ```
 
 #![warn(missing_docs)]
 
-pub mod analytic;
-pub mod cluster;
+pub mod data;
 pub mod device;
-pub mod hardware;
-pub mod measured;
+pub mod fp32_layers;
+pub mod profile;
 
-pub use analytic::{AnalyticProfile, Efficiency, LayerTimes};
-pub use cluster::{Cluster, Layout, Link};
-pub use hardware::{GpuSpec, Precision};
-pub use measured::{MeasuredLayer, MeasuredProfile, PROFILE_FORMAT};
-
-/// Why a cluster or profile could not be built. Messages name the flag or key and the fix.
-#[derive(Debug, thiserror::Error)]
-pub enum ProfilerError {
-    /// A GPU kind not in the catalog.
-    #[error("unknown GPU kind '{name}' (--gpu): use one of {available}")]
-    UnknownGpu {
-        /// What was asked for.
-        name: String,
-        /// The catalog names, comma-separated.
-        available: String,
-    },
-    /// A flag or key with a value out of range.
-    #[error("{field} {message}")]
-    Invalid {
-        /// The flag or key at fault.
-        field: String,
-        /// What is wrong and what would be right.
-        message: String,
-    },
-    /// Malformed `cluster.json`.
-    #[error("{origin}: {message}")]
-    Json {
-        /// The file.
-        origin: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// The hardware cannot do what was asked (e.g. bf16 on V100).
-    #[error("{0}")]
-    Unsupported(String),
-}
-
-impl ProfilerError {
-    /// An [`ProfilerError::Invalid`] for `field`.
-    pub fn invalid(field: &str, message: &str) -> Self {
-        ProfilerError::Invalid {
-            field: field.to_string(),
-            message: message.to_string(),
-        }
-    }
-}
+pub use fp32_layers::Fp32LayerBytes;
+pub use profile::{median, profile_layers, ProfileError};

@@ -13,7 +13,7 @@ fn measured_bytes_equal_the_formulas() {
     let (h, f, a, v) = (128, 512, 4, 1024);
     let (b, s) = (3usize, 16usize);
     let t = b * s;
-    let formulas = spec.fp32_layer_bytes(b as u64);
+    let formulas = autopp_profiler::fp32_layers::fp32_layer_bytes(&spec, b as u64);
     let mut rng = Rng::new(5);
     let layers = [
         Layer::Embedding(Embedding::init(&mut rng, v, h, None)),

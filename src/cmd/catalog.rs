@@ -1,7 +1,7 @@
 //! `autopp gpus` and `autopp models`: what the catalogs hold.
 
 use anyhow::Result;
-use autopp_profiler::hardware;
+use autopp_hardware::hardware;
 
 /// Prints the GPU catalog.
 pub fn gpus(json: bool) -> Result<()> {

@@ -1,8 +1,10 @@
 //! Arguments and helpers shared by subcommands: the cluster flags, model loading, formatting.
 
 use anyhow::{Context, Result};
+use autopp_hardware::{hardware, Cluster};
 use autopp_models::Model;
-use autopp_profiler::{hardware, Cluster};
+use autopp_planner::PlanError;
+use autopp_schedule::{SpecField, SplitError};
 use clap::Args;
 
 /// The cluster flags shared by `estimate` and `plan`.
@@ -49,16 +51,16 @@ pub fn load_model(name_or_path: &str) -> Result<Model> {
 /// `autopp profile`), after checking the file covers every layer of `model`; `profile` itself
 /// when `path` is `None`.
 pub fn with_measured_profile(
-    profile: autopp_profiler::AnalyticProfile,
+    profile: autopp_hardware::AnalyticProfile,
     path: Option<&str>,
     model: &Model,
-) -> Result<autopp_profiler::AnalyticProfile> {
+) -> Result<autopp_hardware::AnalyticProfile> {
     let Some(path) = path else {
         return Ok(profile);
     };
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("--profile: cannot read '{path}'"))?;
-    let measured = autopp_profiler::MeasuredProfile::from_json(&text, path)?;
+    let measured = autopp_hardware::MeasuredProfile::from_json(&text, path)?;
     let layers = model.layers(&autopp_models::ShardSpec::default())?;
     measured.check_covers(model.name(), &layers)?;
     Ok(profile.with_measured(measured))
@@ -118,6 +120,38 @@ pub fn write_atomic(path: &str, bytes: &[u8]) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
         anyhow::anyhow!("cannot write '{path}': {e}")
     })
+}
+
+/// The flag that sets a schedule or split input.
+pub fn flag_of(field: SpecField) -> &'static str {
+    match field {
+        SpecField::Pp => "--pp",
+        SpecField::VirtualStages => "--virtual",
+        SpecField::NumMicrobatches => "--microbatches",
+        SpecField::GroupSize => "--group-size",
+        SpecField::Split => "--split",
+    }
+}
+
+/// One line for an error: the error and its causes, joined, with the flag named where the
+/// library's error names an input field.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let parts: Vec<String> = e
+        .chain()
+        .map(|c| {
+            let split = c
+                .downcast_ref::<SplitError>()
+                .or(match c.downcast_ref::<PlanError>() {
+                    Some(PlanError::Split(s)) => Some(s),
+                    _ => None,
+                });
+            match split {
+                Some(s) => format!("{}: {s}", flag_of(s.field())),
+                None => c.to_string(),
+            }
+        })
+        .collect();
+    parts.join(": ").replace('\n', " ")
 }
 
 #[cfg(test)]

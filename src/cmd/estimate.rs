@@ -1,10 +1,10 @@
 //! `autopp estimate`: time and memory of one full configuration.
 
 use anyhow::{bail, Context, Result};
+use autopp_hardware::{AnalyticProfile, Precision};
 use autopp_models::{Model, Recompute};
-use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::{evaluate, Estimate, ParallelConfig, PlanFile};
-use autopp_profiler::{AnalyticProfile, Precision};
+use autopp_schedule::ScheduleKind;
 use clap::Args;
 
 use super::common::{gib, load_model, secs, thousands, with_measured_profile, ClusterArgs};
@@ -199,7 +199,7 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
     for w in &estimate.warnings {
         eprintln!("warning: {w}");
     }
-    if let (_, _, Some(w)) = super::validate::uncertainty(&profile.cluster.gpu.name) {
+    if let Some(w) = autopp_planner::bands::uncertainty(&profile.cluster.gpu.name).warning {
         eprintln!("warning: {w}");
     }
     Ok(())
@@ -266,7 +266,11 @@ pub fn render(
     let _ = writeln!(o);
     let t = pred.iteration_time_s;
     let b = &pred.breakdown_s;
-    let (time_band, memory_band, _) = super::validate::uncertainty(&plan.gpu);
+    let autopp_planner::bands::Uncertainty {
+        time: time_band,
+        memory: memory_band,
+        ..
+    } = autopp_planner::bands::uncertainty(&plan.gpu);
     let _ = writeln!(o, "  iteration     {}", secs(t));
     if let Some(band) = &time_band {
         let _ = writeln!(o, "    uncertainty {band}");

@@ -9,8 +9,8 @@ use autopp_executor::{
     check, run, trace, Backend, ExecConfig, ExecReport, InjectedFailure, StepSummary,
 };
 use autopp_models::{Model, Recompute};
-use autopp_planner::schedule::{generate, ScheduleKind, ScheduleSpec};
 use autopp_planner::PlanFile;
+use autopp_schedule::{generate, ScheduleKind, ScheduleSpec};
 use clap::Args;
 use serde_json::json;
 

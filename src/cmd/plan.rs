@@ -5,10 +5,10 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use autopp_planner::schedule::ScheduleKind;
+use autopp_hardware::{AnalyticProfile, Precision};
 use autopp_planner::search::{self, explain, Fixed, SearchOptions, SpaceLimits};
 use autopp_planner::{Framework, PlanFile};
-use autopp_profiler::{AnalyticProfile, Precision};
+use autopp_schedule::ScheduleKind;
 use clap::Args;
 
 use super::common::{

@@ -3,7 +3,7 @@
 //! `plan --profile`.
 
 use anyhow::{Context, Result};
-use autopp_executor::profile_layers;
+use autopp_profiler::profile_layers;
 use clap::{Args, ValueEnum};
 
 use super::common::{load_model, secs, write_atomic};

@@ -1,9 +1,9 @@
 //! `autopp schedule`: generate, check, simulate and draw a pipeline schedule.
 
 use anyhow::{bail, Context, Result};
-use autopp_planner::schedule::{
-    self, ascii, check, generate, resolve_group_size, simulate, ScheduleKind, ScheduleSpec,
-    SimCosts,
+use autopp_schedule::{
+    self as schedule, ascii, check, generate, resolve_group_size, simulate, ScheduleKind,
+    ScheduleSpec, SimCosts,
 };
 use clap::Args;
 
@@ -153,7 +153,7 @@ fn from_plan(path: &str) -> Result<Simulated> {
     let file = autopp_planner::PlanFile::from_json(&text, path)?;
     let model = file.model()?;
     let config = file.config()?;
-    let profile = autopp_profiler::AnalyticProfile::new(file.cluster.clone(), config.precision)?;
+    let profile = autopp_hardware::AnalyticProfile::new(file.cluster.clone(), config.precision)?;
     let e = autopp_planner::evaluate(&model, &profile, &config)?;
     let title = format!(
         "{} on {} × {}: {} · pp {} · {} micro-batches{}",

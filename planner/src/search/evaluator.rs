@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
-use autopp_profiler::AnalyticProfile;
 
 use super::memo::Memo;
 use super::{config_with, key_of, Key, LayerTable, SearchOptions};

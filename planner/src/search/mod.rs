@@ -15,7 +15,6 @@
 
 mod errors;
 mod evaluator;
-pub mod experts;
 pub mod explain;
 pub mod inflight;
 mod memo;
@@ -29,8 +28,8 @@ pub mod split_dp;
 use std::collections::HashMap;
 use std::time::Instant;
 
+use autopp_hardware::{AnalyticProfile, Layout, Precision};
 use autopp_models::{LayerCost, Model, Recompute};
-use autopp_profiler::{AnalyticProfile, Layout, Precision};
 use rayon::prelude::*;
 
 use crate::config::{ParallelConfig, PlanError};
@@ -39,7 +38,7 @@ use crate::estimate::{
 };
 use crate::memory::{self, NCCL_BUFFER_BYTES_PER_GROUP};
 use crate::schedule;
-use crate::split;
+use crate::schedule::split;
 use crate::stages::{self, StageContext, StageCost};
 
 use errors::{no_candidates, nothing_fits};

@@ -6,7 +6,7 @@ use autopp_models::LayerCost;
 use super::evaluator::Evaluator;
 use super::{key_of, time_of, LayerTable};
 use crate::estimate::Estimate;
-use crate::split;
+use crate::schedule::split;
 
 /// Plans (distinct configurations, fastest first) whose splits [`refine`] improves.
 pub(crate) const REFINED_LEADERS: usize = 4;

@@ -15,8 +15,8 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
+use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
-use autopp_profiler::AnalyticProfile;
 use rayon::prelude::*;
 
 use super::score::{below_memory_floor, KeyScorer};

@@ -61,7 +61,7 @@ pub(super) struct KeyScorer<'a> {
     budgets: Vec<StageBudget>,
     /// The configuration without a split (for the tail's terms).
     config: ParallelConfig,
-    dp_link: autopp_profiler::Link,
+    dp_link: autopp_hardware::Link,
 }
 
 impl<'a> KeyScorer<'a> {

@@ -299,7 +299,7 @@ mod tests {
     fn brute(sums: &LayerSums, b: &[StageBudget]) -> Option<f64> {
         let n = sums.len();
         let mut best: Option<f64> = None;
-        for split in crate::split::all_splits(n, b.len()) {
+        for split in crate::schedule::split::all_splits(n, b.len()) {
             let mut first = 0;
             let mut worst: f64 = 0.0;
             let mut ok = true;

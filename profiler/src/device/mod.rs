@@ -38,6 +38,7 @@ pub mod gemm;
 pub mod head;
 pub mod layer;
 pub mod linear;
+pub mod model;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 #[cfg(feature = "cuda")]
@@ -55,6 +56,7 @@ pub use gemm::{
 pub use head::Head;
 pub use layer::{Flow, Layer, Saved, WeightSaved};
 pub use linear::Linear;
+pub use model::{check_model, init_layer, MAX_PARAMS};
 pub use norm::LayerNorm;
 pub use rng::Rng;
 pub use tensor::{Tensor, Tensor64, DTYPE_BYTES};
@@ -68,4 +70,7 @@ pub enum DeviceError {
     /// What was wrong.
     #[error("{0}")]
     Input(String),
+    /// The model uses something the device layers do not implement, or is too large for them.
+    #[error("{0}")]
+    Unsupported(String),
 }

@@ -1,0 +1,527 @@
+//! From a published row to what autopp evaluates: a model, a cluster and a parallel
+//! configuration (whole iterations), or one transformer layer (per-layer rows).
+//!
+//! Everything taken from a row is a *fact of that run*: its sizes and degrees, its GPU and
+//! network, its framework's behaviour (fp16 gradients, overlapped reduction, no fused attention
+//! before 2022). No row gets its own constant: the efficiency knobs are global.
+
+use autopp_hardware::{hardware, Cluster, Precision};
+use autopp_models::{Model, PositionEmbedding, Recompute, TransformerSpec};
+
+use super::rows::{ms_after, parse_gib, PublishedRow, RowKind};
+use autopp_planner::config::{ParallelConfig, Runtime};
+use autopp_planner::schedule::ScheduleKind;
+
+/// A whole iteration to evaluate with [`autopp_planner::estimate::evaluate`].
+#[derive(Debug, Clone)]
+pub struct IterationCase {
+    /// The model.
+    pub model: Model,
+    /// The cluster, exactly the run's GPUs.
+    pub cluster: Cluster,
+    /// The run's configuration.
+    pub config: ParallelConfig,
+    /// Published seconds per iteration, when the row's time can be compared.
+    pub time_s: Option<f64>,
+    /// Why the row's time is not compared (it has one but it is inconsistent).
+    pub time_skip: Option<String>,
+    /// Published peak memory per GPU, GiB (PyTorch's peak over the first and last rank).
+    pub memory_gib: Option<f64>,
+}
+
+/// One transformer layer timed on its own (Korthikanti et al. 2022, Table 4).
+#[derive(Debug, Clone)]
+pub struct LayerCase {
+    /// A one-layer model with the row's sizes.
+    pub model: Model,
+    /// The GPUs of one tensor-parallel group.
+    pub cluster: Cluster,
+    /// The layer's configuration (tp, micro-batch, recompute, sequence parallelism).
+    pub config: ParallelConfig,
+    /// Published forward time of the layer, seconds.
+    pub forward_s: f64,
+    /// Published backward time of the layer (with any recomputation), seconds.
+    pub backward_s: f64,
+}
+
+/// What a row becomes.
+#[derive(Debug, Clone)]
+pub enum Case {
+    /// A whole training iteration.
+    Iteration(Box<IterationCase>),
+    /// One layer's forward and backward.
+    Layer(Box<LayerCase>),
+}
+
+/// A row mapped to a case, with the assumptions the mapping made (framework defaults the row
+/// does not state).
+#[derive(Debug, Clone)]
+pub struct Mapped {
+    /// The case.
+    pub case: Case,
+    /// Assumptions, one short sentence each.
+    pub assumptions: Vec<String>,
+}
+
+/// Maps a row; `Err` is the reason it cannot be modelled.
+pub fn map_row(row: &PublishedRow) -> Result<Mapped, String> {
+    if let Some(status) = &row.result_status {
+        if status != "ok" {
+            return Err(format!(
+                "the run did not succeed (result_status '{status}')"
+            ));
+        }
+    }
+    match row.kind {
+        RowKind::EndToEndTrainingThroughput => map_iteration(row),
+        RowKind::PerLayerTimeMs => map_layer(row),
+    }
+}
+
+fn need(v: Option<u64>, field: &str) -> Result<u64, String> {
+    match v {
+        Some(0) => Err(format!("{field} is 0")),
+        Some(x) => Ok(x),
+        None => Err(format!("{field} is not reported")),
+    }
+}
+
+/// The framework family a row's `framework` string names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framework {
+    /// Megatron-LM (2021): fp16 gradients, PyTorch or local DDP, no fused attention.
+    Megatron2021,
+    /// Megatron-LM driving DeepSpeed ZeRO-3 (Narayanan et al. 2021, Table 2).
+    MegatronZero3,
+    /// BigScience's Megatron-DeepSpeed: DeepSpeed's pipeline engine and fp16 ZeRO optimizer.
+    MegatronDeepSpeed,
+    /// MosaicML Composer / llm-foundry: PyTorch FSDP with FlashAttention.
+    ComposerFsdp,
+}
+
+fn framework(row: &PublishedRow) -> Result<Framework, String> {
+    let f = row.framework.as_deref().unwrap_or("").to_ascii_lowercase();
+    if f.contains("megatron-deepspeed") {
+        Ok(Framework::MegatronDeepSpeed)
+    } else if f.contains("megatron") && f.contains("zero-3") {
+        Ok(Framework::MegatronZero3)
+    } else if f.contains("megatron-lm") {
+        Ok(Framework::Megatron2021)
+    } else if f.contains("composer") || f.contains("llm-foundry") {
+        Ok(Framework::ComposerFsdp)
+    } else {
+        Err(format!(
+            "framework '{}' is not one autopp knows how to model",
+            row.framework.as_deref().unwrap_or("(not reported)")
+        ))
+    }
+}
+
+/// The catalog GPU kind for a row's GPU name.
+pub fn gpu_kind(name: &str) -> Option<&'static str> {
+    let n = name.to_ascii_lowercase();
+    if n.contains("pcie") {
+        return None;
+    }
+    if n.contains("a100") {
+        Some(if n.contains("40") {
+            "a100-40g"
+        } else {
+            "a100-80g"
+        })
+    } else if n.contains("h100") {
+        Some("h100-sxm")
+    } else if n.contains("h200") {
+        Some("h200")
+    } else if n.contains("v100") && n.contains("32") {
+        Some("v100-32g")
+    } else {
+        None
+    }
+}
+
+/// The first number in `text` after `from`, if any.
+fn number_in(text: &str) -> Option<f64> {
+    let start = text.find(|c: char| c.is_ascii_digit())?;
+    let rest = &text[start..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// NIC bandwidth per GPU in Gbit/s from the row's description of the network between nodes:
+/// `8x … 200 Gb/s HDR InfiniBand HCAs per node`, `1600 Gbps node-node`, `4 OPA links per node`
+/// (Omni-Path: 100 Gbit/s a link). `None` when the row does not say.
+pub fn nic_gbps_per_gpu(text: &str, gpus_per_node: u64) -> Option<f64> {
+    let t = text.to_ascii_lowercase();
+    let per_node = if t.contains("opa") || t.contains("omni-path") {
+        let links = t.find("opa link").and_then(|i| {
+            let head = &t[..i];
+            let start = head.trim_end().rfind(' ').map_or(0, |j| j + 1);
+            number_in(&head[start..])
+        })?;
+        links * 100.0
+    } else if let Some(x) = t
+        .find("x ")
+        .filter(|&i| i > 0 && t[..i].chars().all(|c| c.is_ascii_digit()))
+    {
+        let count: f64 = t[..x].parse().ok()?;
+        let rate_at = t.find("gb/s").or_else(|| t.find("gbps"))?;
+        let head = &t[x + 1..rate_at];
+        let start = head.trim_end().rfind(' ').map_or(0, |j| j + 1);
+        count * number_in(&head[start..])?
+    } else if t.contains("node-node") || t.contains("per node") {
+        let rate_at = t.find("gbps").or_else(|| t.find("gb/s"))?;
+        number_in(&t[..rate_at])?
+    } else {
+        return None;
+    };
+    (per_node > 0.0).then_some(per_node / gpus_per_node.max(1) as f64)
+}
+
+fn recompute_of(text: Option<&str>) -> Option<Recompute> {
+    let t = text?.trim().to_ascii_lowercase();
+    if t.starts_with("full") {
+        Some(Recompute::Full)
+    } else if t.starts_with("selective") {
+        Some(Recompute::Selective)
+    } else if t.starts_with("none") {
+        Some(Recompute::None)
+    } else {
+        None
+    }
+}
+
+fn zero_stage_of(text: Option<&str>, fw: Framework) -> Result<u8, String> {
+    if matches!(fw, Framework::MegatronZero3 | Framework::ComposerFsdp) {
+        return Ok(3);
+    }
+    let t = text.unwrap_or("none").to_ascii_lowercase();
+    if t.starts_with("none") {
+        return Ok(0);
+    }
+    for (needle, stage) in [
+        ("zero-0", 0),
+        ("stage 0", 0),
+        ("zero-1", 1),
+        ("stage 1", 1),
+        ("zero-2", 2),
+        ("stage 2", 2),
+        ("zero-3", 3),
+        ("stage 3", 3),
+        ("full_shard", 3),
+    ] {
+        if t.contains(needle) {
+            return Ok(stage);
+        }
+    }
+    Err(format!("ZeRO setting '{t}' is not one autopp knows"))
+}
+
+/// The architecture a framework's models have: GPT (Megatron: learned positions, biases,
+/// dropout), BLOOM (ALiBi, biases, dropout 0.1 — Megatron's default, which tr11 inherits), MPT
+/// (ALiBi, no biases, no dropout).
+fn transformer(row: &PublishedRow, fw: Framework, layers: u64) -> Result<Model, String> {
+    let h = need(row.hidden_size, "hidden_size")?;
+    let a = need(row.num_attention_heads, "num_attention_heads")?;
+    let s = need(row.seq_length, "seq_length")?;
+    let v = need(row.vocab_size, "vocab_size")?;
+    let mut t = TransformerSpec::new(
+        row.model_name.as_deref().unwrap_or(&row.id),
+        layers,
+        h,
+        a,
+        v,
+        s,
+    );
+    t.num_kv_heads = row.num_kv_heads;
+    t.ffn_hidden_size = row.ffn_hidden_size;
+    match fw {
+        Framework::Megatron2021 | Framework::MegatronZero3 => {
+            t.position_embedding = PositionEmbedding::Learned;
+        }
+        // BLOOM's runs keep Megatron's default dropout (0.1) and use ALiBi.
+        Framework::MegatronDeepSpeed => {}
+        Framework::ComposerFsdp => {
+            t.dropout = false;
+            t.bias = false;
+        }
+    }
+    t.validate().map_err(|e| e.to_string())?;
+    Ok(Model::Transformer(t))
+}
+
+/// Facts of a framework's runtime: flash attention, gradient precision, overlap.
+fn runtime_of(row: &PublishedRow, fw: Framework) -> (bool, Runtime) {
+    let zero = row
+        .zero_or_distributed_optimizer
+        .as_deref()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let precision = row.precision.as_deref().unwrap_or("").to_ascii_lowercase();
+    match fw {
+        // PyTorch DDP overlaps its bucketed all-reduce with the backward; Megatron's 'local'
+        // DDP reduces after the pipeline flush. Both reduce fp16 gradients in 2021.
+        Framework::Megatron2021 => (
+            false,
+            Runtime {
+                overlap_grad_reduce: zero.contains("'torch'"),
+                fp32_main_grads: false,
+                ..Runtime::default()
+            },
+        ),
+        Framework::MegatronZero3 => (
+            false,
+            Runtime {
+                overlap_grad_reduce: false,
+                fp32_main_grads: false,
+                ..Runtime::default()
+            },
+        ),
+        // DeepSpeed's pipeline engine sends whole activations, synchronously.
+        Framework::MegatronDeepSpeed => (
+            false,
+            Runtime {
+                overlap_grad_reduce: false,
+                fp32_main_grads: false,
+                pp_scatter_gather: false,
+                pp_blocking_sends: true,
+                ..Runtime::default()
+            },
+        ),
+        // Composer's DEFAULT mixed precision reduces in fp32; PURE reduces in bf16.
+        Framework::ComposerFsdp => (
+            true,
+            Runtime {
+                overlap_grad_reduce: true,
+                fp32_main_grads: !precision.contains("pure"),
+                ..Runtime::default()
+            },
+        ),
+    }
+}
+
+fn precision_of(row: &PublishedRow, assumptions: &mut Vec<String>) -> Precision {
+    let p = row.precision.as_deref().unwrap_or("").to_ascii_lowercase();
+    if p.starts_with("bf16") || p.starts_with("amp_bf16") {
+        Precision::Bf16
+    } else if p.starts_with("fp16") {
+        Precision::Fp16
+    } else {
+        assumptions.push("precision not stated: fp16 assumed (same tensor-core peak)".into());
+        Precision::Fp16
+    }
+}
+
+fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
+    let fw = framework(row)?;
+    let mut assumptions = Vec::new();
+    let layers = need(row.num_layers, "num_layers")?;
+    let model = transformer(row, fw, layers)?;
+    let gpus = need(row.num_gpus, "num_gpus")?;
+    let gpu_name = row.gpu_type.as_deref().unwrap_or("");
+    let kind =
+        gpu_kind(gpu_name).ok_or_else(|| format!("GPU '{gpu_name}' is not in autopp's catalog"))?;
+    let per_node = row.gpus_per_node.unwrap_or(8);
+    let nic = row
+        .inter_node_interconnect
+        .as_deref()
+        .and_then(|t| nic_gbps_per_gpu(t, per_node));
+    if nic.is_none() && gpus > per_node {
+        assumptions.push(format!("network not stated: {kind}'s usual NIC assumed"));
+    }
+    let gpu = hardware::gpu(kind).map_err(|e| e.to_string())?;
+    let cluster = Cluster::new(gpu, gpus, per_node, nic).map_err(|e| e.to_string())?;
+
+    let tp = need(row.tp, "tp")?;
+    let pp = need(row.pp, "pp")?;
+    let cp = row.cp.unwrap_or(1).max(1);
+    let dp = need(row.dp, "dp")?;
+    if tp * pp * dp * cp != gpus {
+        return Err(format!(
+            "inconsistent degrees: tp·pp·dp·cp = {}·{}·{}·{} = {} but num_gpus = {gpus}",
+            tp,
+            pp,
+            dp,
+            cp,
+            tp * pp * dp * cp
+        ));
+    }
+    let mbs = need(row.micro_batch_size, "micro_batch_size")?;
+    let gbs = need(row.global_batch_size, "global_batch_size")?;
+    let recompute = recompute_of(row.activation_recomputation.as_deref())
+        .ok_or_else(|| "activation_recomputation is not reported".to_string())?;
+    let virtual_stages = row.virtual_pipeline_stages.unwrap_or(1).max(1);
+    let schedule = if virtual_stages > 1 {
+        ScheduleKind::Interleaved1F1B
+    } else {
+        ScheduleKind::OneFOneB
+    };
+    let (flash_attention, runtime) = runtime_of(row, fw);
+    let config = ParallelConfig {
+        tp,
+        pp,
+        dp,
+        cp,
+        virtual_stages,
+        micro_batch_size: mbs,
+        global_batch_size: gbs,
+        schedule,
+        group_size: None,
+        recompute,
+        recompute_layers: None,
+        sequence_parallel: row.sequence_parallel.unwrap_or(false),
+        zero_stage: zero_stage_of(row.zero_or_distributed_optimizer.as_deref(), fw)?,
+        split: None,
+        precision: precision_of(row, &mut assumptions),
+        // a measured peak has no headroom in it
+        memory_reserve_bytes: 0,
+        flash_attention,
+        runtime,
+    };
+    let (time_s, time_skip) = published_time(row, &model, gpus);
+    let memory_gib = row.peak_memory_per_gpu_gb.as_deref().and_then(parse_gib);
+    if time_s.is_none() && time_skip.is_none() && memory_gib.is_none() {
+        return Err("the row publishes neither a time nor a memory figure".into());
+    }
+    Ok(Mapped {
+        case: Case::Iteration(Box::new(IterationCase {
+            model,
+            cluster,
+            config,
+            time_s,
+            time_skip,
+            memory_gib,
+        })),
+        assumptions,
+    })
+}
+
+/// The row's seconds per iteration, or why it is not compared. A row whose own TFLOP/s (under
+/// Megatron's eq. 3, which counts the recompute forward) disagrees with its seconds by more
+/// than 15 % has a wrong time or batch; its time is not used.
+fn published_time(row: &PublishedRow, model: &Model, gpus: u64) -> (Option<f64>, Option<String>) {
+    let Some(t) = row
+        .seconds_per_iteration
+        .filter(|t| t.is_finite() && *t > 0.0)
+    else {
+        return (None, None);
+    };
+    let def = row
+        .tflops_definition
+        .as_deref()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let eq3 = def.contains("recompute");
+    if let (true, Some(tflops), Model::Transformer(m), Some(b)) =
+        (eq3, row.tflops_per_gpu, model, row.global_batch_size)
+    {
+        let (bb, s, l, h, v) = (
+            b as f64,
+            m.seq_length as f64,
+            m.num_layers as f64,
+            m.hidden_size as f64,
+            m.vocab_size as f64,
+        );
+        // Narayanan et al. 2021, eq. 3.
+        let flops = 96.0 * bb * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h));
+        let implied_s = flops / (gpus as f64 * tflops * 1e12);
+        let ratio = t / implied_s;
+        if !(0.85..=1.15).contains(&ratio) {
+            return (
+                None,
+                Some(format!(
+                    "time not compared: the row's {tflops} TFLOP/s imply {implied_s:.1} s per iteration, not its {t} s (its batch or time is wrong)"
+                )),
+            );
+        }
+    }
+    (Some(t), None)
+}
+
+fn map_layer(row: &PublishedRow) -> Result<Mapped, String> {
+    let fw = framework(row)?;
+    let notes = row.notes.as_deref().unwrap_or("");
+    let forward_ms = ms_after(notes, "forward")
+        .ok_or_else(|| "no 'forward N ms' in the row's notes".to_string())?;
+    let backward_ms = ms_after(notes, "backward")
+        .ok_or_else(|| "no 'backward N ms' in the row's notes".to_string())?;
+    let mut assumptions = Vec::new();
+    if row.vocab_size.is_none() {
+        assumptions.push("vocabulary irrelevant to one layer: 51200 used".into());
+    }
+    let mut r = row.clone();
+    r.vocab_size = Some(row.vocab_size.unwrap_or(51200));
+    let model = transformer(&r, fw, 1)?;
+    let tp = need(row.tp, "tp")?;
+    let gpu_name = row.gpu_type.as_deref().unwrap_or("");
+    let kind =
+        gpu_kind(gpu_name).ok_or_else(|| format!("GPU '{gpu_name}' is not in autopp's catalog"))?;
+    let gpu = hardware::gpu(kind).map_err(|e| e.to_string())?;
+    let cluster =
+        Cluster::new(gpu, tp, row.gpus_per_node.unwrap_or(8), None).map_err(|e| e.to_string())?;
+    let recompute = recompute_of(row.activation_recomputation.as_deref())
+        .ok_or_else(|| "activation_recomputation is not reported".to_string())?;
+    let (flash_attention, runtime) = runtime_of(row, fw);
+    let mbs = need(row.micro_batch_size, "micro_batch_size")?;
+    let config = ParallelConfig {
+        tp,
+        pp: 1,
+        dp: 1,
+        cp: 1,
+        virtual_stages: 1,
+        micro_batch_size: mbs,
+        global_batch_size: mbs,
+        schedule: ScheduleKind::OneFOneB,
+        group_size: None,
+        recompute,
+        recompute_layers: None,
+        sequence_parallel: row.sequence_parallel.unwrap_or(false),
+        zero_stage: 0,
+        split: None,
+        precision: Precision::Fp16,
+        // a measured peak has no headroom in it
+        memory_reserve_bytes: 0,
+        flash_attention,
+        runtime,
+    };
+    Ok(Mapped {
+        case: Case::Layer(Box::new(LayerCase {
+            model,
+            cluster,
+            config,
+            forward_s: forward_ms * 1e-3,
+            backward_s: backward_ms * 1e-3,
+        })),
+        assumptions,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_names() {
+        assert_eq!(gpu_kind("A100-SXM4-80GB"), Some("a100-80g"));
+        assert_eq!(gpu_kind("A100-40GB"), Some("a100-40g"));
+        assert_eq!(gpu_kind("H100-80GB"), Some("h100-sxm"));
+        assert_eq!(gpu_kind("H100 PCIe"), None);
+        assert_eq!(gpu_kind("MI250X"), None);
+    }
+
+    #[test]
+    fn networks() {
+        let hdr = "8x NVIDIA Mellanox 200 Gb/s HDR InfiniBand HCAs per node (Selene)";
+        assert_eq!(nic_gbps_per_gpu(hdr, 8), Some(200.0));
+        let opa =
+            "Omni-Path Architecture, 4 OPA links per node (Jean Zay); NCCL on dedicated subnet";
+        assert_eq!(nic_gbps_per_gpu(opa, 8), Some(50.0));
+        assert_eq!(
+            nic_gbps_per_gpu("1600 Gbps node-node (RoCE)", 8),
+            Some(200.0)
+        );
+        assert_eq!(nic_gbps_per_gpu("not stated", 8), None);
+    }
+}

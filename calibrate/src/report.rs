@@ -1,0 +1,359 @@
+//! The validation report as text: the tables `autopp validate` prints and the Markdown of
+//! `docs/validation.md`.
+
+use std::fmt::Write;
+
+use crate::fit::{self, FitReport};
+use crate::{Calibration, Metric, PreparedRow, RowResult, Summary};
+
+fn pct(x: f64) -> String {
+    format!("{:+.1}%", 100.0 * x)
+}
+
+fn value(metric: Metric, v: f64) -> String {
+    match metric {
+        Metric::PeakMemory => format!("{v:.1} GiB"),
+        Metric::IterationTime => format!("{v:.2} s"),
+        _ => format!("{:.2} ms", v * 1e3),
+    }
+}
+
+/// Per row: predicted vs published with the error; skipped rows with their reason.
+pub fn rows_table(results: &[RowResult]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:<44} {:<15} {:>12} {:>12} {:>8}",
+        "row", "metric", "predicted", "published", "error"
+    );
+    for r in results.iter().filter(|r| r.skipped.is_none()) {
+        for c in &r.comparisons {
+            let _ = writeln!(
+                o,
+                "{:<44} {:<15} {:>12} {:>12} {:>8}",
+                r.id,
+                c.metric.label(),
+                value(c.metric, c.predicted),
+                value(c.metric, c.published),
+                pct(c.error())
+            );
+        }
+    }
+    let skipped: Vec<&RowResult> = results.iter().filter(|r| r.skipped.is_some()).collect();
+    if !skipped.is_empty() {
+        let _ = writeln!(o, "\nskipped ({}):", skipped.len());
+        for r in skipped {
+            let _ = writeln!(o, "  {:<42} {}", r.id, r.skipped.as_deref().unwrap_or(""));
+        }
+    }
+    let partial: Vec<(&str, &str)> = results
+        .iter()
+        .flat_map(|r| {
+            r.notes
+                .iter()
+                .filter(|n| n.starts_with("time not compared"))
+                .map(move |n| (r.id.as_str(), n.as_str()))
+        })
+        .collect();
+    if !partial.is_empty() {
+        let _ = writeln!(o, "\nnot compared:");
+        for (id, n) in partial {
+            let _ = writeln!(o, "  {id:<42} {n}");
+        }
+    }
+    o
+}
+
+/// MAPE and the largest error per group and overall.
+pub fn summary_table(s: &Summary) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "\n{:<28} {:<15} {:>5} {:>7} {:>7} {:>7}  worst row",
+        "group", "metric", "n", "MAPE", "bias", "max"
+    );
+    for g in s.groups.iter().chain(&s.overall) {
+        let _ = writeln!(
+            o,
+            "{:<28} {:<15} {:>5} {:>6.1}% {:>7} {:>6.1}%  {}",
+            g.group,
+            g.metric.label(),
+            g.count,
+            100.0 * g.mape,
+            pct(g.bias),
+            100.0 * g.max_abs_error,
+            g.worst_row
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n{} rows compared, {} skipped",
+        s.rows_compared, s.rows_skipped
+    );
+    o
+}
+
+/// The fitted knobs and the cross-checks, as text.
+pub fn fit_text(f: &FitReport) -> String {
+    let mut o = String::new();
+    let e = &f.calibration.efficiency;
+    let _ = writeln!(o, "\nfitted on every group (the shipped defaults):");
+    let _ = writeln!(o, "  {}", serde_json::to_string(e).unwrap_or_default());
+    let _ = writeln!(
+        o,
+        "  fragmentation {:.3} · context {:.3} GiB",
+        f.calibration.fragmentation,
+        f.calibration.context_bytes as f64 / (1u64 << 30) as f64
+    );
+    let _ = writeln!(
+        o,
+        "  time error in sample {:.1}% (mean of the groups' MAPE) · memory MAPE {:.1}%",
+        100.0 * f.time_in_sample,
+        100.0 * f.memory_in_sample
+    );
+    let _ = writeln!(o, "  shipped defaults {}", defaults_status(f));
+    let _ = writeln!(o, "leave one group out (time MAPE):");
+    for fold in &f.leave_one_group_out {
+        let _ = writeln!(
+            o,
+            "  without {:<28} in sample {:>5.1}%  on it {:>5.1}% ({} rows)",
+            fold.held_out,
+            100.0 * fold.in_sample,
+            100.0 * fold.out_of_sample,
+            fold.held_out_rows
+        );
+    }
+    let _ = writeln!(o, "memory halves (MAPE):");
+    for fold in &f.memory_halves {
+        let _ = writeln!(
+            o,
+            "  {:<42} in sample {:>5.1}%  out of sample {:>5.1}% ({} rows)",
+            fold.held_out,
+            100.0 * fold.in_sample,
+            100.0 * fold.out_of_sample,
+            fold.held_out_rows
+        );
+    }
+    o
+}
+
+/// Today's date (UTC) as `YYYY-MM-DD`, from the system clock (civil-from-days, H. Hinnant).
+fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// Whether the shipped defaults are this fit (to the four significant figures they keep).
+fn defaults_status(f: &FitReport) -> String {
+    let shipped = Calibration::default();
+    let stale: Vec<&str> = fit::knob_values(&f.calibration.efficiency)
+        .iter()
+        .zip(fit::knob_values(&shipped.efficiency))
+        .filter(|(a, b)| (a.value - b.value).abs() > 5e-4 * a.value.abs().max(1e-12))
+        .map(|(a, _)| a.name)
+        .collect();
+    let memory_same = (f.calibration.fragmentation - shipped.fragmentation).abs() < 5e-4
+        && f.calibration.context_bytes.abs_diff(shipped.context_bytes) < 1 << 24;
+    if stale.is_empty() && memory_same {
+        "are this fit".to_string()
+    } else {
+        format!(
+            "differ from this fit ({}{}): update Efficiency::default() and memory.rs",
+            stale.join(", "),
+            if memory_same { "" } else { " memory terms" }
+        )
+    }
+}
+
+/// A knob value with four significant figures (scientific below 0.001).
+fn sig(v: f64) -> String {
+    if v != 0.0 && v.abs() < 1e-3 {
+        format!("{v:.3e}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+fn pct0(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+/// The acceptance bounds, one line each.
+pub fn acceptance_text(summary: &Summary) -> String {
+    let mut o = String::new();
+    for c in crate::acceptance(summary) {
+        let _ = writeln!(
+            o,
+            "  {} {:<48} {:>7} (bound {})",
+            if c.passes() { "pass" } else { "FAIL" },
+            c.what,
+            c.value.map_or("—".into(), pct0),
+            pct0(c.bound)
+        );
+    }
+    o
+}
+
+/// The Markdown report for `docs/validation.md`.
+pub fn markdown(
+    file: &str,
+    prepared: &[PreparedRow],
+    results: &[RowResult],
+    summary: &Summary,
+    fit: Option<&FitReport>,
+) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# Validation against published runs\n");
+    let _ = writeln!(
+        o,
+        "Generated on {} by `bash validation/regenerate.sh` (`autopp validate {file} --docs docs/validation.md --bands validation/bands.json`); do not edit by hand.\n",
+        today()
+    );
+    let _ = writeln!(
+        o,
+        "Every row of `{file}` (a copy of the project's calibration set, with the amendments listed in `validation/README.md`) is mapped to a model, a cluster and a parallel configuration and evaluated with `estimate`'s code path; per-layer rows go through the same per-stage costs. Errors are `(predicted − published) / published`: positive means autopp predicts too much (too slow, too much memory). MAPE is the mean absolute error. The figures below use the shipped calibration, which is the fit over every group (in sample); the leave-one-group-out table gives the out-of-sample errors.\n"
+    );
+    let _ = writeln!(o, "## Summary (shipped calibration)\n");
+    let _ = writeln!(
+        o,
+        "| group | metric | rows | MAPE | bias | max | worst row |\n|---|---|--:|--:|--:|--:|---|"
+    );
+    for g in summary.groups.iter().chain(&summary.overall) {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | `{}` |",
+            g.group,
+            g.metric.label(),
+            g.count,
+            pct0(g.mape),
+            pct(g.bias),
+            pct0(g.max_abs_error),
+            g.worst_row
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n{} rows compared, {} skipped (listed below).\n\nAcceptance bounds (issue 3):\n\n```\n{}```\n",
+        summary.rows_compared,
+        summary.rows_skipped,
+        acceptance_text(summary)
+    );
+    if let Some(f) = fit {
+        let _ = writeln!(o, "## Out of sample\n");
+        let _ = writeln!(
+            o,
+            "Leave one group out: the time knobs are fitted from the prior without the group, then the group is predicted. The in-sample column is the fold's own objective (mean of its groups' time MAPE).\n\n| left out | rows | error on it (time MAPE) | in sample |\n|---|--:|--:|--:|"
+        );
+        for fold in &f.leave_one_group_out {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} |",
+                fold.held_out,
+                fold.held_out_rows,
+                pct0(fold.out_of_sample),
+                pct0(fold.in_sample)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\nMemory: the fragmentation and context terms fitted on one half of the rows with a measured peak (alternate rows in file order) and tested on the other half.\n\n| fit | rows tested | MAPE out of sample | in sample |\n|---|--:|--:|--:|"
+        );
+        for fold in &f.memory_halves {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} |",
+                fold.held_out,
+                fold.held_out_rows,
+                pct0(fold.out_of_sample),
+                pct0(fold.in_sample)
+            );
+        }
+        let _ = writeln!(o, "\n## Calibration\n");
+        let _ = writeln!(
+            o,
+            "Fitted on every group by `autopp validate {file} --fit`: the shared knobs by Nelder–Mead on the rows without fused attention or a Hopper-class GPU, then the specific knobs on the rows that use them (each group weighs the same). `Efficiency::default()` holds these values to four significant figures; a knob on a bound is marked.\n\n| knob | fitted | prior | bounds | rows |\n|---|--:|--:|---|---|"
+        );
+        for k in fit::knob_values(&f.calibration.efficiency) {
+            let _ = writeln!(
+                o,
+                "| `{}` | {}{} | {} | {} – {} | {} |",
+                k.name,
+                sig(k.value),
+                if k.on_bound() { " (bound)" } else { "" },
+                sig(k.prior),
+                sig(k.lo),
+                sig(k.hi),
+                if k.specific {
+                    "fused attention / Hopper"
+                } else {
+                    "shared"
+                }
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\nMemory: fragmentation {:.3} of the dynamic memory, context {:.3} GiB per GPU (`memory::FRAGMENTATION`, `memory::CONTEXT_BYTES`); memory MAPE in sample {}. Time objective in sample {}.\n",
+            f.calibration.fragmentation,
+            f.calibration.context_bytes as f64 / (1u64 << 30) as f64,
+            pct0(f.memory_in_sample),
+            pct0(f.time_in_sample)
+        );
+        let _ = writeln!(o, "The shipped defaults {}.\n", defaults_status(f));
+    }
+    let overheads = crate::recompute_overheads(prepared, results);
+    if !overheads.is_empty() {
+        let _ = writeln!(
+            o,
+            "## Recompute overhead per layer (Korthikanti et al. 2022, Table 4)\n\nBackward time with recomputation minus the backward time without it (same sequence parallelism).\n\n| row | predicted | published | error |\n|---|--:|--:|--:|"
+        );
+        for (id, p, q) in overheads {
+            let _ = writeln!(
+                o,
+                "| `{id}` | {:.2} ms | {:.2} ms | {} |",
+                p * 1e3,
+                q * 1e3,
+                pct((p - q) / q)
+            );
+        }
+        let _ = writeln!(o);
+    }
+    let mut worst: Vec<(&RowResult, f64)> = results
+        .iter()
+        .filter_map(|r| {
+            r.comparisons
+                .iter()
+                .map(|c| c.error())
+                .max_by(|a, b| a.abs().total_cmp(&b.abs()))
+                .map(|e| (r, e))
+        })
+        .collect();
+    worst.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()));
+    let _ = writeln!(
+        o,
+        "## Largest errors\n\n| row | group | error | predicted breakdown (s) |\n|---|---|--:|---|"
+    );
+    for (r, e) in worst.iter().take(10) {
+        let b = r.breakdown_s.map_or(String::new(), |b| {
+            format!(
+                "compute {:.1} · bubble {:.1} · tp {:.1} · pp {:.1} · dp {:.1}",
+                b.compute, b.bubble, b.tp_comm, b.pp_comm, b.dp_comm
+            )
+        });
+        let _ = writeln!(o, "| `{}` | {} | {} | {b} |", r.id, r.group, pct(*e));
+    }
+    let _ = writeln!(o, "\n## Every row\n");
+    let _ = writeln!(o, "```\n{}```", rows_table(results));
+    o
+}

@@ -1,0 +1,111 @@
+//! The acceptance bounds of issue 3, asserted through the same path as `autopp validate`: every
+//! row of `validation/published-runs.json` evaluated under the shipped calibration.
+
+use autopp_calibrate::band::{self, Bands};
+use autopp_calibrate::fit::{self, FitOptions};
+use autopp_calibrate::{rows::parse_rows, Calibration, Metric, PreparedRow};
+
+fn path(rel: &str) -> String {
+    format!("{}/../{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn prepared() -> Vec<PreparedRow> {
+    let file = path("validation/published-runs.json");
+    let text = std::fs::read_to_string(&file).expect("the project's copy of the published runs");
+    let rows = parse_rows(&text, &file).expect("the published-runs file parses");
+    autopp_calibrate::prepare(&rows)
+}
+
+#[test]
+fn shipped_calibration_meets_the_acceptance_bounds() {
+    let rows = prepared();
+    let results = autopp_calibrate::evaluate_all(&rows, &Calibration::default());
+    let summary = autopp_calibrate::summarize(&results);
+    for check in autopp_calibrate::acceptance(&summary) {
+        assert!(
+            check.passes(),
+            "{}: {:?} exceeds {}",
+            check.what,
+            check.value,
+            check.bound
+        );
+    }
+    // no Narayanan row is skipped, and every skipped row says why
+    for r in &results {
+        if r.group == "Narayanan2021" {
+            assert!(r.skipped.is_none(), "{} skipped: {:?}", r.id, r.skipped);
+            assert_eq!(r.comparisons.len(), 1, "{}", r.id);
+        }
+        if let Some(why) = &r.skipped {
+            assert!(why.len() > 10, "{}: reason too short: {why}", r.id);
+        }
+    }
+    // every BLOOM row with layers and hidden size is compared (one is inconsistent)
+    let bloom = results
+        .iter()
+        .filter(|r| r.group == "BLOOM-prelaunch-benchmarks");
+    let compared = bloom.clone().filter(|r| !r.comparisons.is_empty()).count();
+    assert!(compared >= 40, "{compared} BLOOM rows compared");
+}
+
+#[test]
+fn bundled_bands_match_the_model() {
+    let rows = prepared();
+    let results = autopp_calibrate::evaluate_all(&rows, &Calibration::default());
+    let fresh = band::bands(&results, "test");
+    let text = std::fs::read_to_string(path("validation/bands.json")).unwrap();
+    let shipped = Bands::from_json(&text).expect("validation/bands.json parses");
+    assert!(
+        shipped.agrees_with(&fresh, 1e-6),
+        "validation/bands.json is stale: run `bash validation/regenerate.sh`"
+    );
+    assert!(shipped.for_gpu("a100-80g", Metric::IterationTime).is_some());
+    assert!(shipped.for_gpu("h200", Metric::IterationTime).is_none());
+}
+
+/// The fit is deterministic, and it improves on its starting point (a small subset, few steps).
+#[test]
+fn fit_is_deterministic_on_a_subset() {
+    let rows = prepared();
+    let subset: Vec<&PreparedRow> = rows
+        .iter()
+        .filter(|r| r.group == "Korthikanti2022" || r.id.starts_with("megatron2021_t2_PTD-P_174"))
+        .collect();
+    assert_eq!(subset.len(), 8);
+    let opts = FitOptions {
+        max_evaluations: 40,
+        tolerance: 1e-9,
+    };
+    let a = fit::fit_time(&subset, &fit::PRIOR, opts);
+    let b = fit::fit_time(&subset, &fit::PRIOR, opts);
+    assert_eq!(a, b);
+    let owned: Vec<PreparedRow> = subset.iter().map(|r| (*r).clone()).collect();
+    let error = |e| {
+        let cal = Calibration {
+            efficiency: e,
+            ..Calibration::default()
+        };
+        fit::time_objective(&autopp_calibrate::evaluate_all(&owned, &cal))
+    };
+    assert!(
+        error(a) < error(fit::PRIOR),
+        "{} vs {}",
+        error(a),
+        error(fit::PRIOR)
+    );
+}
+
+/// The memory terms are fitted on half the rows and checked on the other half: the shipped
+/// terms stay within the bound out of sample too.
+#[test]
+fn memory_terms_hold_out_of_sample() {
+    let rows = prepared();
+    let mem = fit::memory_rows(&rows);
+    assert!(mem.len() >= 25, "{} memory rows", mem.len());
+    let even: Vec<&fit::MemoryRow> = mem.iter().step_by(2).collect();
+    let odd: Vec<&fit::MemoryRow> = mem.iter().skip(1).step_by(2).collect();
+    let (f, c) = fit::fit_memory(&even);
+    assert!(fit::memory_mape(&odd, f, c) < 0.10);
+    let shipped = Calibration::default();
+    assert!(fit::memory_mape(&odd, shipped.fragmentation, shipped.context_bytes) < 0.10);
+}

@@ -1,0 +1,379 @@
+//! The analytic profile: seconds for a layer's ops from a roofline with shape-dependent
+//! efficiency, and seconds for collectives and point-to-point sends from the ring model.
+//!
+//! Sources: the roofline `max(flops / (peak · eff), bytes / (hbm_bw · eff_mem))` and the ring
+//! collective costs (`2·(n−1)/n · S / bw + 2·(n−1)·α` for all-reduce, half of that for
+//! all-gather and reduce-scatter) as collected in autopp's COST_MODEL.md (Thakur et al. 2005
+//! for the ring; NCCL's bus-bandwidth convention).
+
+use autopp_models::{Collective, CollectiveKind, LayerCost, Op};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{Cluster, Link};
+use crate::hardware::Precision;
+use crate::measured::MeasuredProfile;
+use crate::HardwareError;
+
+/// The efficiency factors of the analytic profile: what fraction of a peak each kind of work
+/// reaches. They are global (one set for every GPU kind) and their defaults are the result of
+/// fitting every group of `validation/published-runs.json` at once
+/// (`autopp validate validation/published-runs.json --fit`; `docs/validation.md` has the
+/// in-sample and leave-one-group-out errors).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Efficiency {
+    /// Fraction of the tensor-core peak that a large GEMM reaches.
+    pub gemm_max: f64,
+    /// A GEMM dimension of this size reaches half of `gemm_max` along that dimension; the
+    /// efficiency is `gemm_max · Π x/(x + gemm_half_dim)` over `m`, `n`, `k`.
+    pub gemm_half_dim: f64,
+    /// Factor on the GEMM efficiency when a dimension is not a multiple of 8 elements (16
+    /// bytes): tensor-core kernels need aligned tiles, and misaligned shapes (e.g. a head size
+    /// of 108 or 225) fall back to slower kernels.
+    pub gemm_misaligned: f64,
+    /// Fraction of the peak a fused attention kernel reaches on long sequences.
+    pub attention_fused: f64,
+    /// Factor on the GEMM and fused-attention efficiency of GPUs with FP8 tensor cores (Hopper
+    /// and later). One knob per generation, for a physical reason: their dense peak grew 3.2×
+    /// over Ampere's while HBM bandwidth grew 1.6× and the power limit lowers sustained clocks,
+    /// so the same kernels reach a smaller fraction of the (higher) peak.
+    pub hopper_compute: f64,
+    /// Fraction of the HBM bandwidth that memory-bound kernels reach.
+    pub hbm: f64,
+    /// Fraction of NVLink bandwidth a collective reaches inside a node.
+    pub comm_intra: f64,
+    /// Fraction of NIC bandwidth a collective reaches across nodes.
+    pub comm_inter: f64,
+    /// Fraction of the shorter of (communication, compute) that is hidden when the two
+    /// overlap: overlapped they last `max(a, b) + (1 − comm_overlap)·min(a, b)`.
+    pub comm_overlap: f64,
+    /// Launch and scheduling overhead per kernel, seconds.
+    pub kernel_overhead_s: f64,
+}
+
+impl Default for Efficiency {
+    /// The all-groups fit of `validation/published-runs.json` to four significant figures
+    /// (`autopp validate validation/published-runs.json --fit`). `gemm_misaligned`, `hbm` and
+    /// `comm_intra` sit on their bounds and `hopper_compute` on 1: see `docs/validation.md`.
+    fn default() -> Self {
+        Efficiency {
+            gemm_max: 0.6115,
+            gemm_half_dim: 4.194,
+            gemm_misaligned: 0.1,
+            attention_fused: 0.403,
+            hopper_compute: 1.0,
+            hbm: 0.95,
+            comm_intra: 0.95,
+            comm_inter: 0.7723,
+            comm_overlap: 0.6957,
+            kernel_overhead_s: 1.006e-6,
+        }
+    }
+}
+
+impl Efficiency {
+    /// GEMM efficiency (fraction of peak) for an `[m × k]·[k × n]` product.
+    pub fn gemm(&self, m: u64, n: u64, k: u64) -> f64 {
+        let sat = |x: u64| x as f64 / (x as f64 + self.gemm_half_dim);
+        let aligned = [m, n, k].iter().all(|&x| x % 8 == 0);
+        let align = if aligned { 1.0 } else { self.gemm_misaligned };
+        self.gemm_max * sat(m) * sat(n) * sat(k) * align
+    }
+
+    /// Seconds of `comm_s` left exposed when it overlaps `compute_s` of work:
+    /// `max(comm − compute, 0) + (1 − comm_overlap)·min(comm, compute)`.
+    pub fn exposed_comm_s(&self, comm_s: f64, compute_s: f64) -> f64 {
+        let hidden = comm_s.min(compute_s.max(0.0));
+        comm_s - hidden + (1.0 - self.comm_overlap) * hidden
+    }
+}
+
+/// Times of one layer's passes on one GPU for one micro-batch, in seconds, compute only
+/// (tensor-parallel collectives are timed separately by the planner).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct LayerTimes {
+    /// Forward.
+    pub forward_s: f64,
+    /// Backward with respect to the input (`I`).
+    pub backward_input_s: f64,
+    /// Backward with respect to the weights (`W`).
+    pub backward_weight_s: f64,
+    /// Extra forward work under selective recompute.
+    pub selective_recompute_s: f64,
+}
+
+/// Per-layer and communication times computed from hardware figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnalyticProfile {
+    /// The cluster being modelled.
+    pub cluster: Cluster,
+    /// Math precision.
+    pub precision: Precision,
+    /// Dense tensor-core peak for `precision`, FLOP/s.
+    pub peak_flops: f64,
+    /// Efficiency factors.
+    pub efficiency: Efficiency,
+    /// Measured per-layer times that replace the roofline's for the layers they cover
+    /// (`estimate --profile`, `plan --profile`); `None`: all analytic.
+    #[serde(skip)]
+    pub measured: Option<std::sync::Arc<MeasuredProfile>>,
+}
+
+impl AnalyticProfile {
+    /// A profile of `cluster` in `precision` with the default efficiency factors.
+    pub fn new(cluster: Cluster, precision: Precision) -> Result<Self, HardwareError> {
+        let peak_flops = cluster.gpu.peak_flops(precision)?;
+        Ok(AnalyticProfile {
+            cluster,
+            precision,
+            peak_flops,
+            efficiency: Efficiency::default(),
+            measured: None,
+        })
+    }
+
+    /// This profile with `measured`'s per-layer times in place of the roofline's: each pass
+    /// of a layer the file covers takes its measured time, scaled by the pass's work at the
+    /// layer's shape over the work at measurement; selective recompute scales with the
+    /// forward. Collectives and sends stay analytic.
+    pub fn with_measured(mut self, measured: MeasuredProfile) -> Self {
+        self.measured = Some(std::sync::Arc::new(measured));
+        self
+    }
+
+    /// Seconds for one op on one GPU.
+    pub fn op_time_s(&self, op: &Op) -> f64 {
+        let eff = &self.efficiency;
+        let e = self.precision.bytes() as f64;
+        let hbm = self.cluster.gpu.hbm_bw_bytes_per_s * eff.hbm;
+        let peak = self.peak_flops * self.generation_factor();
+        match *op {
+            Op::Gemm { m, n, k, count } => {
+                let flops = op.flops();
+                let compute = flops / (peak * eff.gemm(m, n, k));
+                let bytes = e * (m * k + k * n + m * n) as f64 * count as f64;
+                compute.max(bytes / hbm) + eff.kernel_overhead_s
+            }
+            Op::Attention {
+                batch_heads,
+                seq_q,
+                seq_k,
+                head_dim,
+                causal,
+                backward,
+                fused,
+            } => {
+                if fused {
+                    // A causal kernel skips the masked blocks: about half the work.
+                    let work = if causal { 0.5 } else { 1.0 } * op.flops();
+                    let sat = seq_q as f64 / (seq_q as f64 + 2.0 * eff.gemm_half_dim);
+                    let rate = peak * eff.attention_fused * sat;
+                    work / rate + eff.kernel_overhead_s
+                } else {
+                    // Two batched GEMMs (Q·Kᵀ and P·V); the backward runs two of each.
+                    let scores = Op::Gemm {
+                        m: seq_q,
+                        n: seq_k,
+                        k: head_dim,
+                        count: batch_heads,
+                    };
+                    let values = Op::Gemm {
+                        m: seq_q,
+                        n: head_dim,
+                        k: seq_k,
+                        count: batch_heads,
+                    };
+                    let once = self.op_time_s(&scores) + self.op_time_s(&values);
+                    if backward {
+                        2.0 * once
+                    } else {
+                        once
+                    }
+                }
+            }
+            Op::Elementwise { bytes } => bytes as f64 / hbm + eff.kernel_overhead_s,
+        }
+    }
+
+    /// [`Efficiency::hopper_compute`] on a GPU with FP8 tensor cores, else 1.
+    pub fn generation_factor(&self) -> f64 {
+        if self.cluster.gpu.peak_fp8_flops > 0.0 {
+            self.efficiency.hopper_compute
+        } else {
+            1.0
+        }
+    }
+
+    /// Seconds for a list of ops run one after another.
+    pub fn ops_time_s(&self, ops: &[Op]) -> f64 {
+        ops.iter().map(|op| self.op_time_s(op)).sum()
+    }
+
+    /// Compute times of one layer's passes: measured ones when the profile has them for this
+    /// layer (see [`AnalyticProfile::with_measured`]), else the roofline's.
+    pub fn layer_times(&self, layer: &LayerCost) -> LayerTimes {
+        let analytic = LayerTimes {
+            forward_s: self.ops_time_s(&layer.forward_ops),
+            backward_input_s: self.ops_time_s(&layer.backward_input_ops),
+            backward_weight_s: self.ops_time_s(&layer.backward_weight_ops),
+            selective_recompute_s: self.ops_time_s(&layer.selective_recompute_ops),
+        };
+        match self.measured.as_ref().and_then(|m| m.times_of(layer)) {
+            Some([f, i, w]) => LayerTimes {
+                forward_s: f,
+                backward_input_s: i,
+                backward_weight_s: w,
+                selective_recompute_s: if analytic.forward_s > 0.0 {
+                    analytic.selective_recompute_s * f / analytic.forward_s
+                } else {
+                    0.0
+                },
+            },
+            None => analytic,
+        }
+    }
+
+    /// Effective bandwidth of a link for collectives, bytes/s.
+    fn effective_bw(&self, link: &Link) -> f64 {
+        let eff = if link.inter_node {
+            self.efficiency.comm_inter
+        } else {
+            self.efficiency.comm_intra
+        };
+        link.bw_bytes_per_s * eff
+    }
+
+    /// Seconds for a ring collective of a `bytes`-sized (whole) tensor over `n` GPUs:
+    /// all-reduce `2·(n−1)/n · S / bw + 2·(n−1)·α`; all-gather and reduce-scatter
+    /// `(n−1)/n · S / bw + (n−1)·α`.
+    pub fn collective_time_s(&self, kind: CollectiveKind, bytes: u64, n: u64, link: &Link) -> f64 {
+        if n <= 1 || bytes == 0 {
+            return 0.0;
+        }
+        let steps = match kind {
+            CollectiveKind::AllReduce => 2.0,
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => 1.0,
+        };
+        let frac = (n - 1) as f64 / n as f64;
+        steps * (frac * bytes as f64 / self.effective_bw(link) + (n - 1) as f64 * link.latency_s)
+    }
+
+    /// Seconds for a list of tensor-parallel collectives over `n` GPUs.
+    pub fn collectives_time_s(&self, list: &[Collective], n: u64, link: &Link) -> f64 {
+        list.iter()
+            .map(|c| self.collective_time_s(c.kind, c.bytes, n, link))
+            .sum()
+    }
+
+    /// Seconds to send `bytes` point to point over `link`.
+    pub fn p2p_time_s(&self, bytes: u64, link: &Link) -> f64 {
+        if bytes == 0 {
+            return 0.0;
+        }
+        bytes as f64 / self.effective_bw(link) + link.latency_s
+    }
+
+    /// Seconds for a memory-bound pass over `bytes` of HBM traffic (e.g. the optimizer step).
+    pub fn memory_bound_time_s(&self, bytes: f64) -> f64 {
+        bytes / (self.cluster.gpu.hbm_bw_bytes_per_s * self.efficiency.hbm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware;
+
+    fn profile() -> AnalyticProfile {
+        let c = Cluster::new(hardware::gpu("a100-80g").unwrap(), 16, 8, None).unwrap();
+        AnalyticProfile::new(c, Precision::Bf16).unwrap()
+    }
+
+    #[test]
+    fn ring_all_reduce_hand_worked() {
+        // 1 GB over 8 GPUs inside a node: 2·7/8·1e9 / (300e9·comm_intra) + 2·7·6µs
+        let p = profile();
+        let link = p.cluster.group_link(8, 1);
+        let t = p.collective_time_s(CollectiveKind::AllReduce, 1_000_000_000, 8, &link);
+        let expect = 2.0 * 7.0 / 8.0 * 1e9 / (300e9 * p.efficiency.comm_intra) + 14.0 * 6e-6;
+        assert!((t - expect).abs() < 1e-12, "{t} vs {expect}");
+        let ag = p.collective_time_s(CollectiveKind::AllGather, 1_000_000_000, 8, &link);
+        assert!((2.0 * ag - t).abs() < 1e-12);
+        assert_eq!(
+            p.collective_time_s(CollectiveKind::AllReduce, 10, 1, &link),
+            0.0
+        );
+    }
+
+    #[test]
+    fn gemm_efficiency_grows_with_shape() {
+        let e = Efficiency::default();
+        assert!(e.gemm(8192, 8192, 8192) > e.gemm(8192, 1536, 8192));
+        assert!(e.gemm(8192, 8192, 8192) < e.gemm_max);
+        assert!(e.gemm(8192, 8192, 8192) > 0.95 * e.gemm_max * 0.98);
+    }
+
+    #[test]
+    fn misaligned_gemms_are_slower() {
+        let e = Efficiency::default();
+        // a head size of 225 (BLOOM's 14400/64) is not a multiple of 8 elements
+        let ratio = e.gemm(2048, 2048, 225) / e.gemm(2048, 2048, 224);
+        let expect = e.gemm_misaligned * (225.0 / (225.0 + e.gemm_half_dim))
+            / (224.0 / (224.0 + e.gemm_half_dim));
+        assert!((ratio - expect).abs() < 1e-12, "{ratio} vs {expect}");
+    }
+
+    /// Hand-worked: 3 s of communication beside 10 s of compute with comm_overlap 0.8 leaves
+    /// 0.2·3 = 0.6 s; 10 s beside 4 s leaves 6 + 0.2·4 = 6.8 s.
+    #[test]
+    fn exposed_communication_hand_worked() {
+        let e = Efficiency {
+            comm_overlap: 0.8,
+            ..Efficiency::default()
+        };
+        assert!((e.exposed_comm_s(3.0, 10.0) - 0.6).abs() < 1e-12);
+        assert!((e.exposed_comm_s(10.0, 4.0) - 6.8).abs() < 1e-12);
+        assert_eq!(e.exposed_comm_s(2.0, 0.0), 2.0);
+    }
+
+    #[test]
+    fn hopper_factor_only_on_fp8_gpus() {
+        let mut a100 = profile();
+        a100.efficiency.hopper_compute = 0.5;
+        assert_eq!(a100.generation_factor(), 1.0);
+        let c = Cluster::new(hardware::gpu("h100-sxm").unwrap(), 8, 8, None).unwrap();
+        let mut h100 = AnalyticProfile::new(c, Precision::Bf16).unwrap();
+        h100.efficiency.hopper_compute = 0.5;
+        assert_eq!(h100.generation_factor(), 0.5);
+        let op = Op::Gemm {
+            m: 8192,
+            n: 8192,
+            k: 8192,
+            count: 1,
+        };
+        let slow = h100.op_time_s(&op);
+        h100.efficiency.hopper_compute = 1.0;
+        assert!(slow > 1.9 * h100.op_time_s(&op));
+    }
+
+    #[test]
+    fn large_gemm_is_compute_bound_hand_worked() {
+        let p = profile();
+        let (m, n, k) = (8192u64, 12288u64, 12288u64);
+        let t = p.op_time_s(&Op::Gemm { m, n, k, count: 1 });
+        let flops = 2.0 * (m * n * k) as f64;
+        let expect = flops / (312e12 * p.efficiency.gemm(m, n, k)) + p.efficiency.kernel_overhead_s;
+        assert!((t - expect).abs() / expect < 1e-12);
+    }
+
+    #[test]
+    fn skinny_gemm_is_memory_bound() {
+        let p = profile();
+        let (m, n, k) = (1u64, 12288u64, 12288u64);
+        let t = p.op_time_s(&Op::Gemm { m, n, k, count: 1 });
+        let bytes = 2.0 * (m * k + k * n + m * n) as f64;
+        let eff = p.efficiency;
+        let expect = bytes / (2039e9 * eff.hbm) + eff.kernel_overhead_s;
+        assert!((t - expect).abs() / expect < 1e-12);
+    }
+}

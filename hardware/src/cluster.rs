@@ -1,0 +1,386 @@
+//! The cluster: a GPU kind × GPUs per node × nodes, the links between them, and where each
+//! parallel group's members sit.
+
+use serde::{Deserialize, Serialize};
+
+use crate::hardware::{self, GpuSpec};
+use crate::HardwareError;
+
+/// Default latency of one step of a collective inside a node, in seconds (NVLink, NCCL).
+pub const DEFAULT_INTRA_NODE_LATENCY_S: f64 = 6e-6;
+/// Default latency of one step of a collective across nodes, in seconds (InfiniBand, NCCL).
+pub const DEFAULT_INTER_NODE_LATENCY_S: f64 = 12e-6;
+
+/// A homogeneous GPU cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cluster {
+    /// The GPU kind every node has.
+    pub gpu: GpuSpec,
+    /// GPUs per node (an NVLink domain).
+    pub gpus_per_node: u64,
+    /// Number of nodes.
+    pub nodes: u64,
+    /// Network bandwidth per GPU (one NIC per GPU), per direction, in bytes/s.
+    pub nic_bw_bytes_per_s: f64,
+    /// Latency of one collective step inside a node, in seconds.
+    pub intra_node_latency_s: f64,
+    /// Latency of one collective step across nodes, in seconds.
+    pub inter_node_latency_s: f64,
+}
+
+/// `cluster.json`: the machine a plan is for. Unknown keys are rejected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// A catalog GPU name, or a full GPU description.
+    pub gpu: GpuRef,
+    /// GPUs per node.
+    pub gpus_per_node: u64,
+    /// Number of nodes.
+    pub nodes: u64,
+    /// NIC bandwidth per GPU in Gbit/s (default: the GPU generation's usual NIC).
+    #[serde(default)]
+    pub nic_gbps: Option<f64>,
+    /// NVLink bandwidth per GPU per direction in GB/s (default: the GPU kind's).
+    #[serde(default)]
+    pub nvlink_gbps_per_direction: Option<f64>,
+    /// Collective step latency inside a node, microseconds.
+    #[serde(default)]
+    pub intra_node_latency_us: Option<f64>,
+    /// Collective step latency across nodes, microseconds.
+    #[serde(default)]
+    pub inter_node_latency_us: Option<f64>,
+}
+
+/// A GPU named from the catalog or described in full.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum GpuRef {
+    /// A catalog name such as `a100-80g`.
+    Name(String),
+    /// A full description.
+    Spec(GpuSpec),
+}
+
+impl Cluster {
+    /// A cluster of `num_gpus` GPUs of `gpu`, `gpus_per_node` to a node. Fewer GPUs than a node
+    /// make one partial node; more must fill whole nodes.
+    pub fn new(
+        gpu: GpuSpec,
+        num_gpus: u64,
+        gpus_per_node: u64,
+        nic_gbps: Option<f64>,
+    ) -> Result<Cluster, HardwareError> {
+        gpu.validate()?;
+        if num_gpus == 0 {
+            return Err(HardwareError::invalid("--gpus", "must be at least 1"));
+        }
+        if gpus_per_node == 0 {
+            return Err(HardwareError::invalid(
+                "--gpus-per-node",
+                "must be at least 1",
+            ));
+        }
+        let (per_node, nodes) = if num_gpus <= gpus_per_node {
+            (num_gpus, 1)
+        } else if num_gpus.is_multiple_of(gpus_per_node) {
+            (gpus_per_node, num_gpus / gpus_per_node)
+        } else {
+            return Err(HardwareError::invalid(
+                "--gpus",
+                &format!(
+                    "{num_gpus} GPUs do not fill whole nodes of {gpus_per_node}: use a multiple of --gpus-per-node (e.g. {})",
+                    num_gpus.div_ceil(gpus_per_node) * gpus_per_node
+                ),
+            ));
+        };
+        let nic_gbps = nic_gbps.unwrap_or(gpu.default_nic_gbps);
+        if !(nic_gbps.is_finite() && nic_gbps > 0.0) {
+            return Err(HardwareError::invalid(
+                "--nic-gbps",
+                "must be a positive number of Gbit/s",
+            ));
+        }
+        Ok(Cluster {
+            gpu,
+            gpus_per_node: per_node,
+            nodes,
+            nic_bw_bytes_per_s: nic_gbps * 1e9 / 8.0,
+            intra_node_latency_s: DEFAULT_INTRA_NODE_LATENCY_S,
+            inter_node_latency_s: DEFAULT_INTER_NODE_LATENCY_S,
+        })
+    }
+
+    /// Builds a cluster from a `cluster.json` text; `origin` names the file in errors.
+    pub fn from_json(text: &str, origin: &str) -> Result<Cluster, HardwareError> {
+        let file: ClusterFile = serde_json::from_str(text).map_err(|e| HardwareError::Json {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        let gpu = match file.gpu {
+            GpuRef::Name(name) => hardware::gpu(&name)?,
+            GpuRef::Spec(spec) => spec,
+        };
+        if file.nodes == 0 {
+            return Err(HardwareError::invalid("nodes", "must be at least 1"));
+        }
+        let mut cluster = Cluster::new(
+            gpu,
+            file.nodes * file.gpus_per_node,
+            file.gpus_per_node,
+            file.nic_gbps,
+        )?;
+        if let Some(gbps) = file.nvlink_gbps_per_direction {
+            if !(gbps.is_finite() && gbps > 0.0) {
+                return Err(HardwareError::invalid(
+                    "nvlink_gbps_per_direction",
+                    "must be a positive number of GB/s",
+                ));
+            }
+            cluster.gpu.nvlink_bw_bytes_per_s = gbps * 1e9;
+        }
+        for (field, value, slot) in [
+            (
+                "intra_node_latency_us",
+                file.intra_node_latency_us,
+                &mut cluster.intra_node_latency_s,
+            ),
+            (
+                "inter_node_latency_us",
+                file.inter_node_latency_us,
+                &mut cluster.inter_node_latency_s,
+            ),
+        ] {
+            if let Some(us) = value {
+                if !(us.is_finite() && us >= 0.0) {
+                    return Err(HardwareError::invalid(
+                        field,
+                        "must be zero or more microseconds",
+                    ));
+                }
+                *slot = us * 1e-6;
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// Restricts the cluster to its first `num_gpus` GPUs (whole nodes, or part of one node).
+    pub fn with_gpus(&self, num_gpus: u64) -> Result<Cluster, HardwareError> {
+        if num_gpus > self.num_gpus() {
+            return Err(HardwareError::invalid(
+                "--gpus",
+                &format!(
+                    "{num_gpus} is more than the cluster's {} GPUs",
+                    self.num_gpus()
+                ),
+            ));
+        }
+        let mut c = Cluster::new(
+            self.gpu.clone(),
+            num_gpus,
+            self.gpus_per_node,
+            Some(self.nic_bw_bytes_per_s * 8.0 / 1e9),
+        )?;
+        c.intra_node_latency_s = self.intra_node_latency_s;
+        c.inter_node_latency_s = self.inter_node_latency_s;
+        Ok(c)
+    }
+
+    /// Total GPUs.
+    pub fn num_gpus(&self) -> u64 {
+        self.gpus_per_node * self.nodes
+    }
+
+    /// The node a global GPU index sits on.
+    pub fn node_of(&self, gpu_index: u64) -> u64 {
+        gpu_index / self.gpus_per_node
+    }
+
+    /// Whether any group of `size` GPUs with members `stride` apart spans more than one node.
+    /// Groups tile the GPUs in blocks of `size · stride`: block `b`, offset `o < stride` holds
+    /// GPUs `b·size·stride + o + k·stride`. The layout repeats every `lcm(block, node)` GPUs, so
+    /// the blocks up to there are checked.
+    pub fn group_spans_nodes(&self, size: u64, stride: u64) -> bool {
+        if size <= 1 {
+            return false;
+        }
+        let stride = stride.max(1);
+        let block = size * stride;
+        let gcd = |mut a: u64, mut b: u64| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        };
+        let period = block / gcd(block, self.gpus_per_node) * self.gpus_per_node;
+        let blocks = (period / block).clamp(1, self.num_gpus().div_ceil(block).max(1));
+        (0..blocks).any(|b| {
+            (0..stride).any(|offset| {
+                let first = b * block + offset;
+                let node = self.node_of(first);
+                (1..size).any(|k| self.node_of(first + k * stride) != node)
+            })
+        })
+    }
+
+    /// The link between two GPUs (by global index): NVLink inside a node, the NIC across
+    /// nodes.
+    pub fn link_between(&self, gpu_a: u64, gpu_b: u64) -> Link {
+        if self.node_of(gpu_a) == self.node_of(gpu_b) {
+            self.intra_node_link()
+        } else {
+            self.inter_node_link()
+        }
+    }
+
+    /// NVLink inside a node.
+    fn intra_node_link(&self) -> Link {
+        Link {
+            bw_bytes_per_s: self.gpu.nvlink_bw_bytes_per_s,
+            latency_s: self.intra_node_latency_s,
+            inter_node: false,
+        }
+    }
+
+    /// The NIC (capped by NVLink) across nodes.
+    fn inter_node_link(&self) -> Link {
+        Link {
+            bw_bytes_per_s: self.nic_bw_bytes_per_s.min(self.gpu.nvlink_bw_bytes_per_s),
+            latency_s: self.inter_node_latency_s,
+            inter_node: true,
+        }
+    }
+
+    /// A parallel group's link: bandwidth per direction per GPU in bytes/s and per-step latency.
+    pub fn group_link(&self, size: u64, stride: u64) -> Link {
+        if self.group_spans_nodes(size, stride) {
+            self.inter_node_link()
+        } else {
+            self.intra_node_link()
+        }
+    }
+}
+
+/// A link a collective or a send runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Link {
+    /// Bandwidth per GPU per direction in bytes/s.
+    pub bw_bytes_per_s: f64,
+    /// Latency per step in seconds.
+    pub latency_s: f64,
+    /// Whether the link leaves the node.
+    pub inter_node: bool,
+}
+
+/// Where the parallel groups sit: Megatron's rank order, tensor-parallel fastest, then
+/// context-, data- and pipeline-parallel (`tp-cp-dp-pp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Layout {
+    /// Tensor-parallel degree.
+    pub tp: u64,
+    /// Context-parallel degree.
+    pub cp: u64,
+    /// Data-parallel degree.
+    pub dp: u64,
+    /// Pipeline ranks.
+    pub pp: u64,
+}
+
+impl Layout {
+    /// Stride between members of the tensor-parallel group.
+    pub fn tp_stride(&self) -> u64 {
+        1
+    }
+    /// Stride between members of the context-parallel group.
+    pub fn cp_stride(&self) -> u64 {
+        self.tp
+    }
+    /// Stride between members of the data-parallel group.
+    pub fn dp_stride(&self) -> u64 {
+        self.tp * self.cp
+    }
+    /// Stride between consecutive pipeline ranks.
+    pub fn pp_stride(&self) -> u64 {
+        self.tp * self.cp * self.dp
+    }
+    /// Whether the send from pipeline rank `r` to rank `r + 1` (wrapping to 0 after the last
+    /// rank) leaves the node.
+    pub fn pp_boundary_inter_node(&self, cluster: &Cluster, r: u64) -> bool {
+        let next = (r + 1) % self.pp.max(1);
+        cluster.node_of(r * self.pp_stride()) != cluster.node_of(next * self.pp_stride())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a100(n: u64) -> Cluster {
+        Cluster::new(hardware::gpu("a100-80g").unwrap(), n, 8, None).unwrap()
+    }
+
+    #[test]
+    fn partial_and_whole_nodes() {
+        let c = a100(4);
+        assert_eq!((c.gpus_per_node, c.nodes), (4, 1));
+        let c = a100(64);
+        assert_eq!((c.gpus_per_node, c.nodes), (8, 8));
+        let err = Cluster::new(hardware::gpu("a100-80g").unwrap(), 12, 8, None).unwrap_err();
+        assert!(err.to_string().contains("--gpus"), "{err}");
+    }
+
+    #[test]
+    fn hdr_nic_is_25_gb_per_s() {
+        assert_eq!(a100(16).nic_bw_bytes_per_s, 25e9);
+    }
+
+    #[test]
+    fn group_spans() {
+        let c = a100(64);
+        // tp=8 inside a node; dp with stride 8 spans nodes; tp=2,dp=4 stride 2 stays inside
+        assert!(!c.group_spans_nodes(8, 1));
+        assert!(c.group_spans_nodes(2, 8));
+        assert!(!c.group_spans_nodes(4, 2));
+        assert!(c.group_spans_nodes(8, 2));
+        // tp = 6 on 8-GPU nodes: the first group (0..5) stays inside, the second (6..11) does not
+        assert!(c.group_spans_nodes(6, 1));
+        assert!(!c.group_spans_nodes(4, 1));
+        assert!(c.group_link(2, 8).inter_node);
+        assert!(!c.link_between(3, 7).inter_node);
+        assert!(c.link_between(7, 8).inter_node);
+        assert_eq!(c.link_between(7, 8).bw_bytes_per_s, 25e9);
+        assert_eq!(c.group_link(8, 1).bw_bytes_per_s, 300e9);
+    }
+
+    #[test]
+    fn pipeline_boundaries() {
+        let c = a100(16);
+        // tp=2, dp=1, pp=8: ranks 0..3 on node 0, 4..7 on node 1
+        let l = Layout {
+            tp: 2,
+            cp: 1,
+            dp: 1,
+            pp: 8,
+        };
+        let inter: Vec<bool> = (0..7).map(|r| l.pp_boundary_inter_node(&c, r)).collect();
+        assert_eq!(inter, vec![false, false, false, true, false, false, false]);
+    }
+
+    #[test]
+    fn cluster_json_rejects_unknown_keys() {
+        let err = Cluster::from_json(
+            r#"{"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 2, "nics": 8}"#,
+            "c.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("nics"), "{err}");
+        let c = Cluster::from_json(
+            r#"{"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 2, "nic_gbps": 200}"#,
+            "c.json",
+        )
+        .unwrap();
+        assert_eq!(c.num_gpus(), 16);
+        assert_eq!(c.nic_bw_bytes_per_s, 25e9);
+    }
+}
