@@ -80,7 +80,14 @@ impl PlanFile {
         self
     }
 
-    /// Reads a plan file; errors name the file and what is wrong.
+    /// Reads the plan file at `path` (`--plan`); errors name the file and what is wrong.
+    pub fn load(path: &str) -> Result<PlanFile, PlanError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| PlanError::invalid("--plan", format!("cannot read '{path}': {e}")))?;
+        PlanFile::from_json(&text, path)
+    }
+
+    /// Parses a plan file's text; errors name `origin` and what is wrong.
     pub fn from_json(text: &str, origin: &str) -> Result<PlanFile, PlanError> {
         let file: PlanFile = serde_json::from_str(text)
             .map_err(|e| PlanError::invalid("--plan", format!("{origin}: {e}")))?;

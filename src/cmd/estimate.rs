@@ -1,6 +1,6 @@
 //! `autopp estimate`: time and memory of one full configuration.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use autopp_hardware::{AnalyticProfile, Precision};
 use autopp_models::{Model, Recompute};
 use autopp_planner::{evaluate, Estimate, ParallelConfig, PlanFile};
@@ -172,9 +172,7 @@ impl EstimateArgs {
 pub fn run(args: &EstimateArgs) -> Result<()> {
     let (model, cluster, config) = match (&args.plan, &args.model) {
         (Some(path), _) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--plan: cannot read '{path}'"))?;
-            let file = PlanFile::from_json(&text, path)?;
+            let file = PlanFile::load(path)?;
             (file.model()?, file.cluster.clone(), file.config()?)
         }
         (None, Some(name)) => {

@@ -225,9 +225,7 @@ fn run_mpi(_cfg: &ExecConfig, _on_step: &mut dyn FnMut(StepSummary)) -> Result<O
 fn config(args: &ExecArgs) -> Result<ExecConfig> {
     let (model, spec, dp, mbs, split) = match &args.plan {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--plan: cannot read '{path}'"))?;
-            let file = PlanFile::from_json(&text, path)?;
+            let file = PlanFile::load(path)?;
             let c = file.config()?;
             if c.tp != 1 || c.cp != 1 {
                 bail!(

@@ -148,9 +148,7 @@ struct Simulated {
 
 /// The plan file's schedule, simulated with the cost model's per-stage seconds.
 fn from_plan(path: &str) -> Result<Simulated> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("--plan: cannot read '{path}'"))?;
-    let file = autopp_planner::PlanFile::from_json(&text, path)?;
+    let file = autopp_planner::PlanFile::load(path)?;
     let model = file.model()?;
     let config = file.config()?;
     let profile = autopp_hardware::AnalyticProfile::new(file.cluster.clone(), config.precision)?;
