@@ -102,6 +102,31 @@ fn check_matrix(seq_len: u64) {
     }
 }
 
+/// The matrix skips the (kind, p, m, v) a kind does not accept; this pins how many cases run, so
+/// that a generator that starts refusing inputs cannot shrink the acceptance silently.
+#[test]
+fn the_matrix_runs_every_case_the_kinds_accept() {
+    let cases = matrix();
+    let count = |k: ScheduleKind| cases.iter().filter(|c| c.0 == k).count();
+    // p ∈ {2, 4} × m ∈ {p, 2p} × dp ∈ {1, 2} = 8 per stages-per-rank value the kind takes:
+    // interleaved-1f1b and looped-bfs take v = 1 and 2; dualpipe-v needs m ≥ 2p (only m = 2p)
+    let expected = [
+        (ScheduleKind::Gpipe, 8),
+        (ScheduleKind::OneFOneB, 8),
+        (ScheduleKind::Interleaved1F1B, 16),
+        (ScheduleKind::LoopedBfs, 16),
+        (ScheduleKind::ZbH1, 8),
+        (ScheduleKind::ZbH2, 8),
+        (ScheduleKind::ZbV, 8),
+        (ScheduleKind::DualPipeV, 4),
+        (ScheduleKind::InterleavedZb, 8),
+    ];
+    for (kind, n) in expected {
+        assert_eq!(count(kind), n, "{kind}");
+    }
+    assert_eq!(cases.len(), 84);
+}
+
 #[test]
 fn every_case_matches_single_worker_training_at_seq_32() {
     check_matrix(32);
