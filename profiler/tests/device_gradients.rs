@@ -119,7 +119,7 @@ fn check_layer(
             let minus = objective(&lp, &input, &targets, &r, seqs, seq_len);
             check(
                 format!("{name}[{i}]"),
-                grads.params()[k].1.data()[i],
+                f64::from(grads.params()[k].1.data()[i]),
                 plus,
                 minus,
             );
@@ -185,7 +185,7 @@ fn the_key_bias_has_no_gradient_and_no_effect() {
     let (y0, saved) = block.forward(&x, 2);
     let (_, ws) = block.backward_input(saved, random(&mut rng, 8, 8, 1.0));
     let mut grads = block.zeros_like();
-    block.backward_weight(ws, &mut grads);
+    block.backward_weight(&ws, &mut grads, 0..8);
     let db = grads.qkv.bias.as_ref().unwrap().data();
     assert!(db[8..16].iter().all(|&v| v == 0.0));
     assert!(db[..8].iter().chain(&db[16..]).any(|&v| v != 0.0));

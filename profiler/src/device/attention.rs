@@ -11,6 +11,7 @@
 //! sequence instead of one per head.
 
 use super::gemm::{gemm_batched, Operand};
+use super::kernels;
 use super::tensor::Tensor;
 
 /// Shape of one attention call: `sequences` sequences of `seq_len` tokens, `heads` heads of
@@ -70,8 +71,9 @@ pub fn forward(qkv: &Tensor, shape: AttentionShape) -> (Tensor, Tensor) {
     let h = shape.hidden();
     assert_eq!(qkv.shape(), (sequences * s, 3 * h), "attention: qkv shape");
     let scale = 1.0 / (d as f32).sqrt();
-    let mut out = Tensor::zeros(sequences * s, h);
-    let mut probs = Tensor::zeros(sequences * heads * s, s);
+    // every element of both is written below: the products replace, the softmax masks
+    let mut out = Tensor::scratch(sequences * s, h);
+    let mut probs = Tensor::scratch(sequences * heads * s, s);
     for b in 0..sequences {
         let (q, k, v) = qkv_blocks(b, s, d, h);
         let p0 = b * heads * s * s;
@@ -87,23 +89,8 @@ pub fn forward(qkv: &Tensor, shape: AttentionShape) -> (Tensor, Tensor) {
             heads,
             false,
         );
-        for n in 0..heads {
-            let at = p0 + n * s * s;
-            let pn = &mut probs.data_mut()[at..at + s * s];
-            for i in 0..s {
-                let row = &mut pn[i * s..(i + 1) * s];
-                let max = row[..=i]
-                    .iter()
-                    .fold(f32::NEG_INFINITY, |m, &x| m.max(x * scale));
-                let mut sum = 0.0f32;
-                for x in row[..=i].iter_mut() {
-                    *x = (*x * scale - max).exp();
-                    sum += *x;
-                }
-                let inv = 1.0 / sum;
-                row[..=i].iter_mut().for_each(|x| *x *= inv);
-                row[i + 1..].fill(0.0);
-            }
+        for pn in probs.data_mut()[p0..p0 + heads * s * s].chunks_exact_mut((s * s).max(1)) {
+            kernels::causal_softmax(pn, s, scale);
         }
         // O = P·V into head n's columns of the sequence's rows
         let o = Operand::block(b * s * h, s, d, h).batched(d);
@@ -131,9 +118,10 @@ pub fn backward(qkv: &Tensor, probs: &Tensor, dout: &Tensor, shape: AttentionSha
     } = shape;
     let h = shape.hidden();
     let scale = 1.0 / (d as f32).sqrt();
-    let mut dqkv = Tensor::zeros(sequences * s, 3 * h);
+    // every element is written by the dQ, dK and dV products below
+    let mut dqkv = Tensor::scratch(sequences * s, 3 * h);
     // dP, then dS, of every head of one sequence
-    let mut ds = Tensor::zeros(heads * s, s);
+    let mut ds = Tensor::scratch(heads * s, s);
     let dsb = square_block(0, s);
     for b in 0..sequences {
         let (q, k, v) = qkv_blocks(b, s, d, h);
@@ -151,17 +139,9 @@ pub fn backward(qkv: &Tensor, probs: &Tensor, dout: &Tensor, shape: AttentionSha
             heads,
             false,
         );
-        for n in 0..heads {
-            let pd = &probs.data()[p0 + n * s * s..p0 + (n + 1) * s * s];
-            for i in 0..s {
-                let prow = &pd[i * s..(i + 1) * s];
-                let drow = ds.row_mut(n * s + i);
-                let dot: f32 = prow[..=i].iter().zip(&drow[..=i]).map(|(a, b)| a * b).sum();
-                for (x, &pv) in drow[..=i].iter_mut().zip(&prow[..=i]) {
-                    *x = pv * (*x - dot) * scale;
-                }
-                drow[i + 1..].fill(0.0);
-            }
+        let heads_p = probs.data()[p0..p0 + heads * s * s].chunks_exact((s * s).max(1));
+        for (dn, pn) in ds.data_mut().chunks_exact_mut((s * s).max(1)).zip(heads_p) {
+            kernels::causal_softmax_backward(dn, pn, s, scale);
         }
         // dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q
         let (dq, dk, dv) = (q, k, v);

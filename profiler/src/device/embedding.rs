@@ -3,13 +3,15 @@
 //! scatters the output gradient back: `dE[id_t] += dy_t`, `dP[pos_t] += dy_t`. The embedding
 //! is the first layer, so it has no input gradient.
 
+use std::ops::Range;
+
 use super::rng::Rng;
-use super::tensor::{Tensor, Tensor64};
+use super::tensor::Tensor;
 
 /// Bytes of one saved token id (`u32`).
 pub const TOKEN_ID_BYTES: u64 = 4;
 
-/// The embedding tables — or, as `Embedding<Tensor64>`, their gradients.
+/// The embedding tables — or, as a second `Embedding`, their gradients (f32).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Embedding<T = Tensor> {
     /// Token table, `vocab × h`.
@@ -27,6 +29,11 @@ pub struct EmbeddingWeightSaved {
 }
 
 impl EmbeddingWeightSaved {
+    /// Tokens (rows) of the micro-batch.
+    pub fn tokens(&self) -> usize {
+        self.dy.rows()
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         self.ids.len() as u64 * TOKEN_ID_BYTES + self.dy.bytes()
@@ -59,7 +66,8 @@ impl Embedding {
     /// executor checks both before it runs).
     pub fn forward(&self, ids: &[u32], seq_len: usize) -> Tensor {
         let h = self.tokens.cols();
-        let mut y = Tensor::zeros(ids.len(), h);
+        // every row is written below
+        let mut y = Tensor::scratch(ids.len(), h);
         for (t, &id) in ids.iter().enumerate() {
             let row = y.row_mut(t);
             row.copy_from_slice(self.tokens.row(id as usize));
@@ -77,29 +85,31 @@ impl Embedding {
         EmbeddingWeightSaved { ids, seq_len, dy }
     }
 
-    /// Backward-weight: scatters the output gradient into the tables' gradients.
-    pub fn backward_weight(ws: EmbeddingWeightSaved, grads: &mut Embedding<Tensor64>) {
-        for (t, &id) in ws.ids.iter().enumerate() {
+    /// Backward-weight: scatters the output gradient of the tokens `rows` into the tables'
+    /// gradients, tokens in order.
+    pub fn backward_weight(ws: &EmbeddingWeightSaved, grads: &mut Embedding, rows: Range<usize>) {
+        for t in rows {
             let d = ws.dy.row(t);
-            for (g, &v) in grads.tokens.row_mut(id as usize).iter_mut().zip(d) {
-                *g += f64::from(v);
+            let id = ws.ids[t] as usize;
+            for (g, &v) in grads.tokens.row_mut(id).iter_mut().zip(d) {
+                *g += v;
             }
             if let Some(p) = &mut grads.positions {
                 for (g, &v) in p.row_mut(t % ws.seq_len.max(1)).iter_mut().zip(d) {
-                    *g += f64::from(v);
+                    *g += v;
                 }
             }
         }
     }
 
     /// Zero gradients of the same shapes.
-    pub fn zeros_like(&self) -> Embedding<Tensor64> {
+    pub fn zeros_like(&self) -> Embedding {
         Embedding {
-            tokens: Tensor64::zeros(self.tokens.rows(), self.tokens.cols()),
+            tokens: Tensor::zeros(self.tokens.rows(), self.tokens.cols()),
             positions: self
                 .positions
                 .as_ref()
-                .map(|p| Tensor64::zeros(p.rows(), p.cols())),
+                .map(|p| Tensor::zeros(p.rows(), p.cols())),
         }
     }
 }

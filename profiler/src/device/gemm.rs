@@ -8,13 +8,20 @@
 //!
 //! Every GEMM of the layers goes through [`gemm_batched`] (the attention core's per-head
 //! products, one call per sequence for all its heads) or its dense forms [`matmul`],
-//! [`matmul_into`] and [`matmul_tn_acc_f64`].
+//! [`matmul_into`] and [`matmul_tn_acc`].
+//!
+//! On the CPU a thread's products run on [`set_thread_gemm_threads`] threads (1 unless set:
+//! ranks already use the cores, one thread each; the executor gives a rank more when there
+//! are more cores than ranks). faer splits a product over its output's blocks, never over the
+//! inner dimension, so every element is summed in the same order whatever the thread count:
+//! the bits do not depend on it (tested).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::ops::Range;
 
 use faer::{Accum, MatMut, MatRef, Par};
 
-use super::tensor::{Tensor, Tensor64};
+use super::tensor::Tensor;
 
 /// One operand of a (batched) GEMM over a row-major buffer of f32: matrix `i` of the batch is
 /// the `rows × cols` block starting at element `offset + i·batch_stride`, with consecutive rows
@@ -127,6 +134,22 @@ impl Engine {
 
 thread_local! {
     static ENGINE: RefCell<Engine> = const { RefCell::new(Engine::Cpu) };
+    static CPU_THREADS: Cell<usize> = const { Cell::new(1) };
+}
+
+/// Products with fewer multiply-adds (`m·n·k`) than this run on one thread whatever
+/// [`set_thread_gemm_threads`] says: splitting them costs more than it saves.
+pub const PARALLEL_MIN_MULTIPLY_ADDS: usize = 1 << 21;
+
+/// Makes the calling thread's CPU products use up to `threads` threads (at least 1; faer's,
+/// through rayon's global pool) from now on, and returns the previous count.
+pub fn set_thread_gemm_threads(threads: usize) -> usize {
+    CPU_THREADS.with(|t| t.replace(threads.max(1)))
+}
+
+/// The threads the calling thread's CPU products may use (see [`set_thread_gemm_threads`]).
+pub fn thread_gemm_threads() -> usize {
+    CPU_THREADS.with(Cell::get)
 }
 
 /// Makes `engine` run the calling thread's GEMMs from now on and returns the engine it
@@ -207,6 +230,13 @@ fn cpu_batched(
     } else {
         Accum::Replace
     };
+    let (m, k) = am.shape();
+    let threads = thread_gemm_threads();
+    let par = if threads > 1 && m * k * bm.shape().1 >= PARALLEL_MIN_MULTIPLY_ADDS {
+        Par::rayon(threads)
+    } else {
+        Par::Seq
+    };
     let cpu_view = |data, x: Operand, i: usize| {
         let v = view(
             data,
@@ -235,7 +265,7 @@ fn cpu_batched(
             cpu_view(a, am, i),
             cpu_view(b, bm, i),
             1.0f32,
-            Par::Seq,
+            par,
         );
     }
 }
@@ -295,52 +325,35 @@ pub fn matmul_into(c: &mut Tensor, a: &Tensor, ta: bool, b: &Tensor, tb: bool, a
     );
 }
 
-/// `op(a)·op(b)` as a new tensor.
+/// `op(a)·op(b)` as a new tensor (its buffer from the thread's pool).
 pub fn matmul(a: &Tensor, ta: bool, b: &Tensor, tb: bool) -> Tensor {
     let rows = if ta { a.cols() } else { a.rows() };
     let cols = if tb { b.rows() } else { b.cols() };
-    let mut c = Tensor::zeros(rows, cols);
+    let mut c = Tensor::scratch(rows, cols);
     matmul_into(&mut c, a, ta, b, tb, false);
     c
 }
 
-/// `c += aᵀ·b` in f64 (the weight-gradient product `xᵀ·dy`, a sum over tokens; see
-/// [`Tensor64`] for why f64). The CUDA engine widens `a` and `b` to f64 and runs DGEMM, so the
-/// sum is f64 there too.
+/// `c += a[rows]ᵀ·b[rows]`: the weight-gradient product `xᵀ·dy` over the tokens `rows` (rows
+/// of `a` and `b`), summed in f32 into the accumulator `c`.
 ///
 /// # Panics
-/// If the shapes do not chain (and see [`gemm_batched`]).
-pub fn matmul_tn_acc_f64(c: &mut Tensor64, a: &Tensor, b: &Tensor) {
+/// If the shapes do not chain or `rows` reaches past `a` or `b` (and see [`gemm_batched`]).
+pub fn matmul_tn_acc(c: &mut Tensor, a: &Tensor, b: &Tensor, rows: Range<usize>) {
     assert_eq!(a.rows(), b.rows(), "matmul_tn: inner dimensions differ");
-    assert_eq!(
-        (c.rows(), c.cols()),
-        (a.cols(), b.cols()),
-        "matmul_tn: output shape"
+    assert!(
+        rows.end <= a.rows(),
+        "matmul_tn: rows {rows:?} of {}",
+        a.rows()
     );
-    ENGINE.with_borrow(|engine| match engine {
-        Engine::Cpu => cpu_tn_acc_f64(c, a, b),
-        #[cfg(feature = "cuda")]
-        Engine::Cuda(g) => g
-            .gemm_tn_acc_f64(
-                c.data_mut(),
-                a.data(),
-                a.rows(),
-                a.cols(),
-                b.data(),
-                b.cols(),
-            )
-            .unwrap_or_else(|e| panic!("{e}")),
-    })
-}
-
-fn cpu_tn_acc_f64(c: &mut Tensor64, a: &Tensor, b: &Tensor) {
-    let a64: Vec<f64> = a.data().iter().map(|&x| f64::from(x)).collect();
-    let b64: Vec<f64> = b.data().iter().map(|&x| f64::from(x)).collect();
-    let av = MatRef::from_row_major_slice(&a64, a.rows(), a.cols()).transpose();
-    let bv = MatRef::from_row_major_slice(&b64, b.rows(), b.cols());
-    let (rows, cols) = (c.rows(), c.cols());
-    let cv = MatMut::from_column_major_slice_mut(c.data_mut(), cols, rows).transpose_mut();
-    faer::linalg::matmul::matmul(cv, Accum::Add, av, bv, 1.0f64, Par::Seq);
+    if rows.is_empty() {
+        return;
+    }
+    let (ac, bc) = (a.cols(), b.cols());
+    let am = Operand::block(rows.start * ac, rows.len(), ac, ac.max(1)).t();
+    let bm = Operand::block(rows.start * bc, rows.len(), bc, bc.max(1));
+    let cm = Operand::dense(c);
+    gemm_batched(c.data_mut(), cm, a.data(), am, b.data(), bm, 1, true);
 }
 
 #[cfg(test)]
@@ -381,19 +394,54 @@ mod tests {
         }
         let mut c = matmul(&a, false, &b, false);
         matmul_into(&mut c, &a, false, &b, false, true);
-        let twice: Vec<f32> = naive(&a, false, &b, false)
-            .data()
-            .iter()
-            .map(|x| 2.0 * x)
-            .collect();
-        assert_eq!(c.data(), twice.as_slice());
-        let mut acc = Tensor64::zeros(3, 5);
-        matmul_tn_acc_f64(&mut acc, &at, &b);
-        matmul_tn_acc_f64(&mut acc, &at, &b);
-        let want = naive(&at, true, &b, false);
-        for (x, y) in acc.data().iter().zip(want.data()) {
-            assert_eq!(*x, 2.0 * f64::from(*y));
+        assert_eq!(c.data(), twice_of(&naive(&a, false, &b, false)).as_slice());
+        let mut acc = Tensor::zeros(3, 5);
+        matmul_tn_acc(&mut acc, &at, &b, 0..4);
+        matmul_tn_acc(&mut acc, &at, &b, 0..4);
+        assert_eq!(
+            acc.data(),
+            twice_of(&naive(&at, true, &b, false)).as_slice()
+        );
+        // by token ranges: rows 0..1 then 1..4
+        let mut parts = Tensor::zeros(3, 5);
+        matmul_tn_acc(&mut parts, &at, &b, 0..1);
+        matmul_tn_acc(&mut parts, &at, &b, 1..4);
+        let whole = naive(&at, true, &b, false);
+        for (x, y) in parts.data().iter().zip(whole.data()) {
+            assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0));
         }
+    }
+
+    fn twice_of(t: &Tensor) -> Vec<f32> {
+        t.data().iter().map(|x| 2.0 * x).collect()
+    }
+
+    /// faer on several threads gives the single thread's bits (it splits the output, not the
+    /// inner dimension), on shapes large enough to be split.
+    #[test]
+    fn thread_count_does_not_change_the_bits() {
+        let fill = |n: usize, s: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| (((i + s) * 7919) % 1000) as f32 / 1000.0 - 0.5)
+                .collect()
+        };
+        let (m, k, n) = (256, 512, 384);
+        let a = Tensor::from_vec(m, k, fill(m * k, 1));
+        let b = Tensor::from_vec(k, n, fill(k * n, 2));
+        let x = Tensor::from_vec(k, m, fill(m * k, 3));
+        let one = (matmul(&a, false, &b, false), {
+            let mut c = Tensor::zeros(m, n);
+            matmul_tn_acc(&mut c, &x, &b, 0..k);
+            c
+        });
+        let before = set_thread_gemm_threads(4);
+        let four = (matmul(&a, false, &b, false), {
+            let mut c = Tensor::zeros(m, n);
+            matmul_tn_acc(&mut c, &x, &b, 0..k);
+            c
+        });
+        set_thread_gemm_threads(before);
+        assert_eq!(one, four);
     }
 
     /// Matrix `i` of operand `x` over `data`, as the product uses it (transposed if asked).

@@ -7,13 +7,16 @@
 //! targets: `T·(2h + V + 1)` floats and `T` ids. Backward-weight needs `x̂`, the norm's output
 //! gradient, the LM head's input and `dlogits`: `T·(3h + V)` floats.
 
+use std::ops::Range;
+
 use super::embedding::TOKEN_ID_BYTES;
-use super::gemm::{matmul, matmul_tn_acc_f64};
+use super::gemm::{matmul, matmul_tn_acc};
+use super::kernels;
 use super::norm::{LayerNorm, NormSaved};
 use super::rng::Rng;
-use super::tensor::{Tensor, Tensor64};
+use super::tensor::Tensor;
 
-/// Final norm and LM head — or, as `Head<Tensor64>`, their gradients.
+/// Final norm and LM head — or, as a second `Head`, their gradients (f32).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Head<T = Tensor> {
     /// The final norm.
@@ -51,6 +54,11 @@ pub struct HeadWeightSaved {
 }
 
 impl HeadWeightSaved {
+    /// Tokens (rows) of the micro-batch.
+    pub fn tokens(&self) -> usize {
+        self.d_logits.rows()
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         self.xhat.bytes() + self.d_norm_out.bytes() + self.norm_out.bytes() + self.d_logits.bytes()
@@ -78,17 +86,12 @@ impl Head {
         let (norm_out, norm) = self.norm.forward(x);
         let mut probs = matmul(&norm_out, false, &self.lm_head, false);
         let v = probs.cols();
+        if !probs.is_empty() {
+            kernels::softmax_rows(probs.data_mut(), v);
+        }
         let mut loss = 0.0f64;
         for (t, &y) in targets.iter().enumerate() {
-            let row = probs.row_mut(t);
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            let mut sum = 0.0f32;
-            for x in row.iter_mut() {
-                *x = (*x - max).exp();
-                sum += *x;
-            }
-            let inv = 1.0 / sum;
-            row.iter_mut().for_each(|x| *x *= inv);
+            let row = probs.row(t);
             let y = y as usize;
             assert!(y < v, "target {y} outside the vocabulary of {v}");
             loss -= f64::from(row[y].max(f32::MIN_POSITIVE)).ln();
@@ -112,10 +115,9 @@ impl Head {
         } = saved;
         let mut d_logits = probs;
         for (t, &y) in targets.iter().enumerate() {
-            let row = d_logits.row_mut(t);
-            row[y as usize] -= 1.0;
-            row.iter_mut().for_each(|x| *x *= loss_scale);
+            d_logits.row_mut(t)[y as usize] -= 1.0;
         }
+        kernels::scale(d_logits.data_mut(), loss_scale);
         let d_norm_out = matmul(&d_logits, false, &self.lm_head, true);
         let dx = self.norm.backward_input(&norm, &d_norm_out);
         let ws = HeadWeightSaved {
@@ -127,17 +129,18 @@ impl Head {
         (dx, ws)
     }
 
-    /// Backward-weight: adds the norm's and the LM head's gradients into `grads`.
-    pub fn backward_weight(ws: HeadWeightSaved, grads: &mut Head<Tensor64>) {
-        LayerNorm::backward_weight(&ws.xhat, &ws.d_norm_out, &mut grads.norm);
-        matmul_tn_acc_f64(&mut grads.lm_head, &ws.norm_out, &ws.d_logits);
+    /// Backward-weight: adds the norm's and the LM head's gradients of the tokens `rows` into
+    /// `grads`.
+    pub fn backward_weight(ws: &HeadWeightSaved, grads: &mut Head, rows: Range<usize>) {
+        LayerNorm::backward_weight(&ws.xhat, &ws.d_norm_out, &mut grads.norm, rows.clone());
+        matmul_tn_acc(&mut grads.lm_head, &ws.norm_out, &ws.d_logits, rows);
     }
 
     /// Zero gradients of the same shapes.
-    pub fn zeros_like(&self) -> Head<Tensor64> {
+    pub fn zeros_like(&self) -> Head {
         Head {
             norm: self.norm.zeros_like(),
-            lm_head: Tensor64::zeros(self.lm_head.rows(), self.lm_head.cols()),
+            lm_head: Tensor::zeros(self.lm_head.rows(), self.lm_head.cols()),
         }
     }
 }

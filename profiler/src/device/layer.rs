@@ -5,7 +5,7 @@
 use super::block::{Block, BlockSaved, BlockWeightSaved};
 use super::embedding::{Embedding, EmbeddingWeightSaved, TOKEN_ID_BYTES};
 use super::head::{Head, HeadSaved, HeadWeightSaved};
-use super::tensor::{Tensor, Tensor64};
+use super::tensor::Tensor;
 use super::DeviceError;
 
 /// What flows between layers in the forward direction.
@@ -29,7 +29,8 @@ impl Flow {
     }
 }
 
-/// One layer-list entry — or, as `Layer<Tensor64>`, its gradients.
+/// One layer-list entry — or, as a second `Layer` (from [`Layer::zeros_like`]), its
+/// gradients, accumulated in f32.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Layer<T = Tensor> {
     /// Token (and position) embedding.
@@ -79,6 +80,15 @@ pub enum WeightSaved {
 }
 
 impl WeightSaved {
+    /// Tokens (rows) of the micro-batch.
+    pub fn tokens(&self) -> usize {
+        match self {
+            WeightSaved::Embedding(s) => s.tokens(),
+            WeightSaved::Block(s) => s.tokens(),
+            WeightSaved::Head(s) => s.tokens(),
+        }
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         match self {
@@ -208,17 +218,41 @@ impl Layer {
 
     /// Backward-weight: adds this micro-batch's weight gradients into `grads` (a layer of the
     /// same kind and shapes, e.g. from [`Layer::zeros_like`]).
-    pub fn backward_weight(
+    pub fn backward_weight(&self, ws: WeightSaved, grads: &mut Layer) -> Result<(), DeviceError> {
+        let tokens = ws.tokens();
+        self.backward_weight_rows(&ws, grads, 0..tokens)
+    }
+
+    /// Backward-weight of the tokens `rows` of the micro-batch only: adds their weight
+    /// gradients into `grads`. Called on consecutive ranges it adds the same products, in the
+    /// same order, as a pipelined run whose micro-batches are those ranges — how `--check`'s
+    /// single worker sums each weight gradient in the pipelined run's order.
+    ///
+    /// # Errors
+    /// [`DeviceError::Input`] if `ws` or `grads` is of another kind, or `rows` reaches past the
+    /// micro-batch.
+    pub fn backward_weight_rows(
         &self,
-        ws: WeightSaved,
-        grads: &mut Layer<Tensor64>,
+        ws: &WeightSaved,
+        grads: &mut Layer,
+        rows: std::ops::Range<usize>,
     ) -> Result<(), DeviceError> {
+        if rows.end > ws.tokens() {
+            return Err(DeviceError::Input(format!(
+                "backward-weight of tokens {rows:?} of a micro-batch of {}",
+                ws.tokens()
+            )));
+        }
         match (self, ws, grads) {
             (Layer::Embedding(_), WeightSaved::Embedding(ws), Layer::Embedding(g)) => {
-                Embedding::backward_weight(ws, g)
+                Embedding::backward_weight(ws, g, rows)
             }
-            (Layer::Block(b), WeightSaved::Block(ws), Layer::Block(g)) => b.backward_weight(*ws, g),
-            (Layer::Head(_), WeightSaved::Head(ws), Layer::Head(g)) => Head::backward_weight(ws, g),
+            (Layer::Block(b), WeightSaved::Block(ws), Layer::Block(g)) => {
+                b.backward_weight(ws, g, rows)
+            }
+            (Layer::Head(_), WeightSaved::Head(ws), Layer::Head(g)) => {
+                Head::backward_weight(ws, g, rows)
+            }
             (layer, _, _) => {
                 return Err(DeviceError::Input(format!(
                     "backward-weight of the {} layer got state or gradients of another kind",
@@ -230,7 +264,7 @@ impl Layer {
     }
 
     /// Zero gradients of the same kind and shapes.
-    pub fn zeros_like(&self) -> Layer<Tensor64> {
+    pub fn zeros_like(&self) -> Layer {
         match self {
             Layer::Embedding(e) => Layer::Embedding(e.zeros_like()),
             Layer::Block(b) => Layer::Block(Box::new(b.zeros_like())),

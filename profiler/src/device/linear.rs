@@ -2,12 +2,15 @@
 //!
 //! Backward: `dx = dy·Wᵀ` (backward-input); `dW += xᵀ·dy`, `db += Σ_rows dy` (backward-weight).
 
-use super::gemm::{matmul, matmul_tn_acc_f64};
-use super::rng::Rng;
-use super::tensor::{Tensor, Tensor64};
+use std::ops::Range;
 
-/// Weights `in × out` and an optional `1 × out` bias — or, as `Linear<Tensor64>`, their
-/// gradients.
+use super::gemm::{matmul, matmul_into, matmul_tn_acc};
+use super::kernels;
+use super::rng::Rng;
+use super::tensor::Tensor;
+
+/// Weights `in × out` and an optional `1 × out` bias — or, as a second `Linear`, their
+/// gradients (accumulated in f32).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Linear<T = Tensor> {
     /// `W`, `in × out`.
@@ -32,13 +35,28 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let mut y = matmul(x, false, &self.weight, false);
         if let Some(b) = &self.bias {
-            let cols = y.cols();
-            for row in y.data_mut().chunks_exact_mut(cols.max(1)) {
-                for (v, bv) in row.iter_mut().zip(b.data()) {
-                    *v += bv;
-                }
-            }
+            kernels::add_bias(y.data_mut(), b.data());
         }
+        y
+    }
+
+    /// `residual + b + x·W` (the bias added to the residual first, then the product added
+    /// on): a projection that writes into the residual stream, in one pass over the output.
+    ///
+    /// # Panics
+    /// If `residual` is not `x.rows() × out`.
+    pub fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Tensor {
+        assert_eq!(
+            residual.shape(),
+            (x.rows(), self.weight.cols()),
+            "linear: residual shape"
+        );
+        let mut y = Tensor::scratch(x.rows(), self.weight.cols());
+        y.data_mut().copy_from_slice(residual.data());
+        if let Some(b) = &self.bias {
+            kernels::add_bias(y.data_mut(), b.data());
+        }
+        matmul_into(&mut y, x, false, &self.weight, false, true);
         y
     }
 
@@ -47,19 +65,22 @@ impl Linear {
         matmul(dy, false, &self.weight, true)
     }
 
-    /// Adds `xᵀ·dy` into `grads.weight` and the column sums of `dy` into `grads.bias`.
-    pub fn backward_weight(x: &Tensor, dy: &Tensor, grads: &mut Linear<Tensor64>) {
-        matmul_tn_acc_f64(&mut grads.weight, x, dy);
+    /// Adds `x[rows]ᵀ·dy[rows]` into `grads.weight` and the column sums of `dy[rows]` into
+    /// `grads.bias` (`rows`: the tokens whose gradients to add).
+    pub fn backward_weight(x: &Tensor, dy: &Tensor, grads: &mut Linear, rows: Range<usize>) {
+        matmul_tn_acc(&mut grads.weight, x, dy, rows.clone());
         if let Some(db) = &mut grads.bias {
-            db.add_column_sums(dy);
+            if !rows.is_empty() {
+                kernels::add_column_sums(dy.rows_slice(rows), db.data_mut());
+            }
         }
     }
 
     /// Zero gradients of the same shapes.
-    pub fn zeros_like(&self) -> Linear<Tensor64> {
+    pub fn zeros_like(&self) -> Linear {
         Linear {
-            weight: Tensor64::zeros(self.weight.rows(), self.weight.cols()),
-            bias: self.bias.as_ref().map(|b| Tensor64::zeros(1, b.cols())),
+            weight: Tensor::zeros(self.weight.rows(), self.weight.cols()),
+            bias: self.bias.as_ref().map(|b| Tensor::zeros(1, b.cols())),
         }
     }
 }

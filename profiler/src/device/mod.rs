@@ -1,9 +1,11 @@
 //! The device layer: what the executor runs and what a measured profile will time.
 //!
-//! - [`Tensor`]: dense row-major fp32 matrices; [`gemm`] multiplies them on the engine each
-//!   rank's thread chose: `faer` on the CPU, one thread per rank (the default), or cuBLAS on a
+//! - [`Tensor`]: dense row-major fp32 matrices, their buffers reused through a per-thread
+//!   pool; [`gemm`] multiplies them on the engine each rank's thread chose: `faer` on the CPU,
+//!   one thread per rank by default (more with [`set_thread_gemm_threads`]), or cuBLAS on a
 //!   GPU (feature `cuda`: `cuda_gemm`). Everything else — norms, softmax, GeLU, the loss,
-//!   the optimizer — runs on the CPU.
+//!   the optimizer — runs on the CPU, the per-element work in [`kernels`] (vectorised,
+//!   AVX2 + FMA or NEON chosen at run time).
 //! - Layers with explicit gradients, each with `forward` (returning what it keeps for the
 //!   backward), `backward_input` (`I`) and `backward_weight` (`W`); a full backward `B` is `I`
 //!   then `W`: [`Embedding`], [`Block`] (pre-norm: LayerNorm, causal multi-head attention,
@@ -23,7 +25,7 @@
 //! let (y, saved) = block.forward(&x, 1);
 //! let (dx, for_w) = block.backward_input(saved, Tensor::full(4, 8, 1.0));
 //! let mut grads = block.zeros_like();
-//! block.backward_weight(for_w, &mut grads);
+//! block.backward_weight(&for_w, &mut grads, 0..4); // the gradients of tokens 0..4
 //! assert_eq!((y.shape(), dx.shape()), ((4, 8), (4, 8)));
 //! ```
 
@@ -36,6 +38,7 @@ pub mod cuda_gemm;
 pub mod embedding;
 pub mod gemm;
 pub mod head;
+pub mod kernels;
 pub mod layer;
 pub mod linear;
 pub mod model;
@@ -51,7 +54,8 @@ pub mod transport;
 pub use block::{Block, BlockSaved, BlockWeightSaved};
 pub use embedding::Embedding;
 pub use gemm::{
-    gemm_batched, matmul, matmul_into, matmul_tn_acc_f64, set_thread_engine, Engine, Operand,
+    gemm_batched, matmul, matmul_into, matmul_tn_acc, set_thread_engine, set_thread_gemm_threads,
+    Engine, Operand,
 };
 pub use head::Head;
 pub use layer::{Flow, Layer, Saved, WeightSaved};
@@ -59,7 +63,7 @@ pub use linear::Linear;
 pub use model::{check_model, init_layer, MAX_PARAMS};
 pub use norm::LayerNorm;
 pub use rng::Rng;
-pub use tensor::{Tensor, Tensor64, DTYPE_BYTES};
+pub use tensor::{Tensor, DTYPE_BYTES};
 pub use transport::{Abort, Direction, InProcess, Tag, Transport, TransportError, ABORT_POLL};
 
 /// A layer was handed input it cannot use (the wrong kind of flow, ids outside the vocabulary,

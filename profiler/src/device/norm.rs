@@ -4,13 +4,16 @@
 //! Backward (per row, `d = dy ∘ γ`, `n` features):
 //! `dx = rstd · (d − mean(d) − x̂ · mean(d ∘ x̂))`; `dγ = Σ_rows dy ∘ x̂`, `dβ = Σ_rows dy`.
 
-use super::tensor::{Tensor, Tensor64};
+use std::ops::Range;
+
+use super::kernels;
+use super::tensor::Tensor;
 
 /// The ε added to the variance (PyTorch's default).
 pub const LAYER_NORM_EPS: f32 = 1e-5;
 
-/// A LayerNorm's parameters: scale `γ` and shift `β`, both `1 × features` — or, as
-/// `LayerNorm<Tensor64>`, their gradients.
+/// A LayerNorm's parameters: scale `γ` and shift `β`, both `1 × features` — or, as a second
+/// `LayerNorm`, their gradients.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LayerNorm<T = Tensor> {
     /// Scale `γ`.
@@ -48,23 +51,19 @@ impl LayerNorm {
     /// Normalises every row of `x`.
     pub fn forward(&self, x: &Tensor) -> (Tensor, NormSaved) {
         let (rows, n) = x.shape();
-        let mut xhat = Tensor::zeros(rows, n);
-        let mut rstd = Tensor::zeros(rows, 1);
-        let mut y = Tensor::zeros(rows, n);
-        for i in 0..rows {
-            let xr = x.row(i);
-            let mean = xr.iter().sum::<f32>() / n as f32;
-            let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n as f32;
-            let r = 1.0 / (var + LAYER_NORM_EPS).sqrt();
-            rstd.data_mut()[i] = r;
-            let hr = xhat.row_mut(i);
-            for (h, v) in hr.iter_mut().zip(xr) {
-                *h = (v - mean) * r;
-            }
-            let yr = y.row_mut(i);
-            for (j, yv) in yr.iter_mut().enumerate() {
-                *yv = xhat.data()[i * n + j] * self.gamma.data()[j] + self.beta.data()[j];
-            }
+        let mut xhat = Tensor::scratch(rows, n);
+        let mut rstd = Tensor::scratch(rows, 1);
+        let mut y = Tensor::scratch(rows, n);
+        if rows > 0 {
+            kernels::layer_norm_forward(
+                x.data(),
+                self.gamma.data(),
+                self.beta.data(),
+                LAYER_NORM_EPS,
+                xhat.data_mut(),
+                rstd.data_mut(),
+                y.data_mut(),
+            );
         }
         (y, NormSaved { xhat, rstd })
     }
@@ -72,42 +71,34 @@ impl LayerNorm {
     /// The gradient with respect to the input.
     pub fn backward_input(&self, saved: &NormSaved, dy: &Tensor) -> Tensor {
         let (rows, n) = dy.shape();
-        let gamma = self.gamma.data();
-        let mut dx = Tensor::zeros(rows, n);
-        let mut d = vec![0.0f32; n];
-        for i in 0..rows {
-            let xh = saved.xhat.row(i);
-            for ((dv, g), dyv) in d.iter_mut().zip(gamma).zip(dy.row(i)) {
-                *dv = dyv * g;
-            }
-            let mean_d = d.iter().sum::<f32>() / n as f32;
-            let mean_dx = d.iter().zip(xh).map(|(a, b)| a * b).sum::<f32>() / n as f32;
-            let r = saved.rstd.data()[i];
-            for ((o, dv), h) in dx.row_mut(i).iter_mut().zip(&d).zip(xh) {
-                *o = r * (dv - mean_d - h * mean_dx);
-            }
+        let mut dx = Tensor::scratch(rows, n);
+        if rows > 0 {
+            kernels::layer_norm_backward(
+                dy.data(),
+                self.gamma.data(),
+                saved.xhat.data(),
+                saved.rstd.data(),
+                dx.data_mut(),
+            );
         }
         dx
     }
 
-    /// Adds this micro-batch's `dγ` and `dβ` into `grads`.
-    pub fn backward_weight(xhat: &Tensor, dy: &Tensor, grads: &mut LayerNorm<Tensor64>) {
-        let n = dy.cols();
-        let dg = grads.gamma.data_mut();
-        for i in 0..dy.rows() {
-            let (xh, d) = (xhat.row(i), dy.row(i));
-            for j in 0..n {
-                dg[j] += f64::from(d[j]) * f64::from(xh[j]);
-            }
+    /// Adds the `dγ` and `dβ` of the tokens `rows` into `grads`.
+    pub fn backward_weight(xhat: &Tensor, dy: &Tensor, grads: &mut LayerNorm, rows: Range<usize>) {
+        if rows.is_empty() {
+            return;
         }
-        grads.beta.add_column_sums(dy);
+        let d = dy.rows_slice(rows.clone());
+        kernels::add_column_dots(d, xhat.rows_slice(rows), grads.gamma.data_mut());
+        kernels::add_column_sums(d, grads.beta.data_mut());
     }
 
     /// Zero gradients of the same shapes.
-    pub fn zeros_like(&self) -> LayerNorm<Tensor64> {
+    pub fn zeros_like(&self) -> LayerNorm {
         LayerNorm {
-            gamma: Tensor64::zeros(1, self.gamma.cols()),
-            beta: Tensor64::zeros(1, self.beta.cols()),
+            gamma: Tensor::zeros(1, self.gamma.cols()),
+            beta: Tensor::zeros(1, self.beta.cols()),
         }
     }
 }

@@ -149,8 +149,8 @@ pub trait Transport {
 
     /// Sums `data` element-wise over the ranks of `group` (which must contain this rank); every
     /// member ends with the same bits. Every member calls it with its groups in the same order.
-    /// The data is f64 because weight gradients are accumulated in f64 (see
-    /// [`Tensor64`](super::Tensor64)); NCCL and MPI reduce f64 natively.
+    /// The data is f64: the executor widens its f32 weight gradients, sums them here and
+    /// rounds each sum once back to f32 (NCCL and MPI reduce f64 natively).
     fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError>;
 }
 
