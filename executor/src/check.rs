@@ -1,19 +1,29 @@
-//! `--check`: an independent single-worker training loop — no schedule, no transport, the whole
-//! global batch in one forward and one backward — from the same seed, weights and data, and
-//! the comparison of its losses and final weights with a pipelined run.
+//! `--check`: an independent single-worker training loop — no transport, the whole global
+//! batch in one forward and one backward — from the same seed, weights and data, and the
+//! comparison of its losses and final weights with a pipelined run.
+//!
+//! **Exactness.** Activations and input gradients are row-wise (every kernel gives a token's
+//! row the same bits inside the whole batch as inside its micro-batch), so they match the
+//! pipelined run bit for bit. Weight gradients are f32 sums over tokens, whose rounding depends
+//! on the order: the single worker adds them in the pipelined run's order — per replica, each
+//! stage's micro-batches in the order the schedule runs their `B` or `W` (tokens of a
+//! micro-batch in one product, as the pipelined rank does), then the replicas' sums in f64 in
+//! group order, rounded once, as the all-reduce does. Same operations on the same values, so
+//! the same bits; `max_rel_err` is ~1e-16, from the loss's f64 summation order.
 //!
 //! The error of a tensor is `‖a − b‖ / max(‖b‖, 1e-12)` with `b` the single-worker value (a
 //! step's loss is a one-element tensor); `max_rel_err` is the largest over every step's loss
 //! and every parameter of every data-parallel replica after the last step.
 
 use autopp_profiler::device::{Flow, Tensor};
+use autopp_schedule::ActionKind;
 use serde::Serialize;
 
 use crate::config::ExecConfig;
 use crate::error::{ExecError, RankError};
 use crate::optim::AdamState;
 use crate::run::ExecReport;
-use crate::stage::Stage;
+use crate::stage::{Stage, StageWeightSaved};
 use autopp_profiler::data::SyntheticData;
 
 /// The tolerance the acceptance tests hold `max_rel_err` to.
@@ -79,7 +89,7 @@ pub fn train_single_worker(cfg: &ExecConfig) -> Result<Reference, ExecError> {
         let (_, ws) = model
             .backward_input(saved, None, scale)
             .map_err(|e| fail(step, e))?;
-        model.backward_weight(ws).map_err(|e| fail(step, e))?;
+        pipelined_weight_gradients(cfg, &mut model, &ws).map_err(|e| fail(step, e))?;
         adam.step(&cfg.optimizer, &mut model);
         model.zero_grads();
     }
@@ -89,6 +99,56 @@ pub fn train_single_worker(cfg: &ExecConfig) -> Result<Reference, ExecError> {
         .map(|(n, t)| (n, t.clone()))
         .collect();
     Ok(Reference { losses, params })
+}
+
+/// Per stage, its micro-batches in the order the schedule runs their weight gradients (`B` or
+/// `W`): the order a pipelined rank adds them into the stage's accumulators.
+fn weight_gradient_order(cfg: &ExecConfig) -> Vec<Vec<usize>> {
+    let mut order = vec![Vec::new(); cfg.num_stages()];
+    for list in &cfg.schedule.ranks {
+        // the worker runs an overlapped pair's forward first; B and W keep their text order
+        for a in list.iter().flat_map(|s| s.actions()) {
+            if matches!(a.kind, ActionKind::B | ActionKind::W) {
+                order[a.stage as usize].push(a.microbatch as usize);
+            }
+        }
+    }
+    order
+}
+
+/// The whole batch's weight gradients into `model.grads` (zero on entry), summed as the
+/// pipelined run sums them (see the module's documentation).
+fn pipelined_weight_gradients(
+    cfg: &ExecConfig,
+    model: &mut Stage,
+    ws: &StageWeightSaved,
+) -> Result<(), RankError> {
+    let order = weight_gradient_order(cfg);
+    let seq_len = cfg.seq_len();
+    let mut total: Vec<f64> = Vec::new();
+    let mut replica = Vec::new();
+    for d in 0..cfg.dp {
+        model.zero_grads();
+        for (s, range) in cfg.stage_ranges().into_iter().enumerate() {
+            for layer in range {
+                for &i in &order[s] {
+                    let seqs = cfg.sequences_of(d, i);
+                    let rows = seqs.start * seq_len..seqs.end * seq_len;
+                    model.backward_weight_rows(ws, layer, rows)?;
+                }
+            }
+        }
+        // the all-reduce: from 0.0, replicas in group order, in f64
+        model.flat_grads_into(&mut replica);
+        if d == 0 {
+            total = vec![0.0; replica.len()];
+        }
+        for (t, x) in total.iter_mut().zip(&replica) {
+            *t += x;
+        }
+    }
+    model.set_flat_grads(&total);
+    Ok(())
 }
 
 fn rel_err(a: f64, b: f64) -> f64 {

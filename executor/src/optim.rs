@@ -2,7 +2,7 @@
 //! `m ← β₁m + (1−β₁)g`, `v ← β₂v + (1−β₂)g²`, `m̂ = m/(1−β₁ᵗ)`, `v̂ = v/(1−β₂ᵗ)`,
 //! `p ← p − lr·(m̂/(√v̂ + ε) + λ·p)`, with the decay `λ` on matrices only.
 
-use autopp_profiler::device::{Tensor, Tensor64};
+use autopp_profiler::device::Tensor;
 
 use crate::config::AdamWConfig;
 use crate::stage::Stage;
@@ -38,7 +38,7 @@ impl AdamState {
         let c2 = 1.0 - cfg.beta2.powi(self.t);
         let (lr, eps, wd) = (cfg.lr as f32, cfg.eps as f32, cfg.weight_decay as f32);
         let (c1, c2) = (c1 as f32, c2 as f32);
-        let grads: Vec<&Tensor64> = stage
+        let grads: Vec<&Tensor> = stage
             .grads
             .iter()
             .flat_map(|g| g.params().into_iter().map(|(_, t)| t))
@@ -52,8 +52,6 @@ impl AdamState {
             let decay = if p.rows() > 1 { wd } else { 0.0 };
             let (m, v) = (&mut self.m[k], &mut self.v[k]);
             for (((x, &gv), mv), vv) in p.data_mut().iter_mut().zip(g.data()).zip(m).zip(v) {
-                // the f64 sum over the batch, rounded once
-                let gv = gv as f32;
                 *mv = b1 * *mv + (1.0 - b1) * gv;
                 *vv = b2 * *vv + (1.0 - b2) * gv * gv;
                 let update = (*mv / c1) / ((*vv / c2).sqrt() + eps);

@@ -3,7 +3,7 @@
 //! single-worker model.
 
 use autopp_models::TransformerSpec;
-use autopp_profiler::device::{init_layer, Flow, Layer, Saved, Tensor, Tensor64, WeightSaved};
+use autopp_profiler::device::{init_layer, Flow, Layer, Saved, Tensor, WeightSaved};
 
 use crate::error::RankError;
 
@@ -14,8 +14,9 @@ pub struct Stage {
     pub first_layer: usize,
     /// The layers.
     pub layers: Vec<Layer>,
-    /// Gradients accumulated over micro-batches (in f64), one per layer.
-    pub grads: Vec<Layer<Tensor64>>,
+    /// Gradients accumulated over micro-batches (in f32, in the order the rank runs them),
+    /// one per layer.
+    pub grads: Vec<Layer>,
 }
 
 /// What a stage's forward keeps for one micro-batch: each layer's saved tensors.
@@ -103,21 +104,45 @@ impl Stage {
         Ok(())
     }
 
-    /// Every gradient element, concatenated in layer and parameter order (for the all-reduce).
-    pub fn flat_grads(&self) -> Vec<f64> {
-        self.grads
-            .iter()
-            .flat_map(|g| g.params().into_iter().flat_map(|(_, t)| t.data().to_vec()))
-            .collect()
+    /// Backward-weight of layer `layer` (index within the stage) for the tokens `rows` of
+    /// the micro-batch `ws` was kept for; `--check`'s single worker adds a whole batch's
+    /// gradients this way, micro-batch by micro-batch in the pipelined run's order.
+    pub(crate) fn backward_weight_rows(
+        &mut self,
+        ws: &StageWeightSaved,
+        layer: usize,
+        rows: std::ops::Range<usize>,
+    ) -> Result<(), RankError> {
+        Ok(self.layers[layer].backward_weight_rows(&ws.0[layer], &mut self.grads[layer], rows)?)
     }
 
-    /// Writes back a buffer from [`Stage::flat_grads`].
+    /// Every gradient element widened to f64, concatenated in layer and parameter order, into
+    /// `flat` (cleared first; for the all-reduce, which sums in f64).
+    pub fn flat_grads_into(&self, flat: &mut Vec<f64>) {
+        flat.clear();
+        for g in &self.grads {
+            for (_, t) in g.params() {
+                flat.extend(t.data().iter().map(|&x| f64::from(x)));
+            }
+        }
+    }
+
+    /// Every gradient element widened to f64 (see [`Stage::flat_grads_into`]).
+    pub fn flat_grads(&self) -> Vec<f64> {
+        let mut flat = Vec::new();
+        self.flat_grads_into(&mut flat);
+        flat
+    }
+
+    /// Writes back a buffer from [`Stage::flat_grads`], each sum rounded once to f32.
     pub fn set_flat_grads(&mut self, flat: &[f64]) {
         let mut at = 0;
         for g in &mut self.grads {
             for t in g.params_mut() {
                 let n = t.len();
-                t.data_mut().copy_from_slice(&flat[at..at + n]);
+                for (x, &v) in t.data_mut().iter_mut().zip(&flat[at..at + n]) {
+                    *x = v as f32;
+                }
                 at += n;
             }
         }
@@ -153,7 +178,7 @@ impl Stage {
     /// Zeroes the accumulated gradients.
     pub fn zero_grads(&mut self) {
         for g in &mut self.grads {
-            g.params_mut().into_iter().for_each(Tensor64::fill_zero);
+            g.params_mut().into_iter().for_each(Tensor::fill_zero);
         }
     }
 
