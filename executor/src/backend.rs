@@ -5,7 +5,7 @@
 //! when it ends (`EngineGuard`); everything but the GEMMs stays on the CPU either way (see
 //! `autopp_profiler::device::gemm`).
 
-use autopp_profiler::device::{set_thread_engine, Engine};
+use autopp_profiler::device::{set_thread_engine, set_thread_gemm_threads, Engine};
 use serde::Serialize;
 
 use crate::config::ExecConfig;
@@ -67,11 +67,29 @@ impl EngineGuard {
     }
 }
 
+impl EngineGuard {
+    /// Lets the calling thread's CPU GEMMs use `threads` threads until the guard drops (see
+    /// [`gemm_threads_per_rank`]; the bits do not depend on it).
+    pub(crate) fn with_gemm_threads(self, threads: usize) -> Self {
+        set_thread_gemm_threads(threads);
+        self
+    }
+}
+
 impl Drop for EngineGuard {
     fn drop(&mut self) {
         // the engine this replaces (a GPU's handle and stream) is dropped here
         let _ = set_thread_engine(Engine::Cpu);
+        set_thread_gemm_threads(1);
     }
+}
+
+/// Threads each rank's CPU GEMMs may use when `ranks` ranks share this machine: its cores
+/// shared out evenly, at least one (so one each when there are as many ranks as cores or
+/// more).
+pub fn gemm_threads_per_rank(ranks: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / ranks.max(1)).max(1)
 }
 
 /// The directed links of `cfg`'s pipelines, in world ranks: for each replica, both directions
@@ -240,9 +258,14 @@ mod tests {
     #[test]
     fn the_cpu_engine_is_what_a_thread_starts_with_and_ends_with() {
         assert_eq!(gpus(Backend::Cpu), Ok(0));
-        let g = EngineGuard::install(Backend::Cpu, 3, 0).unwrap();
+        let g = EngineGuard::install(Backend::Cpu, 3, 0)
+            .unwrap()
+            .with_gemm_threads(3);
         assert_eq!(autopp_profiler::device::gemm::thread_engine_name(), "cpu");
+        assert_eq!(autopp_profiler::device::gemm::thread_gemm_threads(), 3);
         drop(g);
         assert_eq!(autopp_profiler::device::gemm::thread_engine_name(), "cpu");
+        assert_eq!(autopp_profiler::device::gemm::thread_gemm_threads(), 1);
+        assert!(gemm_threads_per_rank(1) >= 1 && gemm_threads_per_rank(1 << 20) == 1);
     }
 }

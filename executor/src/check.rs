@@ -65,6 +65,10 @@ pub fn train_single_worker(cfg: &ExecConfig) -> Result<Reference, ExecError> {
         action: None,
         message: format!("single-worker check: {e}"),
     };
+    // one worker: its GEMMs may use every core (the bits do not depend on it)
+    let _engine = crate::backend::EngineGuard::install(crate::backend::Backend::Cpu, 0, 0)
+        .map(|g| g.with_gemm_threads(crate::backend::gemm_threads_per_rank(1)))
+        .map_err(|message| fail(0, RankError::Schedule(message)))?;
     let data = SyntheticData::new(cfg.seed, cfg.model.vocab_size as usize, cfg.seq_len());
     let entries = cfg.model.num_layers as usize + 2;
     let mut model = Stage::new(&cfg.model, cfg.seed, 0..entries);

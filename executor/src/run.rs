@@ -258,8 +258,10 @@ fn rank_thread<T: Transport>(
     let rank = transport.rank();
     let (replica, pp_rank) = (rank / cfg.pp(), rank % cfg.pp());
     // the engine outlives the worker, whose transport may still wait for its last sends
+    // ranks fewer than cores: each rank's GEMMs get the cores left over
+    let threads = crate::backend::gemm_threads_per_rank(cfg.world_size());
     let _engine = match EngineGuard::install(cfg.backend, rank, gpus) {
-        Ok(g) => g,
+        Ok(g) => g.with_gemm_threads(threads),
         Err(message) => {
             shared.abort_all();
             let e = ExecError::Rank {
