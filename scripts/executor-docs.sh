@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Regenerates docs/executor.md: the GEMM crate benchmark on tiny-gpt's shapes (criterion, one
-# thread each), tiny-gpt's measured iteration time under `autopp exec` (release build, this
-# machine) and the simulator's prediction of it from the measured action times.
-# Usage: scripts/executor-docs.sh            (writes docs/executor.md; about 5 minutes)
+# thread each), a block's forward and backward against the single-thread GEMM rate (criterion),
+# tiny-gpt's measured iteration time under `autopp exec` (release build, this machine), the
+# simulator's prediction of it from the measured action times, and the side-by-side run with
+# PyTorch's pipelining runtime (scripts/bench-vs-torch.sh, which installs PyTorch into a venv
+# outside the clone on first use).
+# Usage: scripts/executor-docs.sh            (writes docs/executor.md; about 25 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench=$(mktemp)
 cargo bench -p autopp-profiler --features gemm-bench --bench gemm 2>/dev/null > "$bench"
+cargo bench -p autopp-profiler --bench block 2>/dev/null >> "$bench"
 cargo build --release --quiet
 bin=target/release/autopp
 runs=$(mktemp -d)
+scripts/bench-vs-torch.sh --out "$runs/torch.json" > /dev/null
 "$bin" exec tiny-gpt --pp 2 --microbatches 8 --mbs 2 --schedule 1f1b --steps 6 --json \
   > "$runs/1f1b.json"
 "$bin" exec tiny-gpt --pp 2 --microbatches 8 --mbs 2 --schedule interleaved-1f1b --virtual 2 \
@@ -30,9 +35,13 @@ bench, runs = sys.argv[1], sys.argv[2]
 rates = {}  # (shape, crate) -> GFLOP/s (criterion's middle estimate)
 name = None
 for line in open(bench):
-    m = re.match(r"^gemm/([^/]+)/(.+?)\s*$", line)
+    m = re.match(r"^(gemm|block|gemm-rate)/(.+?)\s*(time:.*)?$", line)
     if m and "Benchmarking" not in line:
-        name = (m.group(2), m.group(1))
+        if m.group(1) == "gemm":
+            crate, shape = m.group(2).split("/", 1)
+            name = (shape.strip(), crate)
+        else:
+            name = (m.group(2).strip(), m.group(1))
         continue
     m = re.match(r"^\s+thrpt:\s+\[\S+ \S+ (\S+) (\S+)", line)
     if m and name:
@@ -40,7 +49,7 @@ for line in open(bench):
         scale = {"Gelem/s": 1.0, "Melem/s": 1e-3, "Kelem/s": 1e-6, "Telem/s": 1e3}[unit]
         rates[name] = value * scale
         name = None
-shapes = list(dict.fromkeys(s for s, _ in rates))
+shapes = list(dict.fromkeys(s for s, c in rates if c not in ("block", "gemm-rate")))
 crates = ["faer", "gemm", "matrixmultiply"]
 cpu = "unknown CPU"
 try:
@@ -78,6 +87,37 @@ print("faer is the fastest on every shape, including the transposed operands of 
       f"Its median rate over these shapes, **{sorted(faer)[len(faer)//2]:.0f} GFLOP/s**, is this "
       "machine's fp32 GEMM rate per core used for scale below.")
 print()
+print("## A block's forward and backward against the GEMM rate")
+print()
+peak = rates.get(("faer 1024³", "gemm-rate"), float("nan"))
+blk = rates.get(("fwd+bwd", "block"), float("nan"))
+print("`cargo bench -p autopp-profiler --bench block` (`profiler/benches/block.rs`): the machine's "
+      "single-thread fp32 GEMM rate is faer's `1024 × 1024 · 1024 × 1024` product on one thread; "
+      "a tiny-gpt block (h = 128, 4 heads, f = 512) runs forward, backward-input and "
+      "backward-weight on a micro-batch of 2 sequences of 128 tokens on one thread, its buffers "
+      "reused as in a training step, and its rate is counted on the block's GEMM FLOPs "
+      "(`2·m·n·k` of every product it runs: the linear layers' forward, input-gradient and "
+      "weight-gradient products and the attention core's per-head products, masked half "
+      "included: 352 MFLOP). Everything else the block does — LayerNorms, softmax, GeLU, "
+      "residuals, bias and norm gradients — is time without FLOPs in this count.")
+print()
+print("| what | GFLOP/s | share of the GEMM rate |")
+print("|---|---:|---:|")
+print(f"| faer 1024³, one thread (the GEMM rate) | {peak:.1f} | 100% |")
+for label, key in [("block forward + backward", "fwd+bwd"), ("block forward", "forward"),
+                   ("block backward-input", "backward-input"),
+                   ("block backward-weight", "backward-weight")]:
+    v = rates.get((key, "block"), float("nan"))
+    print(f"| {label} | {v:.1f} | {v / peak:.0%} |")
+print()
+print(f"A block's forward and backward reach **{blk / peak:.0%}** of the single-thread GEMM rate "
+      "(the issue asks for at least 50%). What makes that possible: the per-element work is "
+      "vectorised (`profiler/src/device/kernels.rs`: a Cephes `expf` within 2 ulp under "
+      "GeLU's tanh and the softmaxes, fused LayerNorm passes, AVX2 + FMA or NEON picked at "
+      "run time), weight gradients are summed in f32 by the GEMM itself, and tensor buffers "
+      "come from a per-thread pool, so a step allocates nothing after the first "
+      "(`profiler/tests/no_allocation.rs`).")
+print()
 print("## tiny-gpt under `autopp exec`")
 print()
 print("`autopp exec tiny-gpt --pp 2 --microbatches 8 --mbs 2 --schedule KIND [--virtual 2] --steps 6`: "
@@ -96,10 +136,10 @@ for label, f in [("1f1b", "1f1b.json"), ("interleaved-1f1b, v = 2", "interleaved
     print(f"| {label} | {d['iteration_time_s']*1e3:.0f} ms | {gf:.1f} | {share:.0%} | {bub} | {peak} |")
 print()
 print("The simulated bubble runs the same schedule in the simulator with each stage's measured "
-      "median F and B times and hop times. The gap to the GEMM rate is the work that is not a "
-      "large GEMM: the causal attention core (per-head 128 × 32 products and a 128 × 128 softmax), "
-      "the GeLU and softmax exponentials, LayerNorms, the f64 weight-gradient products (see "
-      "below) and AdamW.")
+      "median F and B times and hop times. The gap to the GEMM rate is the bubble, the work that "
+      "is not a large GEMM (the causal attention core's per-head 128 × 32 products, the "
+      "exponentials, LayerNorms, AdamW) and two ranks sharing the machine's caches; on a shared "
+      "machine, other processes too.")
 print()
 print("## Measured vs predicted iteration time")
 print()
@@ -109,7 +149,7 @@ print("`exec` times every action of steps 2–6 and feeds the medians — F and 
       "work (AdamW) — to `planner::schedule::simulate`, the simulator the planner uses. The "
       "predicted iteration time is the latest simulated end of a rank's list plus its "
       "end-of-step work; `\"predicted_iteration_time_s\"` in `--json`, next to the measured "
-      "median. Acceptance: within 15%.")
+      "median. Acceptance: within 10%.")
 print()
 print("| schedule | measured median | predicted | error | F / B per stage (ms) | hop per boundary (µs) |")
 print("|---|---:|---:|---:|---|---|")
@@ -120,6 +160,30 @@ for label, f in [("1f1b", "1f1b.json"), ("interleaved-1f1b, v = 2", "interleaved
     fb = ", ".join(f"{s[0]*1e3:.1f} / {s[1]*1e3:.1f}" for s in t["stage_s"])
     hops = ", ".join(f"{h*1e6:.0f}" for h in t["p2p_s"])
     print(f"| {label} | {m*1e3:.0f} ms | {p*1e3:.0f} ms | {(p/m-1):+.1%} | {fb} | {hops} |")
+print()
+t = json.load(open(os.path.join(runs, "torch.json")))
+print("## Against PyTorch's pipelining runtime")
+print()
+print("`scripts/bench-vs-torch.sh` trains tiny-gpt with `torch.distributed.pipelining` "
+      "(`scripts/torch_pipeline.py`: the same model — 8 pre-norm blocks, h 128, 4 heads, GeLU "
+      "(tanh) MLP 4h, `scaled_dot_product_attention`, seq 128, vocabulary 1024, untied head — the "
+      "same global batch of 16 sequences in m = 8 micro-batches of 2, the same layer split and "
+      "schedule, AdamW, fp32; gloo, one process per rank with cores / p intra-op threads, "
+      f"PyTorch {t['cases'][0]['torch_version']} from PyPI) and with `autopp exec` (one thread per "
+      "rank), alternating the two back to back, "
+      f"{t['repeats']} run{'s' if t['repeats'] != 1 else ''} each; each run's iteration time is the median of its steps after "
+      f"the first, and the table has the median run. Measured on {t['cpu']} ({t['cores']} cores).")
+print()
+print("| schedule | p | torch | autopp | torch / autopp | autopp predicted |")
+print("|---|---:|---:|---:|---:|---:|")
+for c in t["cases"]:
+    v = ", v = 2" if c["virtual"] == 2 else ""
+    print(f"| {c['schedule']}{v} | {c['pp']} | {c['torch_s']*1e3:.0f} ms | {c['autopp_s']*1e3:.0f} ms "
+          f"| **{c['ratio']:.2f}×** | {c['autopp_predicted_s']*1e3:.0f} ms |")
+print()
+print("Above 1, autopp is faster. The issue's acceptance is at least 1.0× for 1f1b and "
+      "interleaved-1f1b at p = 2 (goal 1.5×). At p = 4 four ranks share the two cores in both "
+      "runtimes. Every run's time is in `--out FILE`'s JSON.")
 print()
 p = json.load(open(os.path.join(runs, "profile.json")))
 e = json.load(open(os.path.join(runs, "estimate.json")))
@@ -182,17 +246,23 @@ print()
 print("With threads (`--transport threads` or `nccl`) every rank is a thread of one process, "
       "so a kill would end them all: `exec` refuses `:kill` there in one line (exit 2).")
 print()
-print("## Numerics: why weight gradients are summed in f64")
+print("## Numerics: f32 weight gradients, summed in the pipelined order under `--check`")
 print()
-print("Activations, input gradients and the optimizer are fp32. Weight gradients are sums over "
-      "every token of the global batch; the executor accumulates them in f64 (`Tensor64`), so "
-      "the sum does not depend on how the batch is cut into micro-batches and replicas or in "
-      "what order the pieces arrive, and rounds it once to f32 for AdamW. Summed in f32 the cut "
-      "changes the rounding (~1e-7), and AdamW, which divides each gradient by its own running "
-      "size, turns that into differences of ~1e-5 in the weights after two steps. With f64 "
-      "sums `--check` finds the pipelined weights equal to single-worker training's to the last "
-      "bit in every case of the acceptance matrix (max_rel_err ~1e-16, from the loss's summation "
-      "order).")
+print("Everything is fp32, weight gradients included: each micro-batch's `xᵀ·dy` is added into "
+      "the f32 accumulator by the GEMM itself (faer, `β = 1`), and the data-parallel all-reduce "
+      "sums the replicas' f32 gradients in f64, in group order, rounding each sum once. An f32 "
+      "sum depends on its order, so `--check`'s single worker — which runs the whole batch "
+      "through one forward and one backward — adds its weight gradients in the pipelined run's "
+      "order: for each replica, each stage's micro-batches in the order the schedule runs their "
+      "`B` or `W` (looped-BFS runs them backwards), one product per micro-batch over that "
+      "micro-batch's tokens (`Layer::backward_weight_rows`), then the replicas summed as the "
+      "all-reduce sums them. Activations and input gradients are row-wise and every kernel "
+      "gives a row the same bits wherever it sits (explicit fused multiply-adds, reductions in "
+      "a fixed 8-lane order whatever the vector width), so the single worker performs the "
+      "pipelined run's operations on the same values: `--check` finds the weights equal to the "
+      "last bit for every schedule of the acceptance matrix, and max_rel_err (~1e-15) comes "
+      "from the loss's f64 summation order. A rank's GEMMs on several threads give the same "
+      "bits (faer splits the output, never the inner dimension).")
 print()
 # hand-written: the CUDA backend has no measurements yet
 print(open("scripts/executor-docs-cuda.md").read(), end="")

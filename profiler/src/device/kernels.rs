@@ -334,7 +334,10 @@ pub fn layer_norm_backward(dy: &[f32], gamma: &[f32], xhat: &[f32], rstd: &[f32]
 #[multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
 pub fn add_column_sums(x: &[f32], acc: &mut [f32]) {
     let n = acc.len();
-    assert!(n > 0 && x.len().is_multiple_of(n), "column sums: width differs");
+    assert!(
+        n > 0 && x.len().is_multiple_of(n),
+        "column sums: width differs"
+    );
     for row in x.chunks_exact(n) {
         for (a, &v) in acc.iter_mut().zip(row) {
             *a += v;

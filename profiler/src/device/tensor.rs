@@ -23,7 +23,7 @@ pub const DTYPE_BYTES: u64 = 4;
 /// Buffers shorter than this many elements go back to the allocator, not to the pool.
 pub const POOL_MIN_LEN: usize = 1024;
 /// The most free buffers of one length a thread's pool keeps.
-pub const POOL_MAX_PER_LEN: usize = 64;
+pub const POOL_MAX_PER_LEN: usize = 4096;
 /// The most bytes of free buffers a thread's pool keeps (1 GiB).
 pub const POOL_MAX_BYTES: usize = 1 << 30;
 
