@@ -3,13 +3,15 @@
 
 use std::sync::Arc;
 
-use autopp_hardware::{AnalyticProfile, Layout};
+use autopp_hardware::AnalyticProfile;
 use autopp_models::{LayerCost, LayerKind, Model, Recompute, ShardSpec};
 use serde::Serialize;
 
 use crate::config::{ParallelConfig, PlanError};
 use crate::memory::{self, MemoryContext, RankMemory};
-use crate::plan::{Breakdown, Plan, PlanAndPrediction, Predicted, RankPlan, FORMAT_VERSION};
+use crate::plan::{
+    Breakdown, Plan, PlanAndPrediction, Predicted, RankPlan, RankRecompute, FORMAT_VERSION,
+};
 use crate::schedule::split;
 use crate::schedule::{self, Schedule, ScheduleSpec, SimCosts, SimResult};
 use crate::stages::{self, StageContext, StageCost};
@@ -57,12 +59,13 @@ pub fn check_config(
     profile: &AnalyticProfile,
     c: &ParallelConfig,
 ) -> Result<(), PlanError> {
+    let d = &c.degrees;
     for (flag, value) in [
-        ("--tp", c.tp),
-        ("--pp", c.pp),
-        ("--dp", c.dp),
-        ("--cp", c.cp),
-        ("--virtual", c.virtual_stages),
+        ("--tp", d.tp),
+        ("--pp", d.pp),
+        ("--dp", d.dp),
+        ("--cp", d.cp),
+        ("--virtual", d.virtual_stages),
         ("--mbs", c.micro_batch_size),
         ("--global-batch", c.global_batch_size),
     ] {
@@ -77,43 +80,43 @@ pub fn check_config(
             "--dp",
             format!(
                 "tp · pp · dp · cp = {} · {} · {} · {} = {} but --gpus is {gpus}: the degrees must multiply to the GPU count",
-                c.tp, c.pp, c.dp, c.cp, c.num_gpus()
+                d.tp, d.pp, d.dp, d.cp, c.num_gpus()
             ),
         ));
     }
-    let per_step = c.dp * c.micro_batch_size;
+    let per_step = d.dp * c.micro_batch_size;
     if !c.global_batch_size.is_multiple_of(per_step) {
         return Err(PlanError::invalid(
             "--global-batch",
             format!(
                 "{} is not divisible by dp · mbs = {} · {} = {per_step}: use a multiple of {per_step}",
-                c.global_batch_size, c.dp, c.micro_batch_size
+                c.global_batch_size, d.dp, c.micro_batch_size
             ),
         ));
     }
     if let Some(heads) = model.num_attention_heads() {
-        if heads % c.tp != 0 {
+        if heads % d.tp != 0 {
             return Err(PlanError::invalid(
                 "--tp",
                 format!(
                     "{} does not divide the model's {heads} attention heads: use a divisor of {heads}",
-                    c.tp
+                    d.tp
                 ),
             ));
         }
-    } else if c.tp > 1 || c.cp > 1 || c.sequence_parallel {
+    } else if d.tp > 1 || d.cp > 1 || c.sequence_parallel {
         return Err(PlanError::invalid(
-            if c.tp > 1 { "--tp" } else if c.cp > 1 { "--cp" } else { "--sequence-parallel" },
+            if d.tp > 1 { "--tp" } else if d.cp > 1 { "--cp" } else { "--sequence-parallel" },
             "a layer-list model has no attention heads to shard: use --tp 1 --cp 1 without --sequence-parallel",
         ));
     }
-    if c.sequence_parallel && c.tp == 1 {
+    if c.sequence_parallel && d.tp == 1 {
         return Err(PlanError::invalid(
             "--sequence-parallel",
             "needs --tp of 2 or more (it shards along the tensor-parallel group)",
         ));
     }
-    if c.virtual_stages > 1 && c.schedule.fixed_virtual_stages() == Some(1) {
+    if d.virtual_stages > 1 && c.schedule.fixed_virtual_stages() == Some(1) {
         return Err(PlanError::invalid(
             "--virtual",
             format!(
@@ -123,7 +126,7 @@ pub fn check_config(
         ));
     }
     if let Some(v) = c.schedule.fixed_virtual_stages().filter(|&v| v > 1) {
-        if c.virtual_stages != v as u64 {
+        if d.virtual_stages != v as u64 {
             return Err(PlanError::invalid(
                 "--virtual",
                 format!(
@@ -151,12 +154,12 @@ pub fn evaluate(
 pub fn shard_spec(c: &ParallelConfig) -> ShardSpec {
     ShardSpec {
         micro_batch_size: c.micro_batch_size,
-        tp: c.tp,
+        tp: c.degrees.tp,
         sequence_parallel: c.sequence_parallel,
-        cp: c.cp,
-        dtype_bytes: c.precision.bytes(),
-        flash_attention: c.flash_attention,
-        vocab_pad_multiple: c.runtime.vocab_pad_multiple,
+        cp: c.degrees.cp,
+        dtype_bytes: c.settings.precision.bytes(),
+        flash_attention: c.settings.flash_attention,
+        vocab_pad_multiple: c.settings.runtime.vocab_pad_multiple,
     }
 }
 
@@ -205,8 +208,8 @@ pub fn evaluate_layers_with(
 pub fn schedule_for(c: &ParallelConfig) -> Result<Schedule, PlanError> {
     schedule::generate(&ScheduleSpec {
         kind: c.schedule,
-        pp: c.pp as usize,
-        virtual_stages: c.virtual_stages as usize,
+        pp: c.degrees.pp as usize,
+        virtual_stages: c.degrees.virtual_stages as usize,
         num_microbatches: c.num_microbatches() as usize,
         group_size: c.group_size.map(|g| g as usize),
     })
@@ -237,9 +240,10 @@ pub fn evaluate_scheduled(
     };
     let ranges = split::stage_ranges(&counts);
     let m = c.num_microbatches();
-    if sched.pp != c.pp as usize
+    let d = &c.degrees;
+    if sched.pp != d.pp as usize
         || sched.num_microbatches != m as usize
-        || sched.virtual_stages != c.virtual_stages as usize
+        || sched.virtual_stages != d.virtual_stages as usize
         || sched.kind != c.schedule
     {
         return Err(PlanError::Schedule(format!(
@@ -248,44 +252,36 @@ pub fn evaluate_scheduled(
         )));
     }
 
-    let layout = Layout {
-        tp: c.tp,
-        cp: c.cp,
-        dp: c.dp,
-        pp: c.pp,
-    };
-    let tp_link = cluster.group_link(c.tp, layout.tp_stride());
-    let cp_link = cluster.group_link(c.cp, layout.cp_stride());
-    let dp_link = cluster.group_link(c.dp * c.cp, layout.tp_stride() * c.tp);
+    let layout = d.layout();
+    let tp_link = cluster.group_link(d.tp, layout.tp_stride());
+    let cp_link = cluster.group_link(d.cp, layout.cp_stride());
+    let dp_link = cluster.group_link(d.data_parallel_gpus(), layout.tp_stride() * d.tp);
     let mut warnings = Vec::new();
-    if tp_link.inter_node && c.tp > 1 {
+    if tp_link.inter_node && d.tp > 1 {
         warnings.push(format!(
             "the tensor-parallel group ({} GPUs) leaves the node of {}: its all-reduces run over the NIC",
-            c.tp, cluster.gpus_per_node
+            d.tp, cluster.gpus_per_node
         ));
     }
-    let cp_kv_bytes = match model {
-        Model::Transformer(t) if c.cp > 1 => {
-            let tokens = c.micro_batch_size * t.seq_length / c.cp;
-            2 * tokens * t.kv_width() * c.precision.bytes() / c.tp
-        }
-        _ => 0,
-    };
     let ctx = StageContext {
         profile,
-        tp: c.tp,
+        tp: d.tp,
         tp_link,
         recompute: c.recompute,
-        cp: c.cp,
+        cp: d.cp,
         cp_link,
-        cp_kv_bytes,
+        cp_kv_bytes: cp_kv_bytes(model, c),
     };
     let full_layers = partial_recompute(c, layers, &ranges)?;
     let stage_costs = stages::stage_costs_partial(layers, &ranges, &ctx, &full_layers);
 
     // Pipeline sends between consecutive stages that sit on different ranks: `1/t` of the
     // boundary activation per GPU with Megatron's scatter/gather, the whole of it without.
-    let send_factor = if c.runtime.pp_scatter_gather { 1 } else { c.tp };
+    let send_factor = if c.settings.runtime.pp_scatter_gather {
+        1
+    } else {
+        d.tp
+    };
     let p2p_s: Vec<f64> = (0..num_stages.saturating_sub(1))
         .map(|k| {
             let (from, to) = (sched.rank_of(k), sched.rank_of(k + 1));
@@ -314,7 +310,7 @@ pub fn evaluate_scheduled(
     // stage k + 1's backward when its input gradient reached k.
     let mut send_busy_s = vec![0.0; num_stages];
     let mut with_sends = compute_only.clone();
-    let p2p_s = if c.runtime.pp_blocking_sends {
+    let p2p_s = if c.settings.runtime.pp_blocking_sends {
         for (k, &t) in p2p_s.iter().enumerate() {
             with_sends[k].forward_s += t;
             with_sends[k + 1].backward_s += t;
@@ -361,18 +357,17 @@ pub fn evaluate_scheduled(
     };
 
     // Per rank: stages, memory, data-parallel tail.
-    let pp = c.pp as usize;
+    let pp = d.pp as usize;
     let mut rank_stages: Vec<Vec<usize>> = vec![Vec::new(); pp];
     for k in 0..num_stages {
         rank_stages[sched.rank_of(k)].push(k);
     }
-    let groups = [c.tp, c.cp, c.dp, c.pp].iter().filter(|&&d| d > 1).count() as u64;
     let mem_ctx = MemoryContext {
         zero_stage: c.zero_stage,
-        zero_shard: c.dp * c.cp,
-        comm_groups: groups,
-        reserve_bytes: c.memory_reserve_bytes,
-        fp32_main_grads: c.runtime.fp32_main_grads,
+        zero_shard: d.data_parallel_gpus(),
+        comm_groups: d.num_comm_groups(),
+        reserve_bytes: c.settings.memory_reserve_bytes,
+        fp32_main_grads: c.settings.runtime.fp32_main_grads,
     };
     let embedding_rank = sched.rank_of(0);
     let head_rank = sched.rank_of(num_stages - 1);
@@ -387,7 +382,7 @@ pub fn evaluate_scheduled(
             &mem_ctx,
         ));
         let params = memory::rank_params(&st);
-        let grad_reduce_bytes = if c.runtime.fp32_main_grads {
+        let grad_reduce_bytes = if c.settings.runtime.fp32_main_grads {
             memory::GRAD_BYTES_PER_PARAM
         } else {
             memory::HALF_GRAD_BYTES_PER_PARAM
@@ -485,11 +480,11 @@ pub fn evaluate_scheduled(
                 .collect();
             let full: u64 = per_stage.iter().sum();
             let recompute = if full == 0 {
-                c.recompute.to_string()
+                RankRecompute::from(c.recompute)
             } else if full == transformer_layers {
-                Recompute::Full.to_string()
+                RankRecompute::Full
             } else {
-                String::from("partial")
+                RankRecompute::Partial
             };
             RankPlan {
                 rank: r as u64,
@@ -508,16 +503,12 @@ pub fn evaluate_scheduled(
         gpus: c.num_gpus(),
         gpu: cluster.gpu.name.clone(),
         gpus_per_node: cluster.gpus_per_node,
-        tp: c.tp,
-        pp: c.pp,
-        dp: c.dp,
-        cp: c.cp,
-        virtual_stages: c.virtual_stages,
+        degrees: c.degrees,
         micro_batch_size: c.micro_batch_size,
         num_microbatches: m,
         global_batch_size: c.global_batch_size,
-        schedule: c.schedule.to_string(),
-        recompute: c.recompute.to_string(),
+        schedule: c.schedule,
+        recompute: c.recompute,
         sequence_parallel: c.sequence_parallel,
         zero_stage: c.zero_stage,
         megatron_layout: crate::layout::megatron_layout(&kinds, &ranges),
@@ -533,6 +524,19 @@ pub fn evaluate_scheduled(
         optimizer_s,
         warnings,
     })
+}
+
+/// Bytes of one micro-batch's keys and values a context-parallel rank passes around its ring
+/// per layer (0 without context parallelism or for layer lists).
+pub(crate) fn cp_kv_bytes(model: &Model, c: &ParallelConfig) -> u64 {
+    let d = &c.degrees;
+    match model {
+        Model::Transformer(t) if d.cp > 1 => {
+            let tokens = c.micro_batch_size * t.seq_length / d.cp;
+            2 * tokens * t.kv_width() * c.settings.precision.bytes() / d.tp
+        }
+        _ => 0,
+    }
 }
 
 /// The fully recomputed transformer layers of each stage under `c.recompute_layers`, checked
@@ -581,7 +585,7 @@ fn partial_recompute(
 /// (`params`, sharded over `dp · cp` from ZeRO 1 on).
 pub fn optimizer_time_s(profile: &AnalyticProfile, c: &ParallelConfig, params: u64) -> f64 {
     let owned = if c.zero_stage >= 1 {
-        params.div_ceil((c.dp * c.cp).max(1))
+        params.div_ceil(c.degrees.data_parallel_gpus().max(1))
     } else {
         params
     };
@@ -609,13 +613,13 @@ pub fn dp_comm_time_s(
     use autopp_models::CollectiveKind::*;
     let params = memory::rank_params(stages);
     let grad_bytes = params
-        * if c.runtime.fp32_main_grads {
+        * if c.settings.runtime.fp32_main_grads {
             memory::GRAD_BYTES_PER_PARAM
         } else {
             memory::HALF_GRAD_BYTES_PER_PARAM
         };
     let weight_bytes = params * memory::WEIGHT_BYTES_PER_PARAM;
-    let n = c.dp * c.cp;
+    let n = c.degrees.data_parallel_gpus();
     let eff = &profile.efficiency;
     let backward_s: f64 = stages.iter().map(|s| s.backward_s()).sum();
     match c.zero_stage {
@@ -630,7 +634,7 @@ pub fn dp_comm_time_s(
             } else {
                 profile.collective_time_s(AllGather, weight_bytes, n, link)
             };
-            let reduce = if c.runtime.overlap_grad_reduce {
+            let reduce = if c.settings.runtime.overlap_grad_reduce {
                 eff.exposed_comm_s(reduce, backward_s)
             } else {
                 reduce
@@ -657,9 +661,10 @@ pub fn dp_comm_time_s(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Runtime;
-    use crate::schedule::ScheduleKind;
+    use crate::config::EvalSettings;
+    use crate::degrees::Degrees;
     use autopp_hardware::{hardware, Cluster, Precision};
+    use autopp_models::Recompute;
 
     fn setup(gpus: u64, tp: u64, pp: u64) -> (Model, AnalyticProfile, ParallelConfig) {
         let model = autopp_models::load_str(
@@ -670,26 +675,21 @@ mod tests {
         .unwrap();
         let c = Cluster::new(hardware::gpu("a100-80g").unwrap(), gpus, 8, Some(50.0)).unwrap();
         let profile = AnalyticProfile::new(c, Precision::Fp16).unwrap();
-        let config = ParallelConfig {
+        let degrees = Degrees {
             tp,
             pp,
             dp: gpus / (tp * pp),
             cp: 1,
             virtual_stages: 1,
-            micro_batch_size: 1,
-            global_batch_size: 64,
-            schedule: ScheduleKind::OneFOneB,
-            group_size: None,
-            recompute: Recompute::Full,
-            recompute_layers: None,
-            sequence_parallel: false,
-            zero_stage: 0,
-            split: None,
-            precision: Precision::Fp16,
-            memory_reserve_bytes: 0,
-            flash_attention: false,
-            runtime: Runtime::default(),
         };
+        let config = ParallelConfig::new(degrees, 1, 64)
+            .with_recompute(Recompute::Full)
+            .with_settings(EvalSettings {
+                precision: Precision::Fp16,
+                memory_reserve_bytes: 0,
+                flash_attention: false,
+                ..EvalSettings::default()
+            });
         (model, profile, config)
     }
 
@@ -701,12 +701,12 @@ mod tests {
     fn overlapped_gradient_reduction_hides_behind_the_backward() {
         let (m, p, mut c) = setup(32, 1, 1);
         let plain = time(&m, &p, &c).dp_comm_s[0];
-        c.runtime.overlap_grad_reduce = true;
+        c.settings.runtime.overlap_grad_reduce = true;
         let hidden = time(&m, &p, &c).dp_comm_s[0];
         assert!(hidden < plain, "{hidden} vs {plain}");
         // 16-bit gradients halve the traffic
-        c.runtime.overlap_grad_reduce = false;
-        c.runtime.fp32_main_grads = false;
+        c.settings.runtime.overlap_grad_reduce = false;
+        c.settings.runtime.fp32_main_grads = false;
         let half = time(&m, &p, &c).dp_comm_s[0];
         assert!(
             (half - plain / 2.0).abs() < 0.05 * plain,
@@ -718,8 +718,8 @@ mod tests {
     fn deepspeed_pipeline_sends_cost_more() {
         let (m, p, mut c) = setup(32, 8, 4);
         let megatron = time(&m, &p, &c).result.predicted;
-        c.runtime.pp_scatter_gather = false;
-        c.runtime.pp_blocking_sends = true;
+        c.settings.runtime.pp_scatter_gather = false;
+        c.settings.runtime.pp_blocking_sends = true;
         let deepspeed = time(&m, &p, &c).result.predicted;
         assert!(deepspeed.iteration_time_s > megatron.iteration_time_s);
         assert!(deepspeed.breakdown_s.pp_comm > megatron.breakdown_s.pp_comm);

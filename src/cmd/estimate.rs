@@ -3,7 +3,10 @@
 use anyhow::{bail, Result};
 use autopp_hardware::{AnalyticProfile, Precision};
 use autopp_models::{Model, Recompute};
-use autopp_planner::{evaluate, Estimate, ParallelConfig, PlanFile};
+use autopp_planner::config::Runtime;
+use autopp_planner::{
+    evaluate, Degrees, Estimate, EvalSettings, ParallelConfig, PlanFile, RankRecompute,
+};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
@@ -145,26 +148,28 @@ impl EstimateArgs {
         if !(self.memory_reserve_gib.is_finite() && self.memory_reserve_gib >= 0.0) {
             bail!("--memory-reserve-gib: must be zero or a positive number of GiB");
         }
-        Ok(ParallelConfig {
+        let degrees = Degrees {
             tp: self.tp,
             pp: self.pp,
             dp,
             cp: self.cp,
             virtual_stages,
-            micro_batch_size: self.mbs,
-            global_batch_size,
-            schedule,
-            group_size: self.group_size,
-            recompute: self.recompute,
-            recompute_layers: self.recompute_num_layers.clone(),
-            sequence_parallel: self.sequence_parallel,
-            zero_stage: self.zero_stage,
-            split: self.split.clone(),
+        };
+        let settings = EvalSettings {
             precision: self.precision,
             memory_reserve_bytes: (self.memory_reserve_gib * (1u64 << 30) as f64) as u64,
             flash_attention: !self.no_flash_attention,
-            runtime: autopp_planner::config::Runtime::default(),
-        })
+            runtime: Runtime::default(),
+        };
+        Ok(ParallelConfig::new(degrees, self.mbs, global_batch_size)
+            .with_schedule(schedule)
+            .with_group_size(self.group_size)
+            .with_recompute(self.recompute)
+            .with_recompute_layers(self.recompute_num_layers.clone())
+            .with_sequence_parallel(self.sequence_parallel)
+            .with_zero_stage(self.zero_stage)
+            .with_split(self.split.clone())
+            .with_settings(settings))
     }
 }
 
@@ -184,7 +189,7 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
         (None, None) => bail!("MODEL: give a model, or --plan FILE"),
     };
     let profile = with_measured_profile(
-        AnalyticProfile::new(cluster, config.precision)?,
+        AnalyticProfile::new(cluster, config.settings.precision)?,
         args.profile.as_deref(),
         &model,
     )?;
@@ -212,6 +217,7 @@ pub fn render(
 ) -> String {
     use std::fmt::Write;
     let (plan, pred) = (&e.result.plan, &e.result.predicted);
+    let d = &c.degrees;
     let cl = &profile.cluster;
     let mut o = String::new();
     let _ = writeln!(
@@ -230,13 +236,13 @@ pub fn render(
     let _ = writeln!(
         o,
         "  parallelism   tp {} · pp {} · dp {} · cp {}    schedule {}, {} stage{} per rank",
-        c.tp,
-        c.pp,
-        c.dp,
-        c.cp,
+        d.tp,
+        d.pp,
+        d.dp,
+        d.cp,
         plan.schedule,
-        c.virtual_stages,
-        if c.virtual_stages == 1 { "" } else { "s" }
+        d.virtual_stages,
+        if d.virtual_stages == 1 { "" } else { "s" }
     );
     let tokens = c.global_batch_size * model.seq_length();
     let _ = writeln!(
@@ -254,8 +260,8 @@ pub fn render(
         recompute_text(plan),
         if c.sequence_parallel { "on" } else { "off" },
         c.zero_stage,
-        c.precision,
-        if c.flash_attention {
+        c.settings.precision,
+        if c.settings.flash_attention {
             " · flash attention"
         } else {
             ""
@@ -382,11 +388,15 @@ fn stage_list(stages: &[[usize; 2]]) -> String {
 /// The recompute line: the mode, or for partial recompute the fully recomputed layers per rank
 /// and the mode of the others (`full on 3/12, 2/12, … layers per rank, others selective`).
 fn recompute_text(plan: &autopp_planner::Plan) -> String {
-    if plan.ranks.iter().all(|r| r.recompute != "partial") {
+    if plan
+        .ranks
+        .iter()
+        .all(|r| r.recompute != RankRecompute::Partial)
+    {
         return plan
             .ranks
             .first()
-            .map_or(plan.recompute.clone(), |r| r.recompute.clone());
+            .map_or(plan.recompute.to_string(), |r| r.recompute.to_string());
     }
     let per_rank: Vec<String> = plan
         .ranks

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use autopp_hardware::{AnalyticProfile, Precision};
-use autopp_planner::search::{self, explain, Fixed, SearchOptions, SpaceLimits};
+use autopp_planner::search::{self, explain, Fixed, SearchOptions};
 use autopp_planner::{Framework, PlanFile};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
@@ -119,25 +119,19 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         .framework
         .schedules_to_search(args.schedules.as_deref())?;
     args.framework.check_pins(&fixed)?;
-    let opts = SearchOptions {
-        global_batch_size,
-        limits: SpaceLimits {
-            max_tp: args.max_tp.unwrap_or(cluster.gpus_per_node),
-            gpus_per_node: cluster.gpus_per_node,
-            max_micro_batch_size: args.max_mbs,
-            max_virtual_stages: args.max_virtual,
-            schedules,
-            framework: args.framework,
-        },
-        fixed,
-        top_k: args.top,
-        precision: args.precision,
-        memory_reserve_bytes: (args.memory_reserve_gib * (1u64 << 30) as f64) as u64,
-        flash_attention: !args.no_flash_attention,
-        even_split_only: args.even_split || !args.framework.uneven_layouts(),
-        runtime: args.framework.runtime(),
-        ilp_solver: autopp_planner::search::IlpSolver::of_build(),
-    };
+    let mut opts = SearchOptions::new(args.framework, global_batch_size, cluster.gpus_per_node);
+    opts.limits.schedules = schedules;
+    opts.fixed = fixed;
+    if let Some(max_tp) = args.max_tp {
+        opts.limits.max_tp = max_tp;
+    }
+    opts.limits.max_micro_batch_size = args.max_mbs;
+    opts.limits.max_virtual_stages = args.max_virtual;
+    opts.top_k = args.top;
+    opts.settings.precision = args.precision;
+    opts.settings.memory_reserve_bytes = (args.memory_reserve_gib * (1u64 << 30) as f64) as u64;
+    opts.settings.flash_attention = !args.no_flash_attention;
+    opts.even_split_only |= args.even_split;
     let profile = with_measured_profile(
         AnalyticProfile::new(cluster.clone(), args.precision)?,
         args.profile.as_deref(),
@@ -221,19 +215,20 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             .enumerate()
         {
             let (p, pr) = (&e.result.plan, &e.result.predicted);
+            let d = &p.degrees;
             println!(
                 "  {:>2}  {:>3} {:>3} {:>4} {:>2} {:>3}  {:<17} {:<10} {:>3} {:>4}  {:>10} {:>5.1}% {:>8}",
                 i + 1,
-                p.tp,
-                p.pp,
-                p.dp,
-                p.virtual_stages,
+                d.tp,
+                d.pp,
+                d.dp,
+                d.virtual_stages,
                 p.micro_batch_size,
-                p.schedule,
-                if p.ranks.iter().any(|r| r.recompute == "partial") {
+                p.schedule.as_str(),
+                if p.has_partial_recompute() {
                     format!("{}+part", p.recompute)
                 } else {
-                    p.recompute.clone()
+                    p.recompute.to_string()
                 },
                 if p.sequence_parallel { "on" } else { "off" },
                 p.zero_stage,

@@ -40,7 +40,8 @@ impl<'a> Evaluator<'a> {
 
     /// The schedule of a configuration the search built (no group size), generated on first use.
     fn schedule(&self, c: &ParallelConfig) -> Option<Arc<Schedule>> {
-        let shape = (c.schedule, c.pp, c.virtual_stages, c.num_microbatches());
+        let d = &c.degrees;
+        let shape = (c.schedule, d.pp, d.virtual_stages, c.num_microbatches());
         self.schedules
             .get_or(shape, || schedule_for(c).ok().map(Arc::new))
     }

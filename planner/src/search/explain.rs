@@ -1,6 +1,9 @@
 //! Why a plan won: what binds it and what would buy the next step, in a few sentences.
 
+use autopp_models::Recompute;
+
 use crate::estimate::Estimate;
+use crate::plan::RankRecompute;
 use crate::search::{key_of, SearchResult};
 
 fn pct(x: f64) -> String {
@@ -48,12 +51,7 @@ pub fn explain(result: &SearchResult) -> String {
 
     // Memory.
     let headroom = 1.0 - p.peak_memory_bytes as f64 / p.memory_capacity_bytes as f64;
-    let peak_rank = plan
-        .ranks
-        .iter()
-        .max_by_key(|r| r.memory_bytes)
-        .map(|r| r.rank)
-        .unwrap_or(0);
+    let peak_rank = plan.peak_rank();
     if headroom < 0.10 {
         out.push(format!(
             "Memory binds: rank {peak_rank} needs {} of {}, which is why it uses {}{}{}.",
@@ -115,7 +113,8 @@ pub fn explain(result: &SearchResult) -> String {
 }
 
 fn degrees(p: &crate::plan::Plan) -> String {
-    format!("tp {} · pp {} · dp {}", p.tp, p.pp, p.dp)
+    let d = &p.degrees;
+    format!("tp {} · pp {} · dp {}", d.tp, d.pp, d.dp)
 }
 
 /// The plan's recompute in words: `recompute selective`, or for partial recompute
@@ -124,15 +123,18 @@ fn recompute_words(p: &crate::plan::Plan) -> String {
     let partial: Vec<&crate::plan::RankPlan> = p
         .ranks
         .iter()
-        .filter(|r| r.recompute == "partial" || (r.recompute == "full" && p.recompute != "full"))
+        .filter(|r| {
+            r.recompute == RankRecompute::Partial
+                || (r.recompute == RankRecompute::Full && p.recompute != Recompute::Full)
+        })
         .collect();
     if partial.is_empty() {
         return format!("recompute {}", p.recompute);
     }
-    let others = match p.recompute.as_str() {
-        "none" => String::from("the other layers not recomputed"),
-        "selective" => String::from("the other layers selectively recomputed"),
-        other => format!("the other layers {other}"),
+    let others = match p.recompute {
+        Recompute::None => String::from("the other layers not recomputed"),
+        Recompute::Selective => String::from("the other layers selectively recomputed"),
+        Recompute::Full => String::from("the other layers full"),
     };
     let first = partial[0].recompute_num_layers;
     if partial.len() == p.ranks.len() && partial.iter().all(|r| r.recompute_num_layers == first) {
@@ -161,13 +163,14 @@ fn recompute_words(p: &crate::plan::Plan) -> String {
 fn differences(a: &Estimate, b: &Estimate) -> String {
     let (ka, kb) = (key_of(a), key_of(b));
     let mut d = Vec::new();
-    if (ka.tp, ka.pp, ka.dp, ka.cp) != (kb.tp, kb.pp, kb.dp, kb.cp) {
+    let (da, db) = (ka.degrees, kb.degrees);
+    if (da.tp, da.pp, da.dp, da.cp) != (db.tp, db.pp, db.dp, db.cp) {
         d.push(degrees(&b.result.plan));
     }
-    if ka.virtual_stages != kb.virtual_stages || ka.schedule != kb.schedule {
+    if da.virtual_stages != db.virtual_stages || ka.schedule != kb.schedule {
         d.push(format!(
             "{} with {} stages per rank",
-            kb.schedule, kb.virtual_stages
+            kb.schedule, db.virtual_stages
         ));
     }
     if ka.micro_batch_size != kb.micro_batch_size {

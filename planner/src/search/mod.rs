@@ -28,25 +28,31 @@ pub mod split_dp;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use autopp_hardware::{AnalyticProfile, Layout, Precision};
+use autopp_hardware::AnalyticProfile;
 use autopp_models::{LayerCost, Model, Recompute};
 use rayon::prelude::*;
 
-use crate::config::{ParallelConfig, PlanError};
+use crate::config::{EvalSettings, ParallelConfig, PlanError};
 use crate::estimate::{
-    dp_comm_time_s, evaluate_layers_with, optimizer_time_s, shard_spec, Detail, Estimate,
+    cp_kv_bytes, dp_comm_time_s, evaluate_layers_with, optimizer_time_s, shard_spec, Detail,
+    Estimate,
 };
+use crate::framework::Framework;
 use crate::memory::{self, NCCL_BUFFER_BYTES_PER_GROUP};
 use crate::schedule;
 use crate::schedule::split;
 use crate::stages::{self, StageContext, StageCost};
 
+pub use crate::pins::Fixed;
 use errors::{no_candidates, nothing_fits};
 use evaluator::{Evaluator, ScheduleShape};
 use memo::Memo;
 pub use partial::IlpSolver;
 use score::{lower_bound_s, solve_partial};
-pub use space::{Fixed, Key, SpaceLimits};
+pub use space::{Key, SpaceLimits, DEFAULT_MAX_MICRO_BATCH_SIZE, DEFAULT_MAX_VIRTUAL_STAGES};
+
+/// Alternatives reported besides the best unless told otherwise (`--top`).
+pub const DEFAULT_TOP_K: usize = 5;
 use split_dp::{LayerSums, StageBudget};
 
 /// What to search.
@@ -60,19 +66,36 @@ pub struct SearchOptions {
     pub fixed: Fixed,
     /// Alternatives to report besides the best.
     pub top_k: usize,
-    /// Math precision.
-    pub precision: Precision,
-    /// Bytes kept free per GPU.
-    pub memory_reserve_bytes: u64,
-    /// Model a fused attention kernel.
-    pub flash_attention: bool,
+    /// Precision, memory headroom, attention kernel and framework runtime every candidate is
+    /// evaluated under.
+    pub settings: EvalSettings,
     /// Only Megatron's default even split (no uneven layouts): for frameworks that cannot lay
     /// stages out unevenly, and to measure what uneven splits buy.
     pub even_split_only: bool,
-    /// Framework behaviour (gradient dtype, overlap) every candidate runs with.
-    pub runtime: crate::config::Runtime,
     /// The solver of the partial-recompute integer program.
     pub ilp_solver: IlpSolver,
+}
+
+impl SearchOptions {
+    /// `autopp plan`'s defaults for a plan that `framework` runs with `global_batch_size`
+    /// sequences per iteration on nodes of `gpus_per_node` GPUs: the framework's space
+    /// ([`SpaceLimits::new`]), no pins, [`DEFAULT_TOP_K`] alternatives, the default settings
+    /// with the framework's runtime, uneven splits where the framework lays stages out unevenly,
+    /// and the build's integer-program solver.
+    pub fn new(framework: Framework, global_batch_size: u64, gpus_per_node: u64) -> Self {
+        SearchOptions {
+            global_batch_size,
+            limits: SpaceLimits::new(framework, gpus_per_node),
+            fixed: Fixed::default(),
+            top_k: DEFAULT_TOP_K,
+            settings: EvalSettings {
+                runtime: framework.runtime(),
+                ..EvalSettings::default()
+            },
+            even_split_only: !framework.uneven_layouts(),
+            ilp_solver: IlpSolver::of_build(),
+        }
+    }
 }
 
 /// What the search found.
@@ -167,26 +190,14 @@ pub fn config_with(
     split: Option<Vec<usize>>,
     recompute_layers: Option<Vec<u64>>,
 ) -> ParallelConfig {
-    ParallelConfig {
-        tp: key.tp,
-        pp: key.pp,
-        dp: key.dp,
-        cp: key.cp,
-        virtual_stages: key.virtual_stages,
-        micro_batch_size: key.micro_batch_size,
-        global_batch_size: opts.global_batch_size,
-        schedule: key.schedule,
-        group_size: None,
-        recompute: key.recompute,
-        recompute_layers,
-        sequence_parallel: key.sequence_parallel,
-        zero_stage: key.zero_stage,
-        split,
-        precision: opts.precision,
-        memory_reserve_bytes: opts.memory_reserve_bytes,
-        flash_attention: opts.flash_attention,
-        runtime: opts.runtime,
-    }
+    ParallelConfig::new(key.degrees, key.micro_batch_size, opts.global_batch_size)
+        .with_schedule(key.schedule)
+        .with_recompute(key.recompute)
+        .with_recompute_layers(recompute_layers)
+        .with_sequence_parallel(key.sequence_parallel)
+        .with_zero_stage(key.zero_stage)
+        .with_split(split)
+        .with_settings(opts.settings)
 }
 
 /// Model-state bytes per parameter on one GPU under a ZeRO stage sharded `shard` ways.
@@ -314,7 +325,7 @@ pub fn search(
     let to_solve: Vec<usize> = chosen
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.key.partial_recompute && s.key.pp <= PARTIAL_SOLVED_MAX_PP)
+        .filter(|(_, s)| s.key.partial_recompute && s.key.degrees.pp <= PARTIAL_SOLVED_MAX_PP)
         .take(PARTIAL_SOLVED)
         .filter(|(_, s)| s.approx_s <= front_s)
         .map(|(i, _)| i)
@@ -507,17 +518,10 @@ fn rank_cmp(a: &Estimate, b: &Estimate) -> std::cmp::Ordering {
 pub fn key_of(e: &Estimate) -> Key {
     let p = &e.result.plan;
     Key {
-        tp: p.tp,
-        pp: p.pp,
-        dp: p.dp,
-        cp: p.cp,
-        virtual_stages: p.virtual_stages,
+        degrees: p.degrees,
         micro_batch_size: p.micro_batch_size,
-        schedule: p
-            .schedule
-            .parse()
-            .unwrap_or(schedule::ScheduleKind::OneFOneB),
-        recompute: p.recompute.parse().unwrap_or(Recompute::None),
+        schedule: p.schedule,
+        recompute: p.recompute,
         partial_recompute: evaluator::choice_of(e).1.is_some(),
         sequence_parallel: p.sequence_parallel,
         zero_stage: p.zero_stage,
@@ -527,7 +531,12 @@ pub fn key_of(e: &Estimate) -> Key {
 type GroupKey = (u64, u64, u64, bool);
 
 fn group_of(k: &Key) -> GroupKey {
-    (k.tp, k.cp, k.micro_batch_size, k.sequence_parallel)
+    (
+        k.degrees.tp,
+        k.degrees.cp,
+        k.micro_batch_size,
+        k.sequence_parallel,
+    )
 }
 
 /// Per-layer costs for a key's sharding under every recompute mode.
@@ -539,31 +548,21 @@ fn layer_table(
 ) -> Result<LayerTable, PlanError> {
     let c = config_of(key, opts, None);
     let layers = model.layers(&shard_spec(&c))?;
-    let layout = Layout {
-        tp: key.tp,
-        cp: key.cp,
-        dp: key.dp,
-        pp: key.pp,
-    };
+    let d = key.degrees;
+    let layout = d.layout();
     let cluster = &profile.cluster;
     let singles: Vec<[usize; 2]> = (0..layers.len()).map(|i| [i, i]).collect();
-    let cp_kv_bytes = match model {
-        Model::Transformer(t) if key.cp > 1 => {
-            let tokens = key.micro_batch_size * t.seq_length / key.cp;
-            2 * tokens * t.kv_width() * opts.precision.bytes() / key.tp
-        }
-        _ => 0,
-    };
+    let cp_kv_bytes = cp_kv_bytes(model, &c);
     let per_mode: Vec<Vec<StageCost>> = Recompute::ALL
         .iter()
         .map(|&mode| {
             let ctx = StageContext {
                 profile,
-                tp: key.tp,
-                tp_link: cluster.group_link(key.tp, layout.tp_stride()),
+                tp: d.tp,
+                tp_link: cluster.group_link(d.tp, layout.tp_stride()),
                 recompute: mode,
-                cp: key.cp,
-                cp_link: cluster.group_link(key.cp, layout.cp_stride()),
+                cp: d.cp,
+                cp_link: cluster.group_link(d.cp, layout.cp_stride()),
                 cp_kv_bytes,
             };
             stages::stage_costs(&layers, &singles, &ctx)
@@ -642,8 +641,8 @@ const UNFIT_TRIED: usize = 8;
 
 /// The schedule shape of a key.
 fn shape_of(k: &Key, opts: &SearchOptions) -> ScheduleShape {
-    let m = opts.global_batch_size / (k.dp * k.micro_batch_size);
-    (k.schedule, k.pp, k.virtual_stages, m)
+    let m = opts.global_batch_size / (k.degrees.dp * k.micro_batch_size);
+    (k.schedule, k.degrees.pp, k.degrees.virtual_stages, m)
 }
 
 /// The kinds of a layer list.
