@@ -1,6 +1,11 @@
 //! The planner's answers when there is no plan: what the request would need.
 
-use super::*;
+use autopp_hardware::AnalyticProfile;
+use autopp_models::Model;
+
+use super::{config_of, space, Key, SearchOptions};
+use crate::config::PlanError;
+use crate::estimate::{evaluate_layers_with, shard_spec, Detail};
 
 /// The error when no configuration can even be formed: a batch too small for every
 /// data-parallel degree, or pins and limits that exclude everything.

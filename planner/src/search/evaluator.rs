@@ -7,7 +7,8 @@ use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 
 use super::memo::Memo;
-use super::{config_with, key_of, Key, LayerTable, SearchOptions};
+use super::table::LayerTable;
+use super::{config_with, key_of, Key, SearchOptions};
 use crate::config::ParallelConfig;
 use crate::estimate::{evaluate_scheduled, schedule_for, Detail, Estimate};
 use crate::schedule::{Schedule, ScheduleKind};

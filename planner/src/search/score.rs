@@ -3,7 +3,18 @@
 //! same configuration with partial recompute (its DP here, its integer program in
 //! [`super::partial`]).
 
-use super::*;
+use autopp_hardware::AnalyticProfile;
+use autopp_models::Recompute;
+
+use super::split_dp::{self, LayerSums, StageBudget};
+use super::table::{mode_index, LayerTable};
+use super::{config_of, partial, state_bytes_per_param, Key, Scored, SearchOptions};
+use crate::config::ParallelConfig;
+use crate::estimate::{dp_comm_time_s, optimizer_time_s};
+use crate::framework::PartialRecompute;
+use crate::memory::{self, NCCL_BUFFER_BYTES_PER_GROUP};
+use crate::schedule::{split, ScheduleKind};
+use crate::stages::{self, StageCost};
 
 /// Whether a key cannot fit whatever its split: the model states of the busiest rank (at least
 /// an even share of all layers' states) exceed the memory left after the reserve.
@@ -33,7 +44,7 @@ pub(super) fn lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -
     } else {
         (pp - 1.0) * total / (pp * v)
     };
-    let fill = if k.schedule == schedule::ScheduleKind::LoopedBfs {
+    let fill = if k.schedule == ScheduleKind::LoopedBfs {
         fill * v
     } else {
         fill
@@ -162,7 +173,7 @@ impl<'a> KeyScorer<'a> {
         let busiest = busy.iter().cloned().fold(0.0, f64::max) * self.m as f64;
         let slowest_stage = stage_time.iter().cloned().fold(0.0, f64::max);
         let fill = match key.schedule {
-            schedule::ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
+            ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
             // the deferred W's fill the drain: about one forward per hop is left
             kind if kind.splits_backward() => {
                 let slowest_forward = stages.iter().map(|s| s.forward_s()).fold(0.0, f64::max);
@@ -205,7 +216,7 @@ impl<'a> KeyScorer<'a> {
             None => Scored {
                 key: *key,
                 approx_s: lower_bound_s(key, table, self.opts),
-                split: split::default_split(&layer_kinds(&table.layers), s).ok()?,
+                split: split::default_split(&table.kinds(), s).ok()?,
                 recompute_layers: None,
                 fits: false,
             },
@@ -316,7 +327,7 @@ impl<'a> KeyScorer<'a> {
             return None;
         }
         let approx_s = if self.opts.limits.framework.partial_recompute()
-            == crate::framework::PartialRecompute::SameCountPerStage
+            == PartialRecompute::SameCountPerStage
         {
             // one count for every stage (Megatron-LM's --recompute-num-layers): the largest
             // any stage needs, up to each stage's recomputable layers
@@ -412,8 +423,8 @@ pub(super) fn solve_partial(
         .collect();
     let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
     let budgets = vec![budget - transient * memory::FRAGMENTATION; pp];
-    let same_count = opts.limits.framework.partial_recompute()
-        == crate::framework::PartialRecompute::SameCountPerStage;
+    let same_count =
+        opts.limits.framework.partial_recompute() == PartialRecompute::SameCountPerStage;
     let answer = partial::solve(
         &partial::Problem {
             pp,
