@@ -188,6 +188,22 @@ impl ParallelConfig {
         self
     }
 
+    /// The schedule and stages per rank when one or both are not given: `interleaved-1f1b`
+    /// with more than one stage per rank, else `1f1b`; the schedule's own stage count where it
+    /// fixes one (2 for `zb-v` and `dualpipe-v`), else 1.
+    pub fn schedule_or_default(
+        schedule: Option<ScheduleKind>,
+        virtual_stages: Option<u64>,
+    ) -> (ScheduleKind, u64) {
+        let schedule = schedule.unwrap_or(if virtual_stages.is_some_and(|v| v > 1) {
+            ScheduleKind::Interleaved1F1B
+        } else {
+            ScheduleKind::OneFOneB
+        });
+        let virtual_stages = virtual_stages.unwrap_or(schedule.default_virtual_stages() as u64);
+        (schedule, virtual_stages)
+    }
+
     /// Micro-batches per iteration per data-parallel replica: `B / (d · b)`.
     pub fn num_microbatches(&self) -> u64 {
         self.global_batch_size / (self.degrees.dp * self.micro_batch_size).max(1)

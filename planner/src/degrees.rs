@@ -3,6 +3,8 @@
 use autopp_hardware::Layout;
 use serde::{Deserialize, Serialize};
 
+use crate::config::PlanError;
+
 /// How a configuration splits its GPUs (`tp · pp · dp · cp` of them) and its layers
 /// (`pp · virtual_stages` stages). The same struct is the configuration's
 /// ([`crate::ParallelConfig`]), the search's ([`crate::search::Key`]) and the plan's
@@ -30,6 +32,31 @@ pub struct Degrees<T = u64> {
 }
 
 impl Degrees {
+    /// `tp`, `pp`, `cp` and `virtual_stages` with the data-parallel degree that fills `gpus`
+    /// GPUs: `gpus / (tp · pp · cp)`; an error naming `--gpus` when that does not divide.
+    pub fn filling(
+        gpus: u64,
+        tp: u64,
+        pp: u64,
+        cp: u64,
+        virtual_stages: u64,
+    ) -> Result<Degrees, PlanError> {
+        let per_replica = tp * pp * cp;
+        if !gpus.is_multiple_of(per_replica) {
+            return Err(PlanError::invalid(
+                "--gpus",
+                format!("{gpus} is not divisible by tp · pp · cp = {per_replica}: use a multiple of {per_replica}, or other degrees"),
+            ));
+        }
+        Ok(Degrees {
+            tp,
+            pp,
+            dp: gpus / per_replica,
+            cp,
+            virtual_stages,
+        })
+    }
+
     /// GPUs used: `tp · pp · dp · cp`.
     pub fn num_gpus(&self) -> u64 {
         self.tp * self.pp * self.dp * self.cp

@@ -13,6 +13,7 @@ pub use autopp_schedule as schedule;
 pub mod bands;
 pub mod config;
 pub mod degrees;
+mod describe;
 pub mod estimate;
 pub mod framework;
 pub mod layout;
@@ -20,6 +21,7 @@ pub mod memory;
 pub mod pins;
 pub mod plan;
 pub mod planfile;
+pub mod profile;
 pub mod search;
 pub mod stages;
 
@@ -32,3 +34,4 @@ pub use plan::{
     Breakdown, Plan, PlanAndPrediction, Predicted, RankPlan, RankRecompute, FORMAT_VERSION,
 };
 pub use planfile::PlanFile;
+pub use profile::cost_profile;

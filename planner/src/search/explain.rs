@@ -1,9 +1,6 @@
 //! Why a plan won: what binds it and what would buy the next step, in a few sentences.
 
-use autopp_models::Recompute;
-
 use crate::estimate::Estimate;
-use crate::plan::RankRecompute;
 use crate::search::{key_of, SearchResult};
 
 fn pct(x: f64) -> String {
@@ -57,7 +54,7 @@ pub fn explain(result: &SearchResult) -> String {
             "Memory binds: rank {peak_rank} needs {} of {}, which is why it uses {}{}{}.",
             gib(p.peak_memory_bytes),
             gib(p.memory_capacity_bytes),
-            recompute_words(plan),
+            plan.recompute_words(),
             if plan.zero_stage > 0 {
                 format!(", ZeRO {}", plan.zero_stage)
             } else {
@@ -117,48 +114,6 @@ fn degrees(p: &crate::plan::Plan) -> String {
     format!("tp {} · pp {} · dp {}", d.tp, d.pp, d.dp)
 }
 
-/// The plan's recompute in words: `recompute selective`, or for partial recompute
-/// `full recompute of 3, 2 and 1 layers on ranks 0–2 (the others none)`.
-fn recompute_words(p: &crate::plan::Plan) -> String {
-    let partial: Vec<&crate::plan::RankPlan> = p
-        .ranks
-        .iter()
-        .filter(|r| {
-            r.recompute == RankRecompute::Partial
-                || (r.recompute == RankRecompute::Full && p.recompute != Recompute::Full)
-        })
-        .collect();
-    if partial.is_empty() {
-        return format!("recompute {}", p.recompute);
-    }
-    let others = match p.recompute {
-        Recompute::None => String::from("the other layers not recomputed"),
-        Recompute::Selective => String::from("the other layers selectively recomputed"),
-        Recompute::Full => String::from("the other layers full"),
-    };
-    let first = partial[0].recompute_num_layers;
-    if partial.len() == p.ranks.len() && partial.iter().all(|r| r.recompute_num_layers == first) {
-        let layers = if first == 1 { "layer" } else { "layers" };
-        return format!("full recompute of {first} {layers} on every rank, {others}");
-    }
-    let counts: Vec<String> = partial
-        .iter()
-        .map(|r| r.recompute_num_layers.to_string())
-        .collect();
-    let ranks: Vec<String> = partial.iter().map(|r| r.rank.to_string()).collect();
-    let (counts, ranks) = if counts.len() == 1 {
-        (counts.join(""), format!("rank {}", ranks.join("")))
-    } else {
-        let last = counts.len() - 1;
-        (
-            format!("{} and {}", counts[..last].join(", "), counts[last]),
-            format!("ranks {}", ranks.join(", ")),
-        )
-    };
-    let layers = if counts == "1" { "layer" } else { "layers" };
-    format!("full recompute of {counts} {layers} on {ranks}, {others}")
-}
-
 /// How two plans differ, in a few words.
 fn differences(a: &Estimate, b: &Estimate) -> String {
     let (ka, kb) = (key_of(a), key_of(b));
@@ -177,7 +132,7 @@ fn differences(a: &Estimate, b: &Estimate) -> String {
         d.push(format!("micro-batch {}", kb.micro_batch_size));
     }
     if (ka.recompute, ka.partial_recompute) != (kb.recompute, kb.partial_recompute) {
-        d.push(recompute_words(&b.result.plan));
+        d.push(b.result.plan.recompute_words());
     }
     if ka.sequence_parallel != kb.sequence_parallel {
         d.push(format!(
