@@ -47,23 +47,12 @@ pub fn load_model(name_or_path: &str) -> Result<Model> {
     Ok(autopp_models::load(name_or_path)?)
 }
 
-/// `profile` with the per-layer times of the measured profile file at `path` (from
-/// `autopp profile`), after checking the file covers every layer of `model`; `profile` itself
-/// when `path` is `None`.
-pub fn with_measured_profile(
-    profile: autopp_hardware::AnalyticProfile,
-    path: Option<&str>,
-    model: &Model,
-) -> Result<autopp_hardware::AnalyticProfile> {
-    let Some(path) = path else {
-        return Ok(profile);
-    };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("--profile: cannot read '{path}'"))?;
-    let measured = autopp_hardware::MeasuredProfile::from_json(&text, path)?;
-    let layers = model.layers(&autopp_models::ShardSpec::default())?;
-    measured.check_covers(model.name(), &layers)?;
-    Ok(profile.with_measured(measured))
+/// `--memory-reserve-gib` in bytes; an error unless it is zero or a positive number.
+pub fn reserve_bytes(gib: f64) -> Result<u64> {
+    if !(gib.is_finite() && gib >= 0.0) {
+        anyhow::bail!("--memory-reserve-gib: must be zero or a positive number of GiB");
+    }
+    Ok((gib * (1u64 << 30) as f64) as u64)
 }
 
 /// Bytes as GiB with one decimal.

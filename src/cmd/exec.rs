@@ -227,11 +227,11 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
         Some(path) => {
             let file = PlanFile::load(path)?;
             let c = file.config()?;
-            if c.tp != 1 || c.cp != 1 {
+            if c.degrees.tp != 1 || c.degrees.cp != 1 {
                 bail!(
                     "--plan: the plan uses tensor parallelism {} and context parallelism {}; exec runs tp = 1 and cp = 1 only",
-                    c.tp,
-                    c.cp
+                    c.degrees.tp,
+                    c.degrees.cp
                 );
             }
             if c.recompute != Recompute::None && !args.json {
@@ -242,15 +242,15 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
             }
             let spec = ScheduleSpec {
                 kind: c.schedule,
-                pp: c.pp as usize,
-                virtual_stages: c.virtual_stages as usize,
+                pp: c.degrees.pp as usize,
+                virtual_stages: c.degrees.virtual_stages as usize,
                 num_microbatches: c.num_microbatches() as usize,
                 group_size: c.group_size.map(|g| g as usize),
             };
             (
                 file.model()?,
                 spec,
-                c.dp as usize,
+                c.degrees.dp as usize,
                 c.micro_batch_size as usize,
                 c.split,
             )

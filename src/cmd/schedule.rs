@@ -151,7 +151,8 @@ fn from_plan(path: &str) -> Result<Simulated> {
     let file = autopp_planner::PlanFile::load(path)?;
     let model = file.model()?;
     let config = file.config()?;
-    let profile = autopp_hardware::AnalyticProfile::new(file.cluster.clone(), config.precision)?;
+    let profile =
+        autopp_hardware::AnalyticProfile::new(file.cluster.clone(), config.settings.precision)?;
     let e = autopp_planner::evaluate(&model, &profile, &config)?;
     let title = format!(
         "{} on {} × {}: {} · pp {} · {} micro-batches{}",
