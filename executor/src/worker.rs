@@ -11,6 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use autopp_profiler::device::{Abort, Direction, Flow, Tag, Tensor, Transport};
+use autopp_schedule::deps::{self, Output};
 use autopp_schedule::{Action, ActionKind, Step};
 use serde::Serialize;
 
@@ -295,6 +296,41 @@ impl<'a, T: Transport> Worker<'a, T> {
         }
     }
 
+    /// The tensor `a` receives from another stage ([`deps::received`]): the previous stage's
+    /// activation for an `F`, the next stage's gradient for a `B` or `I`; `None` for the
+    /// others (the first stage's `F` reads tokens, the last stage's backward starts from the
+    /// loss).
+    fn receive(&mut self, a: Action) -> Result<Option<Tensor>, RankError> {
+        let num_stages = self.shared.cfg.num_stages();
+        let Some(input) = deps::received(a.kind, a.stage as usize, num_stages) else {
+            return Ok(None);
+        };
+        let tag = Tag {
+            stage: a.stage,
+            microbatch: a.microbatch,
+            direction: direction(input.output),
+        };
+        self.fetch(tag, input.stage).map(Some)
+    }
+
+    /// Sends `tensor`, the result of `a`, to the stage that waits for it ([`deps::consumer`]);
+    /// nothing when no other stage does (the first stage's input gradient).
+    fn send(&mut self, a: Action, tensor: Tensor) -> Result<(), RankError> {
+        let num_stages = self.shared.cfg.num_stages();
+        let (Some(to), Some(output)) = (
+            deps::consumer(a.kind, a.stage as usize, num_stages),
+            deps::output(a.kind),
+        ) else {
+            return Ok(());
+        };
+        let tag = Tag {
+            stage: to as u32,
+            microbatch: a.microbatch,
+            direction: direction(output),
+        };
+        self.deliver(tag, tensor)
+    }
+
     fn hold(&mut self, key: (u32, u32), held: Held) {
         self.held_bytes += held.bytes();
         self.held.insert(key, held);
@@ -317,11 +353,6 @@ impl<'a, T: Transport> Worker<'a, T> {
         let last = cfg.num_stages() - 1;
         let key = (a.stage, a.microbatch);
         let sequences = cfg.sequences_of(self.replica, i);
-        let tag = |stage: usize, direction| Tag {
-            stage: stage as u32,
-            microbatch: a.microbatch,
-            direction,
-        };
         let missing = |what: &str| RankError::Schedule(format!("{a} runs before {what}"));
         if !self.stages.contains_key(&s) {
             return Err(RankError::Schedule(format!(
@@ -331,10 +362,9 @@ impl<'a, T: Transport> Worker<'a, T> {
         let t0 = self.now_s();
         let event = match a.kind {
             ActionKind::F => {
-                let input = if s == 0 {
-                    Flow::Tokens(self.shared.data.inputs(step, sequences.clone()))
-                } else {
-                    Flow::Hidden(self.fetch(tag(s, Direction::Activation), s - 1)?)
+                let input = match self.receive(a)? {
+                    Some(x) => Flow::Hidden(x),
+                    None => Flow::Tokens(self.shared.data.inputs(step, sequences.clone())),
                 };
                 let targets =
                     (s == last).then(|| self.shared.data.targets(step, sequences.clone()));
@@ -347,17 +377,13 @@ impl<'a, T: Transport> Worker<'a, T> {
                 self.hold(key, Held::Activations(saved));
                 match out {
                     Flow::Loss(l) => *loss_sum += l,
-                    Flow::Hidden(y) => self.deliver(tag(s + 1, Direction::Activation), y)?,
+                    Flow::Hidden(y) => self.send(a, y)?,
                     Flow::Tokens(_) => return Err(missing("its stage produced tokens")),
                 }
                 (start_s, self.now_s())
             }
             ActionKind::B | ActionKind::I => {
-                let d_out = if s == last {
-                    None
-                } else {
-                    Some(self.fetch(tag(s, Direction::Gradient), s + 1)?)
-                };
+                let d_out = self.receive(a)?;
                 let start_s = self.now_s();
                 let saved = match self.release(key) {
                     Some(Held::Activations(saved)) => saved,
@@ -374,8 +400,8 @@ impl<'a, T: Transport> Worker<'a, T> {
                 } else {
                     self.hold(key, Held::ForWeights(ws));
                 }
-                if let (Some(dx), true) = (dx, s > 0) {
-                    self.deliver(tag(s - 1, Direction::Gradient), dx)?;
+                if let Some(dx) = dx {
+                    self.send(a, dx)?;
                 }
                 (start_s, self.now_s())
             }
@@ -434,6 +460,15 @@ impl<'a, T: Transport> Worker<'a, T> {
             message,
         };
         Err((e, secondary))
+    }
+}
+
+/// How a result travels between ranks: a forward's as an activation, a backward's as a
+/// gradient.
+fn direction(output: Output) -> Direction {
+    match output {
+        Output::Forward => Direction::Activation,
+        Output::Backward => Direction::Gradient,
     }
 }
 

@@ -21,6 +21,7 @@
 
 pub mod ascii;
 pub mod checker;
+pub mod deps;
 pub mod generators;
 pub mod ir;
 pub mod simulator;
