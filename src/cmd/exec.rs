@@ -285,7 +285,7 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
         Some(s) => model.with_seq_length(s).context("--seq-len")?,
         None => model,
     };
-    let schedule = generate(&spec).context("--schedule")?;
+    let schedule = generate(&spec)?;
     let mut cfg = ExecConfig::new(&model, schedule, dp, mbs, split)?;
     cfg.steps = args.steps;
     cfg.seed = args.seed;
