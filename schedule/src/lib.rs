@@ -23,6 +23,7 @@ pub mod ascii;
 pub mod checker;
 pub mod deps;
 pub mod generators;
+pub mod inflight;
 pub mod ir;
 pub mod simulator;
 pub mod split;

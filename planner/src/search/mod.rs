@@ -16,7 +16,6 @@
 mod errors;
 mod evaluator;
 pub mod explain;
-pub mod inflight;
 mod memo;
 mod partial;
 mod refine;
@@ -245,9 +244,11 @@ pub fn search(
             let (kind, pp, v, m) = shape;
             // generated schedules by their (truncated) length: many m truncate to the same one
             let generate = |len: u64| {
-                generated.get_or((kind, pp, v, len), || inflight::generated(kind, pp, v, len))
+                generated.get_or((kind, pp, v, len), || {
+                    kind.generated_peak_inflight(pp, v, len)
+                })
             };
-            inflight::peak_inflight_with(kind, pp, v, m, &generate)
+            kind.peak_inflight_with(pp, v, m, &generate)
         })
     };
 
