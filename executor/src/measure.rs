@@ -10,7 +10,7 @@ use autopp_schedule::ActionKind;
 use serde::Serialize;
 
 use crate::config::ExecConfig;
-use crate::run::RankTrace;
+use crate::record::RankTrace;
 
 /// Measured per-action times, the simulator's inputs for a prediction of the run.
 #[derive(Debug, Clone, PartialEq, Serialize)]

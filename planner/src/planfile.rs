@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{ParallelConfig, PlanError};
 use crate::estimate::Estimate;
 use crate::plan::{Plan, Predicted, FORMAT_VERSION};
+use crate::schedule::PipelinePlan;
 
 /// Settings a plan was evaluated under that are not part of the plan itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,6 +155,18 @@ impl PlanFile {
             memory_reserve_bytes: self.settings.memory_reserve_bytes,
             flash_attention: self.settings.flash_attention,
             runtime: self.settings.runtime,
+        })
+    }
+
+    /// What the plan says about the pipeline: its schedule, data-parallel degree, micro-batch
+    /// size and exact split.
+    pub fn pipeline(&self) -> Result<PipelinePlan, PlanError> {
+        let c = self.config()?;
+        Ok(PipelinePlan {
+            spec: crate::estimate::schedule_spec(&c),
+            dp: c.dp as usize,
+            micro_batch_size: c.micro_batch_size as usize,
+            split: c.split,
         })
     }
 }

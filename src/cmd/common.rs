@@ -1,6 +1,7 @@
 //! Arguments and helpers shared by subcommands: the cluster flags, model loading, formatting.
 
 use anyhow::{Context, Result};
+use autopp_executor::ExecError;
 use autopp_hardware::{hardware, Cluster};
 use autopp_models::Model;
 use autopp_planner::PlanError;
@@ -160,7 +161,11 @@ fn field_of(e: &(dyn std::error::Error + 'static)) -> Option<SpecField> {
         Some(PlanError::ScheduleSpec(s)) => return Some(s.field()),
         _ => {}
     }
-    None
+    match e.downcast_ref::<ExecError>() {
+        Some(ExecError::Split(s)) => Some(s.field()),
+        Some(ExecError::ScheduleSpec(s)) => Some(s.field()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
