@@ -78,18 +78,9 @@ pub(crate) mod tests {
     #[cfg(feature = "cuda")]
     use crate::config::ExecConfig;
     #[cfg(feature = "cuda")]
-    use autopp_schedule::{generate, ScheduleKind, ScheduleSpec};
-
-    /// tiny-gpt at 8 tokens under `kind` on `pp` ranks, `v` stages per rank, `dp` replicas.
+    use crate::topology::tests::cfg;
     #[cfg(feature = "cuda")]
-    pub(crate) fn cfg(kind: ScheduleKind, pp: usize, v: usize, dp: usize) -> ExecConfig {
-        let model = autopp_models::load("tiny-gpt")
-            .unwrap()
-            .with_seq_length(8)
-            .unwrap();
-        let spec = ScheduleSpec::new(kind, pp, 4).with_virtual_stages(v);
-        ExecConfig::new(&model, generate(&spec).unwrap(), dp, 1, None).unwrap()
-    }
+    use autopp_schedule::ScheduleKind;
 
     /// `cfg` trained on the GPU passes `--check` against CPU single-worker training.
     #[cfg(feature = "cuda")]

@@ -57,7 +57,8 @@ pub fn run_nccl(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::tests::{cfg, passes_the_check};
+    use crate::backend::tests::passes_the_check;
+    use crate::topology::tests::cfg;
     use autopp_schedule::ScheduleKind;
 
     /// With two GPUs, a 2-rank run over NCCL matches CPU training; with fewer, the refusal

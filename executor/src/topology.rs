@@ -94,11 +94,13 @@ pub fn data_parallel_groups(cfg: &ExecConfig) -> Vec<Vec<usize>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use autopp_schedule::{generate, ScheduleKind, ScheduleSpec};
 
-    fn cfg(kind: ScheduleKind, pp: usize, v: usize, dp: usize) -> ExecConfig {
+    /// tiny-gpt at 8 tokens under `kind` on `pp` ranks, `v` stages per rank, `dp` replicas,
+    /// 4 micro-batches of 1 sequence.
+    pub(crate) fn cfg(kind: ScheduleKind, pp: usize, v: usize, dp: usize) -> ExecConfig {
         let model = autopp_models::load("tiny-gpt")
             .unwrap()
             .with_seq_length(8)
