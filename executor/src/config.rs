@@ -136,8 +136,9 @@ pub struct ExecConfig {
 impl ExecConfig {
     /// A checked configuration: `model` must be a transformer the executor implements
     /// (LayerNorm, multi-head attention, plain GeLU MLP, untied LM head, no dropout) and at
-    /// most [`MAX_PARAMS`](crate::MAX_PARAMS) parameters; `schedule` must pass the checker; `split` (default:
-    /// Megatron's even split) must give each stage at least one layer-list entry.
+    /// most [`MAX_PARAMS`](crate::MAX_PARAMS) parameters; `schedule` must pass the checker;
+    /// `split` (default: Megatron's even split) must give each stage at least one layer-list
+    /// entry.
     pub fn new(
         model: &Model,
         schedule: Schedule,
