@@ -5,7 +5,7 @@ use autopp_models::{ModelError, Recompute};
 use serde::{Deserialize, Serialize};
 
 use crate::degrees::Degrees;
-use crate::schedule::{ScheduleKind, SplitError};
+use crate::schedule::{ScheduleError, ScheduleKind, SplitError};
 
 /// Default headroom kept free per GPU, in bytes (1 GiB), on top of the modelled CUDA context,
 /// NCCL, framework buffers and allocator fragmentation (`memory::CONTEXT_BYTES`,
@@ -238,7 +238,11 @@ pub enum PlanError {
     /// The layer split cannot be made or used ([`SplitError::field`] names the input).
     #[error(transparent)]
     Split(#[from] SplitError),
-    /// The schedule cannot be generated for these inputs.
+    /// The schedule cannot be generated for these inputs ([`ScheduleError::field`] names the
+    /// input).
+    #[error(transparent)]
+    ScheduleSpec(#[from] ScheduleError),
+    /// The schedule could not be simulated, or an internal inconsistency.
     #[error("--schedule: {0}")]
     Schedule(String),
     /// No configuration fits in memory; the message says what the leanest one needs.

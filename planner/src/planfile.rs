@@ -9,6 +9,7 @@ use crate::config::{EvalSettings, ParallelConfig, PlanError, Runtime};
 use crate::estimate::Estimate;
 use crate::framework::Framework;
 use crate::plan::{Plan, Predicted, FORMAT_VERSION};
+use crate::schedule::PipelinePlan;
 
 /// Settings a plan was evaluated under that are not part of the plan itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -159,5 +160,17 @@ impl PlanFile {
                 .with_split(Some(p.split()?))
                 .with_settings(self.settings.evaluation),
         )
+    }
+
+    /// What the plan says about the pipeline: its schedule, data-parallel degree, micro-batch
+    /// size and exact split.
+    pub fn pipeline(&self) -> Result<PipelinePlan, PlanError> {
+        let c = self.config()?;
+        Ok(PipelinePlan {
+            spec: crate::estimate::schedule_spec(&c),
+            dp: c.degrees.dp as usize,
+            micro_batch_size: c.micro_batch_size as usize,
+            split: c.split,
+        })
     }
 }

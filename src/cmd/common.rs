@@ -1,10 +1,11 @@
 //! Arguments and helpers shared by subcommands: the cluster flags, model loading, formatting.
 
 use anyhow::{Context, Result};
+use autopp_executor::ExecError;
 use autopp_hardware::{hardware, Cluster};
 use autopp_models::Model;
 use autopp_planner::PlanError;
-use autopp_schedule::{SpecField, SplitError};
+use autopp_schedule::{ScheduleError, SpecField, SplitError};
 use clap::Args;
 
 /// The cluster flags shared by `estimate` and `plan`.
@@ -127,20 +128,33 @@ pub fn flag_of(field: SpecField) -> &'static str {
 pub fn error_line(e: &anyhow::Error) -> String {
     let parts: Vec<String> = e
         .chain()
-        .map(|c| {
-            let split = c
-                .downcast_ref::<SplitError>()
-                .or(match c.downcast_ref::<PlanError>() {
-                    Some(PlanError::Split(s)) => Some(s),
-                    _ => None,
-                });
-            match split {
-                Some(s) => format!("{}: {s}", flag_of(s.field())),
-                None => c.to_string(),
-            }
+        .map(|c| match field_of(c) {
+            Some(field) => format!("{}: {c}", flag_of(field)),
+            None => c.to_string(),
         })
         .collect();
     parts.join(": ").replace('\n', " ")
+}
+
+/// The schedule or split input a library error is about, if it is one of those (directly, or
+/// wrapped by the planner or the executor).
+fn field_of(e: &(dyn std::error::Error + 'static)) -> Option<SpecField> {
+    if let Some(s) = e.downcast_ref::<SplitError>() {
+        return Some(s.field());
+    }
+    if let Some(s) = e.downcast_ref::<ScheduleError>() {
+        return Some(s.field());
+    }
+    match e.downcast_ref::<PlanError>() {
+        Some(PlanError::Split(s)) => return Some(s.field()),
+        Some(PlanError::ScheduleSpec(s)) => return Some(s.field()),
+        _ => {}
+    }
+    match e.downcast_ref::<ExecError>() {
+        Some(ExecError::Split(s)) => Some(s.field()),
+        Some(ExecError::ScheduleSpec(s)) => Some(s.field()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -205,14 +205,19 @@ pub fn evaluate_layers_with(
 /// The schedule a configuration runs: its kind, pipeline ranks, stages per rank and
 /// micro-batches.
 pub fn schedule_for(c: &ParallelConfig) -> Result<Schedule, PlanError> {
-    schedule::generate(&ScheduleSpec {
+    Ok(schedule::generate(&schedule_spec(c))?)
+}
+
+/// What `c` asks of the schedule generator: its kind, ranks, stages per rank, micro-batches
+/// and group size.
+pub fn schedule_spec(c: &ParallelConfig) -> ScheduleSpec {
+    ScheduleSpec {
         kind: c.schedule,
         pp: c.degrees.pp as usize,
         virtual_stages: c.degrees.virtual_stages as usize,
         num_microbatches: c.num_microbatches() as usize,
         group_size: c.group_size.map(|g| g as usize),
-    })
-    .map_err(|e| PlanError::Schedule(e.to_string()))
+    }
 }
 
 /// [`evaluate_layers_with`] given the configuration's schedule, [`schedule_for`]`(c)`, and the

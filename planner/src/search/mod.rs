@@ -20,7 +20,6 @@
 mod errors;
 mod evaluator;
 pub mod explain;
-pub mod inflight;
 mod memo;
 mod partial;
 mod phases;

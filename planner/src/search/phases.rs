@@ -14,7 +14,7 @@ use super::memo::Memo;
 use super::score::{lower_bound_s, solve_partial};
 use super::table::{group_of, layer_tables, GroupKey, LayerTable};
 use super::{
-    inflight, key_of, rank_cmp, refine, scan, shape_of, space, time_of, Key, Scored, SearchOptions,
+    key_of, rank_cmp, refine, scan, shape_of, space, time_of, Key, Scored, SearchOptions,
     GIVE_UP_FACTOR, PARTIAL_SOLVED, PARTIAL_SOLVED_MAX_PP, PER_KIND, SECOND_TIER, UNFIT_TRIED,
 };
 use crate::config::PlanError;
@@ -88,10 +88,11 @@ impl<'a> Search<'a> {
             let (kind, pp, v, m) = shape;
             // generated schedules by their (truncated) length: many m truncate to the same one
             let generate = |len: u64| {
-                self.generated
-                    .get_or((kind, pp, v, len), || inflight::generated(kind, pp, v, len))
+                self.generated.get_or((kind, pp, v, len), || {
+                    kind.generated_peak_inflight(pp, v, len)
+                })
             };
-            inflight::peak_inflight_with(kind, pp, v, m, &generate)
+            kind.peak_inflight_with(pp, v, m, &generate)
         })
     }
 

@@ -186,29 +186,12 @@ fn push_schedules(
         if fixed.schedule.is_some_and(|s| s != schedule) {
             continue;
         }
-        let vs: Vec<u64> = match schedule {
-            ScheduleKind::Gpipe | ScheduleKind::OneFOneB => vec![1],
-            // interleaving needs pp ≥ 2, v ≥ 2 and m a multiple of the group size (pp)
-            ScheduleKind::Interleaved1F1B => (2..=limits.max_virtual_stages)
-                .filter(|&v| pp >= 2 && pp * v <= body_layers && m.is_multiple_of(pp) && m >= pp)
-                .collect(),
-            ScheduleKind::LoopedBfs => (2..=limits.max_virtual_stages)
-                .filter(|&v| pp >= 2 && pp * v <= body_layers)
-                .collect(),
-            // split-backward schedules (see `schedule::generate` for their input rules)
-            ScheduleKind::ZbH1 | ScheduleKind::ZbH2 if pp >= 2 => vec![1],
-            ScheduleKind::ZbV if pp >= 2 && 2 * pp <= body_layers => vec![2],
-            ScheduleKind::DualPipeV if pp >= 2 && 2 * pp <= body_layers && m >= 2 * pp => {
-                vec![2]
-            }
-            ScheduleKind::InterleavedZb => (2..=limits.max_virtual_stages)
-                .filter(|&v| pp >= 2 && pp * v <= body_layers && m.is_multiple_of(pp))
-                .collect(),
-            ScheduleKind::ZbH1
-            | ScheduleKind::ZbH2
-            | ScheduleKind::ZbV
-            | ScheduleKind::DualPipeV => Vec::new(),
-        };
+        // the kind's own rules (see `ScheduleKind::virtual_stage_options`); v stages per rank
+        // need pp · v body layers to spread over
+        let vs = schedule
+            .virtual_stage_options(pp, m, limits.max_virtual_stages)
+            .into_iter()
+            .filter(|&v| v == 1 || pp * v <= body_layers);
         for v in vs {
             if fixed.degrees.virtual_stages.is_some_and(|f| f != v) {
                 continue;
