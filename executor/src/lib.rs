@@ -46,6 +46,7 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod stage;
+mod summary;
 pub mod topology;
 pub mod trace;
 mod worker;

@@ -40,7 +40,8 @@ pub use ir::{
 };
 pub use pipeline::PipelinePlan;
 pub use simulator::{
-    simulate, simulate_metrics, SimCosts, SimError, SimMetrics, SimResult, StageCosts, TimedStep,
+    simulate, simulate_metrics, CostsError, SimCosts, SimError, SimMetrics, SimResult, StageCosts,
+    TimedStep, UniformCosts,
 };
 pub use split::{check_split, default_split, stage_ranges, SplitError};
 

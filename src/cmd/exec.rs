@@ -12,7 +12,6 @@ use autopp_models::{Model, Recompute};
 use autopp_planner::PlanFile;
 use autopp_schedule::{PipelinePlan, ScheduleKind, ScheduleSpec};
 use clap::Args;
-use serde_json::json;
 
 use super::common::{load_model, secs, write_atomic};
 
@@ -324,9 +323,9 @@ pub fn run_exec(args: &ExecArgs) -> Result<()> {
         let text = serde_json::to_string(&trace::chrome_trace(&report))?;
         write_atomic(path, text.as_bytes()).context("--trace")?;
     }
-    let flops = model_flops_per_s(&cfg, &report);
+    let flops = report.model_flops_per_s(&cfg);
     if args.json {
-        let out = json_report(&cfg, &report, flops, checked.as_ref(), gpu.as_deref());
+        let out = report.to_json(&cfg, checked.as_ref(), gpu.as_deref());
         println!("{}", serde_json::to_string(&out)?);
     } else {
         let c = checked.as_ref();
@@ -374,58 +373,6 @@ fn train(args: &ExecArgs, cfg: &ExecConfig) -> Result<Option<(ExecReport, Vec<St
         b.finish_and_clear();
     }
     Ok(Some((report, lines)))
-}
-
-/// What `--json` prints.
-fn json_report(
-    cfg: &ExecConfig,
-    report: &ExecReport,
-    flops: f64,
-    checked: Option<&check::CheckReport>,
-    gpu: Option<&str>,
-) -> serde_json::Value {
-    let mut out = json!({
-        "model": cfg.model.name,
-        "schedule": cfg.schedule.kind,
-        "pp": cfg.pp(),
-        "dp": cfg.dp,
-        "virtual_stages": cfg.schedule.virtual_stages,
-        "num_microbatches": cfg.num_microbatches(),
-        "micro_batch_size": cfg.micro_batch_size,
-        "seq_len": cfg.seq_len(),
-        "global_batch_size": cfg.global_batch_size(),
-        "split": cfg.split,
-        "backend": cfg.backend,
-        "gpu": gpu,
-        "losses": report.losses,
-        "step_time_s": report.step_time_s,
-        "iteration_time_s": report.iteration_time_s,
-        "predicted_iteration_time_s": report.predicted_iteration_time_s,
-        "measured_action_times_s": report.measured,
-        "model_flops_per_s": flops,
-        "bubble_fraction": report.bubble_fraction,
-        "predicted_bubble_fraction": report.predicted_bubble_fraction,
-        "peak_activation_bytes": report.peak_activation_bytes,
-        "predicted_peak_activation_bytes": report.predicted_peak_activation_bytes,
-    });
-    if let Some(c) = checked {
-        out["check"] = json!({
-            "max_rel_err": c.max_rel_err,
-            "passed": c.passed,
-            "worst": c.worst,
-            "tolerance": c.tolerance,
-            "reference_losses": c.reference_losses,
-        });
-    }
-    out
-}
-
-/// Model FLOPs per second over all ranks at the median iteration time.
-fn model_flops_per_s(cfg: &ExecConfig, r: &ExecReport) -> f64 {
-    let per_sequence = Model::Transformer(cfg.model.clone())
-        .model_flops_per_sequence()
-        .unwrap_or(0.0);
-    per_sequence * cfg.global_batch_size() as f64 / r.iteration_time_s.max(1e-12)
 }
 
 fn mib(bytes: u64) -> String {

@@ -14,6 +14,9 @@
 use serde::Serialize;
 
 mod engine;
+mod uniform;
+
+pub use uniform::{CostsError, UniformCosts};
 
 use super::ir::{Schedule, Step};
 use engine::Engine;
