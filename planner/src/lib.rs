@@ -14,6 +14,7 @@ pub mod bands;
 pub mod config;
 pub mod estimate;
 pub mod framework;
+pub mod launch;
 pub mod layout;
 pub mod memory;
 pub mod plan;
