@@ -386,7 +386,7 @@ def check_deepspeed(case, plan_file, launch, files):
     same("(batch, micro, accumulation)",
          (ds.train_batch_size, ds.train_micro_batch_size_per_gpu, ds.gradient_accumulation_steps),
          (plan["global_batch_size"], plan["micro_batch_size"], plan["num_microbatches"]))
-    if plan["pp"] > 1 and ds.zero_optimization_stage >= 2:  # PipelineEngine's assertion
+    if ds.zero_optimization_stage >= 2:  # PipelineEngine's assertion
         raise AssertionError("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism")
     same("ZeRO stage", ds.zero_optimization_stage, plan["zero_stage"])
     same("precision", "bf16" if ds.bfloat16_config.enabled else "fp16" if ds.float16_config.enabled

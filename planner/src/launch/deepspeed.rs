@@ -92,7 +92,8 @@ fn check(view: &PlanView) -> Result<(), Refusal> {
     if !one_stage_1f1b {
         return Err(Refusal::Schedule(FW, view.schedule));
     }
-    if view.pp > 1 && view.zero_stage > 1 {
+    // the launch always builds a PipelineModule, whose engine asserts ZeRO < 2
+    if view.zero_stage > 1 {
         return Err(Refusal::ZeroStage(FW, view.zero_stage));
     }
     if view.cp > 1 {
@@ -210,9 +211,7 @@ fn config(view: &PlanView, interval: u64) -> String {
         // gradients accumulated and reduced in fp32 (DeepSpeed's BF16_Optimizer under bf16)
         c["data_types"] = json!({"grad_accum_dtype": "fp32"});
     }
-    if view.pp > 1 {
-        c["pipeline"] = json!({"activation_checkpoint_interval": interval});
-    }
+    c["pipeline"] = json!({"activation_checkpoint_interval": interval});
     let mut text = serde_json::to_string_pretty(&c).unwrap_or_default();
     text.push('\n');
     text

@@ -209,29 +209,30 @@ fn check(view: &PlanView) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// PyTorch's own rules on micro-batches (`torch.distributed.pipelining.schedules`).
+/// PyTorch's interleaved schedules run `max(1, m // pp)` rounds of `m / rounds` micro-batches
+/// (`torch.distributed.pipelining.schedules`); the plan must group them the same way. (Its
+/// DualPipeV needs `m ≥ 2·pp`, which autopp's generator asks too.)
 fn check_microbatches(view: &PlanView) -> Result<(), Refusal> {
     let (pp, m) = (view.pp, view.num_microbatches);
-    match view.schedule {
-        ScheduleKind::Interleaved1F1B | ScheduleKind::InterleavedZb => {
-            let rounds = (m / pp).max(1);
-            if !m.is_multiple_of(rounds) {
-                return Err(Refusal::Microbatches(
-                    FW,
-                    format!("PyTorch's {} needs the micro-batches ({m}) to be a multiple of its rounds, max(1, m // pp) = {rounds}", name(view.schedule).unwrap_or_default()),
-                ));
-            }
-        }
-        ScheduleKind::DualPipeV if m < 2 * pp => {
-            return Err(Refusal::Microbatches(
-                FW,
-                format!(
-                    "PyTorch's DualPipeV needs at least as many micro-batches as stages ({}); this plan has {m}",
-                    2 * pp
-                ),
-            ));
-        }
-        _ => {}
+    if !matches!(
+        view.schedule,
+        ScheduleKind::Interleaved1F1B | ScheduleKind::InterleavedZb
+    ) || view.virtual_stages == 1
+    {
+        return Ok(());
+    }
+    let rounds = (m / pp).max(1);
+    let grouped = m.is_multiple_of(rounds).then_some(m / rounds);
+    let planned = view.group_size.or(grouped);
+    if grouped.is_none() || planned != grouped {
+        return Err(Refusal::Microbatches(
+            FW,
+            format!(
+                "PyTorch's {} runs max(1, m // pp) = {rounds} rounds of m / rounds micro-batches, which needs m ({m}) to divide into them and the plan to group its micro-batches so (it groups {})",
+                name(view.schedule).unwrap_or_default(),
+                planned.map_or("none".to_string(), |g| g.to_string())
+            ),
+        ));
     }
     Ok(())
 }
