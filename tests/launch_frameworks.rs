@@ -27,7 +27,7 @@ struct Case {
 /// The plans: every preset family, 8 to 16,384 GPUs, every schedule each framework runs
 /// (`plan --framework X` searches among them, the others pin a configuration).
 const CASES: &[Case] = &[
-    Case { name: "llama3-70b-64-megatron", plan: "llama3-70b --gpus 64 --framework megatron", frameworks: &["megatron"] },
+    Case { name: "llama3-70b-64-megatron", plan: "llama3-70b --gpus 64 --framework megatron", frameworks: &["megatron", "deepspeed"] },
     Case { name: "gpt3-175b-1024-megatron", plan: "gpt3-175b --gpus 1024 --gpu a100-80g --framework megatron", frameworks: &["megatron"] },
     Case { name: "llama3-405b-16384-megatron", plan: "llama3-405b --gpus 16384 --framework megatron", frameworks: &["megatron"] },
     Case { name: "llama3-8b-8-selective", plan: "llama3-8b --gpus 8 --fix tp=2,pp=4,dp=1,virtual_stages=1,micro_batch_size=1,schedule=1f1b,recompute=selective,zero_stage=0,sequence_parallel=true --even-split", frameworks: &["megatron", "torchtitan"] },
@@ -52,6 +52,7 @@ const CASES: &[Case] = &[
     Case { name: "llama3-70b-64-deepspeed", plan: "llama3-70b --gpus 64 --framework deepspeed", frameworks: &["deepspeed", "megatron"] },
     Case { name: "gpt3-175b-1024-deepspeed", plan: "gpt3-175b --gpus 1024 --gpu a100-80g --framework deepspeed --fix tp=8,pp=16,dp=8,schedule=1f1b,zero_stage=1", frameworks: &["deepspeed", "megatron"] },
     Case { name: "llama3-8b-8-fp16-full", plan: "llama3-8b --gpus 8 --precision fp16 --framework deepspeed --fix tp=1,pp=8,dp=1,schedule=1f1b,recompute=full,zero_stage=0", frameworks: &["deepspeed", "megatron"] },
+    Case { name: "mt-nlg-530b-512-deepspeed", plan: "mt-nlg-530b --gpus 512 --framework deepspeed", frameworks: &["deepspeed"] },
     Case { name: "opt-175b-512-deepspeed", plan: "opt-175b --gpus 512 --gpu a100-80g --framework deepspeed", frameworks: &["deepspeed"] },
 ];
 

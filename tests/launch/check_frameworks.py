@@ -375,7 +375,7 @@ def init_deepspeed():
 def check_deepspeed(case, plan_file, launch, files):
     import torch.nn as nn
     from deepspeed.runtime.config import DeepSpeedConfig
-    from deepspeed.runtime.pipe.module import LayerSpec, PipelineModule
+    from deepspeed.runtime.pipe.module import LayerSpec
     from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
     plan = plan_file["plan"]
@@ -399,7 +399,8 @@ def check_deepspeed(case, plan_file, launch, files):
          PipeModelDataParallelTopology(**topo).world_size(), plan["gpus"])
     same("num_stages", kwargs["num_stages"], plan["pp"])
     classes = {n: type(n, (nn.Module,), {}) for n in set(mod.LAYERS)}
-    module = PipelineModule.__new__(PipelineModule)
+    # DeepSpeed's own partitioning ("uniform", "type:"), or the plan's boundaries ("autopp")
+    module = mod.PlannedPipelineModule.__new__(mod.PlannedPipelineModule)
     nn.Module.__init__(module)
     module.num_stages, module.global_rank, module.loss_fn = plan["pp"], 0, None
     module._topo = PipeModelDataParallelTopology(**topo)

@@ -5,7 +5,9 @@
 //! precision and clipping. The stage count and split are `PipelineModule` arguments, set in
 //! code (the JSON's `pipeline.stages` and `pipeline.partition` are never read):
 //! `autopp_pipeline.py` holds them, with `partition_method` chosen so that DeepSpeed's own
-//! partitioning (`deepspeed/runtime/utils.py`, ported below) reproduces the plan's split.
+//! partitioning (`deepspeed/runtime/utils.py`, ported below) reproduces the plan's split; when
+//! none does, the explicit boundaries (`"autopp"`, read by the file's `PipelineModule`
+//! subclass).
 
 use autopp_hardware::Precision;
 use autopp_models::Recompute;
@@ -47,7 +49,7 @@ pub(super) fn emit(view: &PlanView) -> Result<Entry, Refusal> {
         }
     };
     let parts = parts(view);
-    let method = partition_method(view, &parts)?;
+    let method = partition_method(view, &parts);
     let mut notes = vec![format!(
         "the training script builds its PipelineModule from {MODULE_FILE} and calls deepspeed.initialize with --deepspeed_config"
     )];
@@ -112,28 +114,27 @@ fn parts(view: &PlanView) -> Vec<usize> {
     parts
 }
 
-/// The `partition_method` whose partitioning gives `parts`: `uniform` (layer count) or
-/// `type:TransformerLayer` (transformer layers balanced, embedding and head weightless).
-fn partition_method(view: &PlanView, parts: &[usize]) -> Result<&'static str, Refusal> {
+/// The partition method DeepSpeed's own partitioning reproduces `parts` with: `uniform`
+/// (layer count) or `type:TransformerLayer` (transformer layers balanced, embedding and head
+/// weightless); else [`EXPLICIT`], the boundaries themselves.
+fn partition_method(view: &PlanView, parts: &[usize]) -> &'static str {
     let n = view.model.num_layers as usize + 2;
     let stages = view.stages.len();
     if partition_uniform(n, stages) == parts {
-        return Ok("uniform");
+        return "uniform";
     }
     let mut weights = vec![1u64; n];
     weights[0] = 0;
     weights[n - 1] = 0;
     if partition_balanced(&weights, stages) == parts {
-        return Ok(TRANSFORMER_TYPE);
+        return TRANSFORMER_TYPE;
     }
-    let counts: Vec<u64> = view.layer_counts();
-    Err(Refusal::Split(
-        FW,
-        format!(
-            "PipelineModule partitions by layer count, parameters or layer type, and none of them gives this plan's transformer layers per stage {counts:?}; re-plan with --framework deepspeed or --even-split"
-        ),
-    ))
+    EXPLICIT
 }
+
+/// The partition method of `autopp_pipeline.py`'s `PipelineModule` subclass that takes the
+/// plan's boundaries as they are.
+const EXPLICIT: &str = "autopp";
 
 /// DeepSpeed's `partition_uniform(num_items, num_parts)`: the remainder goes to the first
 /// parts; with no more items than parts, one each and then empty parts.
@@ -241,7 +242,8 @@ from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 LAYERS = ["EmbeddingPipe"] + ["TransformerLayerPipe"] * {l} + ["LMHeadPipe"]
 # stage s holds LAYERS[PARTS[s]:PARTS[s + 1]]: the plan's split
 PARTS = [{parts}]
-# PipelineModule's arguments; DeepSpeed's "{method}" partitioning reproduces PARTS
+# PipelineModule's arguments: DeepSpeed's "uniform" or "type:" partitioning when it reproduces
+# PARTS, else "autopp" (PlannedPipelineModule takes PARTS as they are)
 PIPELINE_MODULE_ARGS = {{
     "num_stages": {pp},
     "partition_method": "{method}",
@@ -251,6 +253,17 @@ PIPELINE_MODULE_ARGS = {{
 TOPOLOGY = {{"num_pp": {pp}, "num_mp": {tp}, "num_dp": {dp}}}
 
 
+class PlannedPipelineModule(PipelineModule):
+    """A PipelineModule that also takes partition_method="autopp": the stages are PARTS."""
+
+    def _partition_layers(self, method="uniform"):
+        if method != "autopp":
+            return super()._partition_layers(method=method)
+        self.parts = list(PARTS)
+        stage_id = self._topo.get_coord(self.global_rank).pipe
+        self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])
+
+
 def pipeline_module(layers, **kwargs):
     """The plan's PipelineModule over `layers` (in the order of LAYERS)."""
     args = dict(PIPELINE_MODULE_ARGS)
@@ -258,7 +271,7 @@ def pipeline_module(layers, **kwargs):
         del args["num_stages"]
         args["topology"] = PipeModelDataParallelTopology(**TOPOLOGY)
     args.update(kwargs)
-    return PipelineModule(layers=layers, **args)
+    return PlannedPipelineModule(layers=layers, **args)
 "#,
         model = view.model.name,
         gpus = view.gpus,

@@ -73,8 +73,6 @@ pub enum Refusal {
     ContextParallel(Framework),
     /// A precision the framework does not train in.
     Precision(Framework, Precision),
-    /// A layer split the framework cannot reproduce.
-    Split(Framework, String),
     /// A model the framework has no definition for.
     Model(Framework, String),
     /// Micro-batching or interleaving the framework's schedule rejects.
@@ -117,11 +115,14 @@ impl fmt::Display for Refusal {
             ),
             Refusal::Precision(fw, p) => write!(
                 f,
-                "{} does not train in {p:?} mixed precision (only bf16); re-plan with --precision bf16",
-                name(*fw)
+                "{} does not train in {} mixed precision (only bf16); re-plan with --precision bf16",
+                name(*fw),
+                match p {
+                    Precision::Bf16 => "bf16",
+                    Precision::Fp16 => "fp16",
+                }
             ),
-            Refusal::Split(fw, why)
-            | Refusal::Model(fw, why)
+            Refusal::Model(fw, why)
             | Refusal::Microbatches(fw, why)
             | Refusal::SequenceLength(fw, why) => write!(f, "{}: {why}", name(*fw)),
         }
