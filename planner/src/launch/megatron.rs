@@ -45,6 +45,12 @@ pub(super) fn emit(view: &PlanView) -> Result<Entry, Refusal> {
             "Megatron-LM requires it with tensor (sequence) or context parallelism, so that communication kernels are queued before the compute that overlaps them".to_string(),
         ));
     }
+    if view.model.position_embedding == PositionEmbedding::None && !view.model.gated_mlp {
+        notes.push(format!(
+            "{} has no position parameters; Megatron-LM has no ALiBi, so it runs rotary embeddings (no parameters either)",
+            view.model.name
+        ));
+    }
     notes.push(
         "RUN_ARGS runs the plan on mock data with a null tokenizer of the model's vocabulary, to check speed and memory; replace it with --data-path, --tokenizer-type and --tokenizer-model, --lr and --train-iters for real training".into(),
     );
