@@ -131,6 +131,18 @@ pub(super) fn emit_for(view: &PlanView, era: Era) -> Result<Entry, Refusal> {
         if let Some(csv) = schedule_args(view, &mut args)? {
             files.push((CSV_FILE.to_string(), csv));
         }
+        match era {
+            Era::Release03 => flag(
+                &mut args,
+                "--parallelism.pipeline_parallel_microbatch_size",
+                view.micro_batch_size,
+            ),
+            Era::TokenBatches => flag(
+                &mut args,
+                "--parallelism.num_pp_microbatches",
+                view.num_microbatches,
+            ),
+        }
         args.push("--parallelism.module_fqns_per_model_part".into());
         args.extend(module_fqns(view, era));
         args.push("--training.disable_cuda_graphs".into());
@@ -346,19 +358,18 @@ fn module_fqns(view: &PlanView, era: Era) -> Vec<String> {
 }
 
 /// Batching. With a pipeline, one step's batch per DP rank is split into the plan's
-/// micro-batches; without one, torchtitan accumulates gradients over them.
+/// micro-batches (their size or count is a parallelism flag); without one, torchtitan
+/// accumulates gradients over them.
 fn batch_args(view: &PlanView, era: Era, args: &mut Vec<String>) {
     let seq = view.model.seq_length;
-    let (mbs, m) = (view.micro_batch_size, view.num_microbatches);
+    let mbs = view.micro_batch_size;
     match era {
         Era::Release03 => {
+            let m = view.num_microbatches;
             let local = if view.pp > 1 { m * mbs } else { mbs };
             flag(args, "--training.local_batch_size", local);
             flag(args, "--training.global_batch_size", view.global_batch_size);
             flag(args, "--training.seq_len", seq);
-            if view.pp > 1 {
-                flag(args, "--parallelism.pipeline_parallel_microbatch_size", mbs);
-            }
         }
         Era::TokenBatches => {
             flag(
@@ -372,9 +383,6 @@ fn batch_args(view: &PlanView, era: Era, args: &mut Vec<String>) {
                 view.global_batch_size * seq,
             );
             flag(args, "--training.max_context_length", seq);
-            if view.pp > 1 {
-                flag(args, "--parallelism.num_pp_microbatches", m);
-            }
         }
     }
 }
