@@ -476,6 +476,13 @@ fn plan_emit_writes_the_plan_and_its_launch_files_in_one_step() {
     for name in ["launch.sh", "sbatch.sh"] {
         assert!(out.join(name).exists(), "{name}");
     }
+    // launching the plan.json of a directory into that directory keeps the plan
+    let plan_json = out.join("plan.json");
+    stdout(&["launch", plan_json.to_str().expect("UTF-8"), "--out", out_s]);
+    assert!(
+        plan_json.exists(),
+        "plan.json survives a launch into its directory"
+    );
     let again = stdout(&[
         "launch",
         out.join("plan.json").to_str().expect("UTF-8"),

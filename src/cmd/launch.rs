@@ -96,6 +96,15 @@ fn write_dir(launch: &Launch, dir: &str, plan: Option<String>) -> Result<()> {
     let pid = std::process::id();
     let tmp = parent.join(format!(".{}.tmp{pid}", name.to_string_lossy()));
     let old = parent.join(format!(".{}.old{pid}", name.to_string_lossy()));
+    // a plan.json beside earlier launch files is the plan, not an output: keep it
+    let kept = target.join("plan.json");
+    let plan = match plan {
+        None if kept.is_file() => Some(
+            std::fs::read_to_string(&kept)
+                .with_context(|| format!("--out: cannot read '{}'", kept.display()))?,
+        ),
+        plan => plan,
+    };
     let written = fill(&tmp, launch, plan).and_then(|()| {
         if target.exists() {
             std::fs::rename(&target, &old)?;
