@@ -123,6 +123,10 @@ fn partition_method(view: &PlanView, parts: &[usize]) -> &'static str {
     if partition_uniform(n, stages) == parts {
         return "uniform";
     }
+    // DeepSpeed's dynamic program is O(n²·stages): beyond real models, take the boundaries
+    if n.saturating_mul(n).saturating_mul(stages) > 1 << 32 {
+        return EXPLICIT;
+    }
     let mut weights = vec![1u64; n];
     weights[0] = 0;
     weights[n - 1] = 0;

@@ -375,12 +375,12 @@ fn batch_args(view: &PlanView, era: Era, args: &mut Vec<String>) {
             flag(
                 args,
                 "--training.num_tokens_per_microbatch_per_dp_rank",
-                mbs * seq,
+                mbs.saturating_mul(seq),
             );
             flag(
                 args,
                 "--training.num_tokens_per_train_step",
-                view.global_batch_size * seq,
+                view.global_batch_size.saturating_mul(seq),
             );
             flag(args, "--training.max_context_length", seq);
         }

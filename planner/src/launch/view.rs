@@ -114,46 +114,8 @@ impl PlanView {
         };
         let config = file.config().map_err(|e| invalid("plan", e.to_string()))?;
         let p = &file.plan;
+        check_counts(file, &config)?;
         let num_stages = config.pp.saturating_mul(config.virtual_stages);
-        let degrees = [
-            config.tp,
-            config.pp,
-            config.dp,
-            config.cp,
-            config.virtual_stages,
-        ];
-        if degrees.contains(&0) || p.micro_batch_size == 0 || p.num_microbatches == 0 {
-            return Err(invalid(
-                "plan",
-                "tp, pp, dp, cp, virtual_stages, micro_batch_size and num_microbatches must all be at least 1",
-            ));
-        }
-        let used = degrees[..4].iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-        if used != Some(p.gpus) {
-            return Err(invalid(
-                "plan.gpus",
-                format!(
-                    "{} but tp·pp·dp·cp = {}·{}·{}·{}",
-                    p.gpus, config.tp, config.pp, config.dp, config.cp
-                ),
-            ));
-        }
-        let batch = p
-            .num_microbatches
-            .checked_mul(p.micro_batch_size)
-            .and_then(|x| x.checked_mul(config.dp));
-        if batch != Some(p.global_batch_size) {
-            return Err(invalid(
-                "plan.global_batch_size",
-                format!(
-                    "{} but num_microbatches·micro_batch_size·dp = {}·{}·{}",
-                    p.global_batch_size, p.num_microbatches, p.micro_batch_size, config.dp
-                ),
-            ));
-        }
-        if p.gpus_per_node == 0 {
-            return Err(invalid("plan.gpus_per_node", "must be at least 1"));
-        }
         let split = config.split.clone().unwrap_or_default();
         if split.len() as u64 != num_stages {
             return Err(invalid(
@@ -240,6 +202,55 @@ impl PlanView {
     pub fn is_even(&self) -> bool {
         self.stages.windows(2).all(|w| w[0].layers == w[1].layers)
     }
+}
+
+/// The plan's counts agree: degrees at least 1, GPUs = tp·pp·dp·cp, global batch =
+/// micro-batches · micro-batch size · dp.
+fn check_counts(
+    file: &PlanFile,
+    config: &crate::config::ParallelConfig,
+) -> Result<(), LaunchError> {
+    let p = &file.plan;
+    let degrees = [
+        config.tp,
+        config.pp,
+        config.dp,
+        config.cp,
+        config.virtual_stages,
+    ];
+    if degrees.contains(&0) || p.micro_batch_size == 0 || p.num_microbatches == 0 {
+        return Err(invalid(
+            "plan",
+            "tp, pp, dp, cp, virtual_stages, micro_batch_size and num_microbatches must all be at least 1",
+        ));
+    }
+    let used = degrees[..4].iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+    if used != Some(p.gpus) {
+        return Err(invalid(
+            "plan.gpus",
+            format!(
+                "{} but tp·pp·dp·cp = {}·{}·{}·{}",
+                p.gpus, config.tp, config.pp, config.dp, config.cp
+            ),
+        ));
+    }
+    let batch = p
+        .num_microbatches
+        .checked_mul(p.micro_batch_size)
+        .and_then(|x| x.checked_mul(config.dp));
+    if batch != Some(p.global_batch_size) {
+        return Err(invalid(
+            "plan.global_batch_size",
+            format!(
+                "{} but num_microbatches·micro_batch_size·dp = {}·{}·{}",
+                p.global_batch_size, p.num_microbatches, p.micro_batch_size, config.dp
+            ),
+        ));
+    }
+    if p.gpus_per_node == 0 {
+        return Err(invalid("plan.gpus_per_node", "must be at least 1"));
+    }
+    Ok(())
 }
 
 /// The stages of `split` (layer-list entries per stage, global order) for a transformer with
