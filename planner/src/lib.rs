@@ -16,6 +16,7 @@ pub mod degrees;
 mod describe;
 pub mod estimate;
 pub mod framework;
+pub mod launch;
 pub mod layout;
 pub mod memory;
 pub mod pins;

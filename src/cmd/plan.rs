@@ -19,7 +19,7 @@ use super::estimate;
 /// the layer split, searched jointly, with the reasons and the runner-ups.
 ///
 /// Example: autopp plan gpt3-175b --gpus 1024 --gpu a100-80g --global-batch 1536
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct PlanArgs {
     /// A preset name (see `autopp models`) or a path to a model.json, a Hugging Face
     /// config.json or a layer list.
@@ -82,9 +82,13 @@ pub struct PlanArgs {
     #[arg(long)]
     pub json: bool,
     /// Write the plan file (plan, prediction, model, cluster) here; `estimate --plan` and
-    /// `schedule --plan` read it.
+    /// `schedule --plan` read it. With --emit: a directory for plan.json and the launch files.
     #[arg(long, value_name = "FILE")]
     pub out: Option<String>,
+    /// Also write the launch files for this framework (megatron, torchtitan, deepspeed) into
+    /// the --out directory; the search is made for it unless --framework names another.
+    #[arg(long, value_name = "FRAMEWORK", requires = "out")]
+    pub emit: Option<Framework>,
 }
 
 impl PlanArgs {
@@ -129,6 +133,10 @@ impl PlanArgs {
 
 /// Runs `autopp plan`.
 pub fn run(args: &PlanArgs) -> Result<()> {
+    let args = &PlanArgs {
+        framework: super::launch::plan_framework(args.framework, args.emit),
+        ..args.clone()
+    };
     let mut model = load_model(&args.model)?;
     if let Some(s) = args.seq_len {
         model = model.with_seq_length(s).context("--seq-len")?;
@@ -146,7 +154,10 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let config = search::exact_config(best, &opts);
     if let Some(path) = &args.out {
         let file = PlanFile::new(best, &model, &cluster, &config)?.with_framework(args.framework);
-        write_atomic(path, serde_json::to_string_pretty(&file)?.as_bytes())?;
+        match args.emit {
+            Some(f) => super::launch::write_plan_and_launch(&file, f, path)?,
+            None => write_atomic(path, serde_json::to_string_pretty(&file)?.as_bytes())?,
+        }
     }
     if args.json {
         let alternatives: Vec<_> = result.alternatives.iter().map(|e| &e.result).collect();
