@@ -4,7 +4,7 @@
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::Recompute;
 use autopp_planner::launch::{self, PlanView, TorchtitanEra};
-use autopp_planner::{evaluate, Framework, ParallelConfig, PlanFile, DEFAULT_MEMORY_RESERVE_BYTES};
+use autopp_planner::{evaluate, Degrees, Framework, ParallelConfig, PlanFile};
 use autopp_schedule::ScheduleKind;
 
 /// The plan file of `preset` on `gpus` H100s under `config`.
@@ -19,26 +19,19 @@ fn plan_file(preset: &str, gpus: u64, config: ParallelConfig) -> PlanFile {
 
 /// tp 8 · pp 4 · dp 2 with `schedule` over `v` stages per rank, the given split.
 fn config(schedule: ScheduleKind, v: u64, split: Option<Vec<usize>>) -> ParallelConfig {
-    ParallelConfig {
+    let degrees = Degrees {
         tp: 8,
         pp: 4,
         dp: 2,
         cp: 1,
         virtual_stages: v,
-        micro_batch_size: 1,
-        global_batch_size: 64,
-        schedule,
-        group_size: None,
-        recompute: Recompute::Full,
-        recompute_layers: None,
-        sequence_parallel: true,
-        zero_stage: 1,
-        split,
-        precision: Precision::Bf16,
-        memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
-        flash_attention: true,
-        runtime: Default::default(),
-    }
+    };
+    ParallelConfig::new(degrees, 1, 64)
+        .with_schedule(schedule)
+        .with_recompute(Recompute::Full)
+        .with_sequence_parallel(true)
+        .with_zero_stage(1)
+        .with_split(split)
 }
 
 /// The value after `flag` in `args`.

@@ -115,7 +115,10 @@ impl PlanView {
         let config = file.config().map_err(|e| invalid("plan", e.to_string()))?;
         let p = &file.plan;
         check_counts(file, &config)?;
-        let num_stages = config.pp.saturating_mul(config.virtual_stages);
+        let num_stages = config
+            .degrees
+            .pp
+            .saturating_mul(config.degrees.virtual_stages);
         let split = config.split.clone().unwrap_or_default();
         if split.len() as u64 != num_stages {
             return Err(invalid(
@@ -126,7 +129,12 @@ impl PlanView {
                 ),
             ));
         }
-        let stages = stages(&model, &split, config.schedule.placement(), config.pp)?;
+        let stages = stages(
+            &model,
+            &split,
+            config.schedule.placement(),
+            config.degrees.pp,
+        )?;
         check_ranks(file, &stages)?;
         let recompute = match &config.recompute_layers {
             None => RecomputePlan::Uniform(config.recompute),
@@ -137,10 +145,10 @@ impl PlanView {
         let stages = with_recompute(stages, config.recompute_layers.as_deref())?;
         let spec = ScheduleSpec::new(
             config.schedule,
-            config.pp as usize,
+            config.degrees.pp as usize,
             p.num_microbatches as usize,
         )
-        .with_virtual_stages(config.virtual_stages as usize);
+        .with_virtual_stages(config.degrees.virtual_stages as usize);
         let spec = match config.group_size {
             Some(g) => spec.with_group_size(g as usize),
             None => spec,
@@ -153,11 +161,11 @@ impl PlanView {
             gpus: p.gpus,
             gpus_per_node: p.gpus_per_node,
             gpu: p.gpu.clone(),
-            tp: config.tp,
-            pp: config.pp,
-            dp: config.dp,
-            cp: config.cp,
-            virtual_stages: config.virtual_stages,
+            tp: config.degrees.tp,
+            pp: config.degrees.pp,
+            dp: config.degrees.dp,
+            cp: config.degrees.cp,
+            virtual_stages: config.degrees.virtual_stages,
             micro_batch_size: p.micro_batch_size,
             num_microbatches: p.num_microbatches,
             global_batch_size: p.global_batch_size,
@@ -167,9 +175,9 @@ impl PlanView {
             sequence_parallel: config.sequence_parallel,
             zero_stage: config.zero_stage,
             stages,
-            precision: config.precision,
-            flash_attention: config.flash_attention,
-            runtime: config.runtime,
+            precision: config.settings.precision,
+            flash_attention: config.settings.flash_attention,
+            runtime: config.settings.runtime,
             made_for: file.settings.framework,
         })
     }
@@ -212,11 +220,11 @@ fn check_counts(
 ) -> Result<(), LaunchError> {
     let p = &file.plan;
     let degrees = [
-        config.tp,
-        config.pp,
-        config.dp,
-        config.cp,
-        config.virtual_stages,
+        config.degrees.tp,
+        config.degrees.pp,
+        config.degrees.dp,
+        config.degrees.cp,
+        config.degrees.virtual_stages,
     ];
     if degrees.contains(&0) || p.micro_batch_size == 0 || p.num_microbatches == 0 {
         return Err(invalid(
@@ -230,20 +238,20 @@ fn check_counts(
             "plan.gpus",
             format!(
                 "{} but tp·pp·dp·cp = {}·{}·{}·{}",
-                p.gpus, config.tp, config.pp, config.dp, config.cp
+                p.gpus, config.degrees.tp, config.degrees.pp, config.degrees.dp, config.degrees.cp
             ),
         ));
     }
     let batch = p
         .num_microbatches
         .checked_mul(p.micro_batch_size)
-        .and_then(|x| x.checked_mul(config.dp));
+        .and_then(|x| x.checked_mul(config.degrees.dp));
     if batch != Some(p.global_batch_size) {
         return Err(invalid(
             "plan.global_batch_size",
             format!(
                 "{} but num_microbatches·micro_batch_size·dp = {}·{}·{}",
-                p.global_batch_size, p.num_microbatches, p.micro_batch_size, config.dp
+                p.global_batch_size, p.num_microbatches, p.micro_batch_size, config.degrees.dp
             ),
         ));
     }
