@@ -2,10 +2,8 @@
 
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::load;
-use autopp_planner::search::{search, Fixed, SearchOptions, SpaceLimits};
+use autopp_planner::search::{search, SearchOptions};
 use autopp_planner::Framework;
-use autopp_planner::DEFAULT_MEMORY_RESERVE_BYTES;
-use autopp_schedule::ScheduleKind;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 /// The binary's allocator (see `src/main.rs`), so the bench measures what `autopp plan` runs.
@@ -16,25 +14,8 @@ fn case(c: &mut Criterion, name: &str, model: &str, gpu: &str, gpus: u64, batch:
     let model = load(model).expect("preset");
     let cluster = Cluster::new(hardware::gpu(gpu).expect("gpu"), gpus, 8, None).expect("cluster");
     let profile = AnalyticProfile::new(cluster, Precision::Bf16).expect("profile");
-    let opts = SearchOptions {
-        global_batch_size: batch.or(model.default_global_batch()).expect("batch"),
-        limits: SpaceLimits {
-            max_tp: 8,
-            gpus_per_node: 8,
-            max_micro_batch_size: 16,
-            max_virtual_stages: 8,
-            schedules: ScheduleKind::ALL.to_vec(),
-            framework: Framework::Any,
-        },
-        fixed: Fixed::default(),
-        top_k: 5,
-        precision: Precision::Bf16,
-        memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
-        flash_attention: true,
-        even_split_only: false,
-        runtime: Default::default(),
-        ilp_solver: autopp_planner::search::IlpSolver::of_build(),
-    };
+    let global_batch = batch.or(model.default_global_batch()).expect("batch");
+    let opts = SearchOptions::new(Framework::Any, global_batch, 8);
     c.bench_function(name, |b| {
         b.iter(|| search(&model, &profile, &opts, &|_, _| {}).expect("a plan"))
     });

@@ -26,6 +26,8 @@ struct Cli {
 enum Command {
     /// Find the fastest plan that fits, explain it, and list the alternatives.
     Plan(cmd::plan::PlanArgs),
+    /// Write a plan's launch files for Megatron-LM, torchtitan or DeepSpeed.
+    Launch(cmd::launch::LaunchArgs),
     /// Predict time and memory of one parallel configuration.
     Estimate(cmd::estimate::EstimateArgs),
     /// Generate, check, simulate and draw a pipeline schedule.
@@ -83,6 +85,7 @@ fn main() {
     };
     let result = match &cli.command {
         Command::Plan(args) => cmd::plan::run(args),
+        Command::Launch(args) => cmd::launch::run(args),
         Command::Estimate(args) => cmd::estimate::run(args),
         Command::Schedule(args) => cmd::schedule::run(args),
         Command::Validate(args) => cmd::validate::run(args),

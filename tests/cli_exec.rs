@@ -153,7 +153,10 @@ fn impossible_requests_fail_with_one_line() {
     };
     run(with("gpt3-175b", &[]), "exec does not implement");
     run(with("llama3-8b", &[]), "exec does not implement");
-    run(with("tiny-gpt", &["--virtual", "2"]), "--virtual must be 1");
+    run(
+        with("tiny-gpt", &["--virtual", "2"]),
+        "error: --virtual: 1f1b places one stage on each rank, so virtual_stages must be 1",
+    );
     run(with("tiny-gpt", &["--split", "3,3"]), "--split");
     run(with("tiny-gpt", &["--seq-len", "0"]), "--seq-len");
     run(with("tiny-gpt", &["--steps", "0"]), "--steps");

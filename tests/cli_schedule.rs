@@ -295,18 +295,18 @@ fn bad_input_names_the_flag() {
     let with = |extra: &[&'static str]| -> Vec<&'static str> {
         base.iter().copied().chain(extra.iter().copied()).collect()
     };
-    fails_with(&with(&["--virtual", "2"]), "--virtual");
-    fails_with(&with(&["--group-size", "4"]), "--group-size");
+    fails_with(&with(&["--virtual", "2"]), "error: --virtual: ");
+    fails_with(&with(&["--group-size", "4"]), "error: --group-size: ");
     fails_with(&with(&["--costs", "X=1"]), "--costs");
     fails_with(&with(&["--costs", "F=-1"]), "--costs");
     fails_with(&with(&["--comm=-1"]), "--comm");
     fails_with(
         &["schedule", "gpipe", "--pp", "0", "--microbatches", "8"],
-        "--pp",
+        "error: --pp: pp must be at least 1",
     );
     fails_with(
         &["schedule", "looped-bfs", "--pp", "2", "--microbatches", "0"],
-        "--microbatches",
+        "error: --microbatches: num_microbatches must be at least 1",
     );
     fails_with(
         &[
@@ -321,7 +321,7 @@ fn bad_input_names_the_flag() {
             "--group-size",
             "3",
         ],
-        "--group-size",
+        "error: --group-size: ",
     );
     // An unknown schedule is a usage error listing the valid names.
     let out = autopp(&["schedule", "zb-h9", "--pp", "4", "--microbatches", "8"]);
@@ -377,11 +377,11 @@ fn zero_bubble_kinds_run_with_their_default_virtual_stages() {
             "--virtual",
             "3",
         ],
-        "--virtual must be 2",
+        "error: --virtual: zb-v places exactly two stages",
     );
     fails_with(
         &["schedule", "dualpipe-v", "--pp", "4", "--microbatches", "7"],
-        "--microbatches",
+        "error: --microbatches: ",
     );
     fails_with(
         &[
@@ -392,11 +392,11 @@ fn zero_bubble_kinds_run_with_their_default_virtual_stages() {
             "--microbatches",
             "8",
         ],
-        "--virtual",
+        "error: --virtual: ",
     );
     fails_with(
         &["schedule", "zb-h1", "--pp", "1", "--microbatches", "8"],
-        "--pp",
+        "error: --pp: ",
     );
 }
 

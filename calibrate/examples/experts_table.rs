@@ -22,10 +22,10 @@ fn main() {
                     let p = &e.result.plan;
                     format!(
                         "tp {} · pp {} · dp {}, v {}, mbs {}, {}, recompute {}",
-                        p.tp,
-                        p.pp,
-                        p.dp,
-                        p.virtual_stages,
+                        p.degrees.tp,
+                        p.degrees.pp,
+                        p.degrees.dp,
+                        p.degrees.virtual_stages,
                         p.micro_batch_size,
                         p.schedule,
                         p.recompute

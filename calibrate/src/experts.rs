@@ -9,8 +9,7 @@ use crate::mapping::{map_row, Case};
 use crate::rows::PublishedRow;
 use autopp_planner::config::{ParallelConfig, PlanError};
 use autopp_planner::estimate::{evaluate, Estimate};
-use autopp_planner::schedule::ScheduleKind;
-use autopp_planner::search::{search, Fixed, SearchOptions, SpaceLimits};
+use autopp_planner::search::{search, SearchOptions};
 
 /// One published run against the plan.
 #[derive(Debug, Clone)]
@@ -39,28 +38,16 @@ pub fn compare(row: &PublishedRow) -> Result<Comparison, String> {
         return Err(String::from("not an end-to-end training row"));
     };
     let c: &ParallelConfig = &case.config;
-    let profile =
-        AnalyticProfile::new(case.cluster.clone(), c.precision).map_err(|e| e.to_string())?;
+    let profile = AnalyticProfile::new(case.cluster.clone(), c.settings.precision)
+        .map_err(|e| e.to_string())?;
     let published = evaluate(&case.model, &profile, c).map_err(|e: PlanError| e.to_string())?;
-    let opts = SearchOptions {
-        global_batch_size: c.global_batch_size,
-        limits: SpaceLimits {
-            max_tp: case.cluster.gpus_per_node,
-            gpus_per_node: case.cluster.gpus_per_node,
-            max_micro_batch_size: 16,
-            max_virtual_stages: 8,
-            schedules: ScheduleKind::ALL.to_vec(),
-            framework: Framework::Any,
-        },
-        fixed: Fixed::default(),
-        top_k: 3,
-        precision: c.precision,
-        memory_reserve_bytes: c.memory_reserve_bytes,
-        flash_attention: c.flash_attention,
-        even_split_only: false,
-        runtime: c.runtime,
-        ilp_solver: autopp_planner::search::IlpSolver::of_build(),
-    };
+    let mut opts = SearchOptions::new(
+        Framework::Any,
+        c.global_batch_size,
+        case.cluster.gpus_per_node,
+    );
+    opts.top_k = 3;
+    opts.settings = c.settings;
     let planned = search(&case.model, &profile, &opts, &|_, _| {})
         .map_err(|e| e.to_string())?
         .best;

@@ -36,7 +36,7 @@ mod summary;
 pub use autopp_planner::bands::Metric;
 pub use summary::{summarize, GroupSummary, Summary};
 
-use autopp_hardware::{AnalyticProfile, Efficiency, Layout};
+use autopp_hardware::{AnalyticProfile, Efficiency};
 use autopp_models::{LayerKind, Model};
 use serde::Serialize;
 
@@ -143,7 +143,7 @@ impl PreparedRow {
             Ok(Case::Layer(lc)) => (&lc.cluster, &lc.config),
             Err(_) => return false,
         };
-        config.flash_attention || cluster.gpu.peak_fp8_flops > 0.0
+        config.settings.flash_attention || cluster.gpu.peak_fp8_flops > 0.0
     }
 }
 
@@ -176,8 +176,8 @@ pub fn prepare(rows: &[PublishedRow]) -> Vec<PreparedRow> {
 
 /// Checks an iteration case's configuration and expands its layers.
 fn iteration_layers(it: &IterationCase) -> Result<Vec<autopp_models::LayerCost>, String> {
-    let profile =
-        AnalyticProfile::new(it.cluster.clone(), it.config.precision).map_err(|e| e.to_string())?;
+    let profile = AnalyticProfile::new(it.cluster.clone(), it.config.settings.precision)
+        .map_err(|e| e.to_string())?;
     check_config(&it.model, &profile, &it.config).map_err(|e| e.to_string())?;
     it.model
         .layers(&shard_spec(&it.config))
@@ -234,7 +234,7 @@ fn profile_for(
     cal: &Calibration,
 ) -> Result<AnalyticProfile, String> {
     let mut profile =
-        AnalyticProfile::new(cluster.clone(), c.precision).map_err(|e| e.to_string())?;
+        AnalyticProfile::new(cluster.clone(), c.settings.precision).map_err(|e| e.to_string())?;
     profile.efficiency = cal.efficiency;
     Ok(profile)
 }
@@ -284,16 +284,13 @@ fn layer(lc: &LayerCase, cal: &Calibration) -> Result<Vec<Comparison>, String> {
         .iter()
         .position(|l| l.kind == LayerKind::Transformer)
         .ok_or_else(|| "the model has no transformer layer".to_string())?;
-    let layout = Layout {
-        tp: c.tp,
-        cp: 1,
-        dp: 1,
-        pp: 1,
-    };
-    let link = profile.cluster.group_link(c.tp, layout.tp_stride());
+    let tp = c.degrees.tp;
+    let link = profile
+        .cluster
+        .group_link(tp, c.degrees.layout().tp_stride());
     let ctx = StageContext {
         profile: &profile,
-        tp: c.tp,
+        tp,
         tp_link: link,
         recompute: c.recompute,
         cp: 1,

@@ -9,8 +9,9 @@ use autopp_hardware::{hardware, Cluster, Precision};
 use autopp_models::{Model, PositionEmbedding, Recompute, TransformerSpec};
 
 use super::rows::{ms_after, parse_gib, PublishedRow, RowKind};
-use autopp_planner::config::{ParallelConfig, Runtime};
+use autopp_planner::config::{EvalSettings, ParallelConfig, Runtime};
 use autopp_planner::schedule::ScheduleKind;
+use autopp_planner::Degrees;
 
 /// A whole iteration to evaluate with [`autopp_planner::estimate::evaluate`].
 #[derive(Debug, Clone)]
@@ -359,27 +360,26 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
         ScheduleKind::OneFOneB
     };
     let (flash_attention, runtime) = runtime_of(row, fw);
-    let config = ParallelConfig {
+    let degrees = Degrees {
         tp,
         pp,
         dp,
         cp,
         virtual_stages,
-        micro_batch_size: mbs,
-        global_batch_size: gbs,
-        schedule,
-        group_size: None,
-        recompute,
-        recompute_layers: None,
-        sequence_parallel: row.sequence_parallel.unwrap_or(false),
-        zero_stage: zero_stage_of(row.zero_or_distributed_optimizer.as_deref(), fw)?,
-        split: None,
-        precision: precision_of(row, &mut assumptions),
-        // a measured peak has no headroom in it
-        memory_reserve_bytes: 0,
-        flash_attention,
-        runtime,
     };
+    let zero_stage = zero_stage_of(row.zero_or_distributed_optimizer.as_deref(), fw)?;
+    let config = ParallelConfig::new(degrees, mbs, gbs)
+        .with_schedule(schedule)
+        .with_recompute(recompute)
+        .with_sequence_parallel(row.sequence_parallel.unwrap_or(false))
+        .with_zero_stage(zero_stage)
+        .with_settings(EvalSettings {
+            precision: precision_of(row, &mut assumptions),
+            // a measured peak has no headroom in it
+            memory_reserve_bytes: 0,
+            flash_attention,
+            runtime,
+        });
     let (time_s, time_skip) = published_time(row, &model, gpus);
     let memory_gib = row.peak_memory_per_gpu_gb.as_deref().and_then(parse_gib);
     if time_s.is_none() && time_skip.is_none() && memory_gib.is_none() {
@@ -465,27 +465,23 @@ fn map_layer(row: &PublishedRow) -> Result<Mapped, String> {
         .ok_or_else(|| "activation_recomputation is not reported".to_string())?;
     let (flash_attention, runtime) = runtime_of(row, fw);
     let mbs = need(row.micro_batch_size, "micro_batch_size")?;
-    let config = ParallelConfig {
+    let degrees = Degrees {
         tp,
         pp: 1,
         dp: 1,
         cp: 1,
         virtual_stages: 1,
-        micro_batch_size: mbs,
-        global_batch_size: mbs,
-        schedule: ScheduleKind::OneFOneB,
-        group_size: None,
-        recompute,
-        recompute_layers: None,
-        sequence_parallel: row.sequence_parallel.unwrap_or(false),
-        zero_stage: 0,
-        split: None,
-        precision: Precision::Fp16,
-        // a measured peak has no headroom in it
-        memory_reserve_bytes: 0,
-        flash_attention,
-        runtime,
     };
+    let config = ParallelConfig::new(degrees, mbs, mbs)
+        .with_recompute(recompute)
+        .with_sequence_parallel(row.sequence_parallel.unwrap_or(false))
+        .with_settings(EvalSettings {
+            precision: Precision::Fp16,
+            // a measured peak has no headroom in it
+            memory_reserve_bytes: 0,
+            flash_attention,
+            runtime,
+        });
     Ok(Mapped {
         case: Case::Layer(Box::new(LayerCase {
             model,

@@ -215,6 +215,20 @@ pub fn markdown(
     fit: Option<&FitReport>,
 ) -> String {
     let mut o = String::new();
+    markdown_summary(&mut o, file, summary);
+    if let Some(f) = fit {
+        markdown_out_of_sample(&mut o, f);
+        markdown_calibration(&mut o, file, f);
+    }
+    markdown_recompute_overheads(&mut o, prepared, results);
+    markdown_largest_errors(&mut o, results);
+    let _ = writeln!(o, "\n## Every row\n");
+    let _ = writeln!(o, "```\n{}```", rows_table(results));
+    o
+}
+
+/// The title, how the report was made, and the summary per group with the acceptance bounds.
+fn markdown_summary(o: &mut String, file: &str, summary: &Summary) {
     let _ = writeln!(o, "# Validation against published runs\n");
     let _ = writeln!(
         o,
@@ -250,85 +264,101 @@ pub fn markdown(
         summary.rows_skipped,
         acceptance_text(summary)
     );
-    if let Some(f) = fit {
-        let _ = writeln!(o, "## Out of sample\n");
+}
+
+/// Leave one group out (time) and the memory halves.
+fn markdown_out_of_sample(o: &mut String, f: &FitReport) {
+    let _ = writeln!(o, "## Out of sample\n");
+    let _ = writeln!(
+        o,
+        "Leave one group out: the time knobs are fitted from the prior without the group, then the group is predicted. The in-sample column is the fold's own objective (mean of its groups' time MAPE).\n\n| left out | rows | error on it (time MAPE) | in sample |\n|---|--:|--:|--:|"
+    );
+    for fold in &f.leave_one_group_out {
         let _ = writeln!(
             o,
-            "Leave one group out: the time knobs are fitted from the prior without the group, then the group is predicted. The in-sample column is the fold's own objective (mean of its groups' time MAPE).\n\n| left out | rows | error on it (time MAPE) | in sample |\n|---|--:|--:|--:|"
+            "| {} | {} | {} | {} |",
+            fold.held_out,
+            fold.held_out_rows,
+            pct0(fold.out_of_sample),
+            pct0(fold.in_sample)
         );
-        for fold in &f.leave_one_group_out {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {} |",
-                fold.held_out,
-                fold.held_out_rows,
-                pct0(fold.out_of_sample),
-                pct0(fold.in_sample)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "\nMemory: the fragmentation and context terms fitted on one half of the rows with a measured peak (alternate rows in file order) and tested on the other half.\n\n| fit | rows tested | MAPE out of sample | in sample |\n|---|--:|--:|--:|"
-        );
-        for fold in &f.memory_halves {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {} |",
-                fold.held_out,
-                fold.held_out_rows,
-                pct0(fold.out_of_sample),
-                pct0(fold.in_sample)
-            );
-        }
-        let _ = writeln!(o, "\n## Calibration\n");
-        let _ = writeln!(
-            o,
-            "Fitted on every group by `autopp validate {file} --fit`: the shared knobs by Nelder–Mead on the rows without fused attention or a Hopper-class GPU, then the specific knobs on the rows that use them (each group weighs the same). `Efficiency::default()` holds these values to four significant figures; a knob on a bound is marked.\n\n| knob | fitted | prior | bounds | rows |\n|---|--:|--:|---|---|"
-        );
-        for k in fit::knob_values(&f.calibration.efficiency) {
-            let _ = writeln!(
-                o,
-                "| `{}` | {}{} | {} | {} – {} | {} |",
-                k.name,
-                sig(k.value),
-                if k.on_bound() { " (bound)" } else { "" },
-                sig(k.prior),
-                sig(k.lo),
-                sig(k.hi),
-                if k.specific {
-                    "fused attention / Hopper"
-                } else {
-                    "shared"
-                }
-            );
-        }
-        let _ = writeln!(
-            o,
-            "\nMemory: fragmentation {:.3} of the dynamic memory, context {:.3} GiB per GPU (`memory::FRAGMENTATION`, `memory::CONTEXT_BYTES`); memory MAPE in sample {}. Time objective in sample {}.\n",
-            f.calibration.fragmentation,
-            f.calibration.context_bytes as f64 / (1u64 << 30) as f64,
-            pct0(f.memory_in_sample),
-            pct0(f.time_in_sample)
-        );
-        let _ = writeln!(o, "The shipped defaults {}.\n", defaults_status(f));
     }
+    let _ = writeln!(
+        o,
+        "\nMemory: the fragmentation and context terms fitted on one half of the rows with a measured peak (alternate rows in file order) and tested on the other half.\n\n| fit | rows tested | MAPE out of sample | in sample |\n|---|--:|--:|--:|"
+    );
+    for fold in &f.memory_halves {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} |",
+            fold.held_out,
+            fold.held_out_rows,
+            pct0(fold.out_of_sample),
+            pct0(fold.in_sample)
+        );
+    }
+}
+
+/// The fitted knobs with their priors and bounds, the memory terms, and whether the shipped
+/// defaults are this fit.
+fn markdown_calibration(o: &mut String, file: &str, f: &FitReport) {
+    let _ = writeln!(o, "\n## Calibration\n");
+    let _ = writeln!(
+        o,
+        "Fitted on every group by `autopp validate {file} --fit`: the shared knobs by Nelder–Mead on the rows without fused attention or a Hopper-class GPU, then the specific knobs on the rows that use them (each group weighs the same). `Efficiency::default()` holds these values to four significant figures; a knob on a bound is marked.\n\n| knob | fitted | prior | bounds | rows |\n|---|--:|--:|---|---|"
+    );
+    for k in fit::knob_values(&f.calibration.efficiency) {
+        let _ = writeln!(
+            o,
+            "| `{}` | {}{} | {} | {} – {} | {} |",
+            k.name,
+            sig(k.value),
+            if k.on_bound() { " (bound)" } else { "" },
+            sig(k.prior),
+            sig(k.lo),
+            sig(k.hi),
+            if k.specific {
+                "fused attention / Hopper"
+            } else {
+                "shared"
+            }
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nMemory: fragmentation {:.3} of the dynamic memory, context {:.3} GiB per GPU (`memory::FRAGMENTATION`, `memory::CONTEXT_BYTES`); memory MAPE in sample {}. Time objective in sample {}.\n",
+        f.calibration.fragmentation,
+        f.calibration.context_bytes as f64 / (1u64 << 30) as f64,
+        pct0(f.memory_in_sample),
+        pct0(f.time_in_sample)
+    );
+    let _ = writeln!(o, "The shipped defaults {}.\n", defaults_status(f));
+}
+
+/// Predicted and published recompute overhead per layer, where the rows give it.
+fn markdown_recompute_overheads(o: &mut String, prepared: &[PreparedRow], results: &[RowResult]) {
     let overheads = crate::recompute_overheads(prepared, results);
-    if !overheads.is_empty() {
+    if overheads.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "## Recompute overhead per layer (Korthikanti et al. 2022, Table 4)\n\nBackward time with recomputation minus the backward time without it (same sequence parallelism).\n\n| row | predicted | published | error |\n|---|--:|--:|--:|"
+    );
+    for (id, p, q) in overheads {
         let _ = writeln!(
             o,
-            "## Recompute overhead per layer (Korthikanti et al. 2022, Table 4)\n\nBackward time with recomputation minus the backward time without it (same sequence parallelism).\n\n| row | predicted | published | error |\n|---|--:|--:|--:|"
+            "| `{id}` | {:.2} ms | {:.2} ms | {} |",
+            p * 1e3,
+            q * 1e3,
+            pct((p - q) / q)
         );
-        for (id, p, q) in overheads {
-            let _ = writeln!(
-                o,
-                "| `{id}` | {:.2} ms | {:.2} ms | {} |",
-                p * 1e3,
-                q * 1e3,
-                pct((p - q) / q)
-            );
-        }
-        let _ = writeln!(o);
     }
+    let _ = writeln!(o);
+}
+
+/// The ten rows with the largest error, with their predicted breakdown.
+fn markdown_largest_errors(o: &mut String, results: &[RowResult]) {
     let mut worst: Vec<(&RowResult, f64)> = results
         .iter()
         .filter_map(|r| {
@@ -353,7 +383,4 @@ pub fn markdown(
         });
         let _ = writeln!(o, "| `{}` | {} | {} | {b} |", r.id, r.group, pct(*e));
     }
-    let _ = writeln!(o, "\n## Every row\n");
-    let _ = writeln!(o, "```\n{}```", rows_table(results));
-    o
 }

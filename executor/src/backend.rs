@@ -1,5 +1,4 @@
-//! Where a run's GEMMs run ([`Backend`]) and, with the `cuda` feature, the NCCL world
-//! (`run_nccl`, with the `cuda` feature).
+//! Where a run's GEMMs run ([`Backend`]).
 //!
 //! Each rank's thread installs its GEMM engine when it starts and puts the CPU engine back
 //! when it ends (`EngineGuard`); everything but the GEMMs stays on the CPU either way (see
@@ -8,7 +7,6 @@
 use autopp_profiler::device::{set_thread_engine, set_thread_gemm_threads, Engine};
 use serde::Serialize;
 
-use crate::config::ExecConfig;
 use crate::error::ExecError;
 
 /// Where the GEMMs of every rank run.
@@ -92,112 +90,19 @@ pub fn gemm_threads_per_rank(ranks: usize) -> usize {
     (cores / ranks.max(1)).max(1)
 }
 
-/// The directed links of `cfg`'s pipelines, in world ranks: for each replica, both directions
-/// between the ranks of every two consecutive stages on different ranks.
-pub fn pipeline_links(cfg: &ExecConfig) -> Vec<(usize, usize)> {
-    let pp = cfg.pp();
-    let mut links = Vec::new();
-    for replica in 0..cfg.dp {
-        for s in 0..cfg.num_stages().saturating_sub(1) {
-            let (a, b) = (cfg.schedule.rank_of(s), cfg.schedule.rank_of(s + 1));
-            if a != b {
-                let (a, b) = (replica * pp + a, replica * pp + b);
-                links.push((a, b));
-                links.push((b, a));
-            }
-        }
-    }
-    links.sort_unstable();
-    links.dedup();
-    links
-}
-
-/// The data-parallel groups of `cfg` (the replicas of each pipeline rank, in replica order),
-/// when there is more than one replica.
-pub fn data_parallel_groups(cfg: &ExecConfig) -> Vec<Vec<usize>> {
-    let pp = cfg.pp();
-    if cfg.dp < 2 {
-        return Vec::new();
-    }
-    (0..pp)
-        .map(|p| (0..cfg.dp).map(|d| d * pp + p).collect())
-        .collect()
-}
-
-/// Runs `cfg` like [`crate::run()`] with one thread per rank, each on its own GPU (rank `r` on
-/// GPU `r`), tensors moving between GPUs over NCCL
-/// ([`NcclTransport`](autopp_profiler::device::nccl::NcclTransport)): one communicator per
-/// direction of each pipeline link, one per data-parallel group. Needs `cfg.backend` to be
-/// CUDA and at least `pp × dp` GPUs.
-#[cfg(feature = "cuda")]
-pub fn run_nccl(
-    cfg: &ExecConfig,
-    on_step: &mut dyn FnMut(crate::run::StepSummary),
-) -> Result<crate::run::ExecReport, ExecError> {
-    use autopp_profiler::device::cuda::CudaError;
-    use autopp_profiler::device::nccl::NcclTransport;
-    use autopp_profiler::device::Abort;
-
-    cfg.validate()?;
-    if cfg.backend != Backend::Cuda {
-        return Err(ExecError::invalid(
-            "--transport nccl",
-            "NCCL moves tensors between GPUs: add --backend cuda",
-        ));
-    }
-    let abort = Abort::new();
-    let timeout = std::time::Duration::from_secs_f64(cfg.recv_timeout_s);
-    let endpoints = NcclTransport::world(
-        cfg.world_size(),
-        &pipeline_links(cfg),
-        &data_parallel_groups(cfg),
-        timeout,
-        &abort,
-    )
-    .map_err(|e| match e {
-        CudaError::TooFewGpus { .. } => ExecError::invalid(
-            "--transport nccl",
-            format!(
-                "{e} (pp × dp = {}); use --transport threads (in-process channels, GEMMs still on the GPUs)",
-                cfg.world_size()
-            ),
-        ),
-        e => ExecError::invalid("--transport nccl", e.to_string()),
-    })?;
-    crate::run::run_world(cfg, endpoints, abort, on_step)
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use autopp_schedule::{generate, ScheduleKind, ScheduleSpec};
-
-    fn cfg(kind: ScheduleKind, pp: usize, v: usize, dp: usize) -> ExecConfig {
-        let model = autopp_models::load("tiny-gpt")
-            .unwrap()
-            .with_seq_length(8)
-            .unwrap();
-        let mut spec = ScheduleSpec::new(kind, pp, 4);
-        spec.virtual_stages = v;
-        ExecConfig::new(&model, generate(&spec).unwrap(), dp, 1, None).unwrap()
-    }
-
-    #[test]
-    fn links_join_consecutive_stages_both_ways_in_each_replica() {
-        let c = cfg(ScheduleKind::OneFOneB, 2, 1, 2);
-        assert_eq!(pipeline_links(&c), [(0, 1), (1, 0), (2, 3), (3, 2)]);
-        assert_eq!(data_parallel_groups(&c), [vec![0, 2], vec![1, 3]]);
-        // interleaved: stage 3 (rank 1) feeds stage 4 (rank 0) too, which 0 ↔ 1 covers
-        let c = cfg(ScheduleKind::Interleaved1F1B, 2, 2, 1);
-        assert_eq!(pipeline_links(&c), [(0, 1), (1, 0)]);
-        assert!(data_parallel_groups(&c).is_empty());
-        let c = cfg(ScheduleKind::OneFOneB, 4, 1, 1);
-        assert_eq!(pipeline_links(&c).len(), 6);
-    }
+    #[cfg(feature = "cuda")]
+    use crate::config::ExecConfig;
+    #[cfg(feature = "cuda")]
+    use crate::topology::tests::cfg;
+    #[cfg(feature = "cuda")]
+    use autopp_schedule::ScheduleKind;
 
     /// `cfg` trained on the GPU passes `--check` against CPU single-worker training.
     #[cfg(feature = "cuda")]
-    fn passes_the_check(c: &ExecConfig, r: Result<crate::ExecReport, ExecError>) {
+    pub(crate) fn passes_the_check(c: &ExecConfig, r: Result<crate::ExecReport, ExecError>) {
         let report = r.unwrap();
         let reference = crate::check::train_single_worker(c).unwrap();
         let cmp = crate::check::compare(&report, &reference, crate::check::DEFAULT_TOLERANCE);
@@ -220,37 +125,6 @@ mod tests {
                 assert!(text.starts_with("--backend cuda: no CUDA driver"), "{text}");
                 assert_eq!(r.unwrap_err(), e);
                 eprintln!("{text}: the cuBLAS run did not run");
-            }
-        }
-    }
-
-    /// With two GPUs, a 2-rank run over NCCL matches CPU training; with fewer, the refusal
-    /// names the counts and the way out.
-    #[cfg(feature = "cuda")]
-    #[test]
-    fn nccl_trains_like_the_cpu_or_says_why_not() {
-        let mut c = cfg(ScheduleKind::OneFOneB, 2, 1, 1);
-        c.steps = 2;
-        let e = run_nccl(&c, &mut |_| {}).unwrap_err().to_string();
-        assert!(e.contains("add --backend cuda"), "{e}");
-        c.backend = Backend::Cuda;
-        let r = run_nccl(&c, &mut |_| {});
-        match autopp_profiler::device::cuda::device_count() {
-            Ok(n) if n >= 2 => passes_the_check(&c, r),
-            Ok(n) => {
-                let text = r.unwrap_err().to_string();
-                let want = format!("2 ranks but {n} GPU(s)");
-                assert!(text.contains(&want), "{text}");
-                assert!(text.contains("use --transport threads"), "{text}");
-                eprintln!("{text}: the NCCL run did not run");
-            }
-            Err(_) => {
-                let text = r.unwrap_err().to_string();
-                assert!(
-                    text.starts_with("--transport nccl: no CUDA driver"),
-                    "{text}"
-                );
-                eprintln!("{text}: the NCCL run did not run");
             }
         }
     }

@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::config::ExecConfig;
 use crate::error::{ExecError, RankError};
 use crate::optim::AdamState;
-use crate::run::ExecReport;
+use crate::report::ExecReport;
 use crate::stage::{Stage, StageWeightSaved};
 use autopp_profiler::data::SyntheticData;
 

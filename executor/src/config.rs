@@ -8,7 +8,7 @@ use autopp_models::{LayerKind, Model, TransformerSpec};
 use autopp_profiler::device::check_model;
 use autopp_profiler::fp32_layers::fp32_layer_bytes;
 use autopp_schedule::split::{check_split, default_split};
-use autopp_schedule::{check, Schedule};
+use autopp_schedule::{check, generate, PipelinePlan, Schedule};
 use serde::Serialize;
 
 use crate::backend::Backend;
@@ -136,8 +136,9 @@ pub struct ExecConfig {
 impl ExecConfig {
     /// A checked configuration: `model` must be a transformer the executor implements
     /// (LayerNorm, multi-head attention, plain GeLU MLP, untied LM head, no dropout) and at
-    /// most [`MAX_PARAMS`] parameters; `schedule` must pass the checker; `split` (default:
-    /// Megatron's even split) must give each stage at least one layer-list entry.
+    /// most [`MAX_PARAMS`](crate::MAX_PARAMS) parameters; `schedule` must pass the checker;
+    /// `split` (default: Megatron's even split) must give each stage at least one layer-list
+    /// entry.
     pub fn new(
         model: &Model,
         schedule: Schedule,
@@ -158,8 +159,7 @@ impl ExecConfig {
                 let mut kinds = vec![LayerKind::Embedding];
                 kinds.extend(std::iter::repeat_n(LayerKind::Transformer, entries - 2));
                 kinds.push(LayerKind::Head);
-                default_split(&kinds, schedule.num_stages())
-                    .map_err(|e| ExecError::invalid("--pp", e.to_string()))?
+                default_split(&kinds, schedule.num_stages())?
             }
         };
         let cfg = ExecConfig {
@@ -177,6 +177,20 @@ impl ExecConfig {
         };
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// The checked configuration of `plan`'s pipeline for `model`: the schedule it specifies,
+    /// generated, with its data-parallel degree, micro-batch size and split (see
+    /// [`ExecConfig::new`]); the other fields keep their defaults.
+    pub fn from_plan(model: &Model, plan: &PipelinePlan) -> Result<ExecConfig, ExecError> {
+        let schedule = generate(&plan.spec)?;
+        ExecConfig::new(
+            model,
+            schedule,
+            plan.dp,
+            plan.micro_batch_size,
+            plan.split.clone(),
+        )
     }
 
     /// Checks the configuration (also run by [`crate::run()`], since the fields are public).
@@ -209,13 +223,12 @@ impl ExecConfig {
                 ));
             }
         }
-        check(&self.schedule).map_err(|e| ExecError::Schedule(e.to_string()))?;
+        check(&self.schedule)?;
         check_split(
             &self.split,
             self.model.num_layers as usize + 2,
             self.num_stages(),
-        )
-        .map_err(|e| ExecError::invalid("--split", e.to_string()))?;
+        )?;
         let batch = self.global_batch_size() as u64;
         let per_sequence: u64 = fp32_layer_bytes(&self.model, 1)
             .iter()
@@ -282,5 +295,46 @@ impl ExecConfig {
     pub fn sequences_of(&self, replica: usize, microbatch: usize) -> Range<usize> {
         let first = (replica * self.num_microbatches() + microbatch) * self.micro_batch_size;
         first..first + self.micro_batch_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use autopp_schedule::{ScheduleKind, ScheduleSpec, SpecField};
+
+    #[test]
+    fn a_plan_runs_its_schedule_and_its_errors_name_the_field() {
+        let model = autopp_models::load("tiny-gpt")
+            .unwrap()
+            .with_seq_length(8)
+            .unwrap();
+        let mut plan = PipelinePlan {
+            spec: ScheduleSpec::new(ScheduleKind::ZbH1, 2, 4),
+            dp: 2,
+            micro_batch_size: 3,
+            split: None,
+        };
+        let c = ExecConfig::from_plan(&model, &plan).unwrap();
+        assert_eq!(c.schedule, generate(&plan.spec).unwrap());
+        assert_eq!((c.dp, c.micro_batch_size, c.world_size()), (2, 3, 4));
+        assert_eq!(
+            c.split.iter().sum::<usize>(),
+            c.model.num_layers as usize + 2
+        );
+        assert_eq!(c.pipeline_messages_per_step(), 2 * 4);
+        let hidden = c.model.hidden_size as usize;
+        assert_eq!(c.pipeline_message_bytes(), 3 * 8 * hidden * 4);
+
+        plan.split = Some(vec![1, 2]);
+        match ExecConfig::from_plan(&model, &plan) {
+            Err(ExecError::Split(e)) => assert_eq!(e.field(), SpecField::Split),
+            other => panic!("{other:?}"),
+        }
+        plan.spec.pp = 1;
+        match ExecConfig::from_plan(&model, &plan) {
+            Err(ExecError::ScheduleSpec(e)) => assert_eq!(e.field(), SpecField::Pp),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! [`ExecError`]: why a run could not start or did not finish.
 
 use autopp_profiler::device::{DeviceError, TransportError};
+use autopp_schedule::{CheckError, ScheduleError, SimError, SplitError};
 
 /// Why the executor refused a configuration or a run failed. One line each, naming the flag
 /// or the rank at fault.
@@ -17,9 +18,18 @@ pub enum ExecError {
     /// The model uses something the executor does not implement, or is too large for the CPU.
     #[error("{0}")]
     Unsupported(String),
+    /// The plan's schedule cannot be generated ([`ScheduleError::field`] names the input).
+    #[error(transparent)]
+    ScheduleSpec(#[from] ScheduleError),
+    /// The layer split cannot be made or used ([`SplitError::field`] names the input).
+    #[error(transparent)]
+    Split(#[from] SplitError),
     /// The schedule is incomplete, inconsistent or deadlocks.
     #[error("the schedule cannot run: {0}")]
-    Schedule(String),
+    Schedule(#[from] CheckError),
+    /// The simulator cannot time the schedule for the prediction.
+    #[error("the schedule cannot run: {0}")]
+    Simulation(#[from] SimError),
     /// A rank failed while running: `rank 1 (replica 0, pipeline rank 1) failed at step 2,
     /// action 1B3: …`.
     #[error(
@@ -57,6 +67,20 @@ fn at_action(action: &Option<String>) -> String {
         .as_ref()
         .map(|a| format!(", action {a}"))
         .unwrap_or_default()
+}
+
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// `panicked: <the panic's message>`.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    format!("panicked: {}", panic_message(payload))
 }
 
 /// What went wrong inside one rank, before the rank is known to the message.

@@ -38,21 +38,29 @@ pub mod config;
 mod error;
 pub mod measure;
 pub mod multiprocess;
+#[cfg(feature = "cuda")]
+pub mod nccl;
 pub mod optim;
 pub mod predict;
+pub mod record;
+pub mod report;
 pub mod run;
 pub mod stage;
+mod summary;
+pub mod topology;
 pub mod trace;
 mod worker;
 
 pub use autopp_profiler::device::MAX_PARAMS;
-#[cfg(feature = "cuda")]
-pub use backend::run_nccl;
 pub use backend::Backend;
 pub use check::{compare, train_single_worker, CheckReport, Reference};
 pub use config::{AdamWConfig, ExecConfig, FailureMode, InjectedFailure};
 pub use error::ExecError;
 pub use measure::Measured;
 pub use multiprocess::run_rank;
-pub use run::{run, ExecReport, RankTrace, StepSummary};
-pub use worker::{ActionEvent, RankStep};
+#[cfg(feature = "cuda")]
+pub use nccl::run_nccl;
+pub use record::{ActionEvent, RankStep, RankTrace, StepSummary};
+pub use report::ExecReport;
+pub use run::run;
+pub use topology::Place;

@@ -5,11 +5,12 @@
 use std::collections::HashMap;
 
 use autopp_profiler::median;
+use autopp_schedule::deps::{self, Output};
 use autopp_schedule::ActionKind;
 use serde::Serialize;
 
 use crate::config::ExecConfig;
-use crate::run::RankTrace;
+use crate::record::RankTrace;
 
 /// Measured per-action times, the simulator's inputs for a prediction of the run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -42,16 +43,16 @@ pub fn measure(cfg: &ExecConfig, ranks: &[RankTrace], steps: &[usize]) -> Measur
     let mut samples: Vec<[Vec<f64>; 4]> = vec![Default::default(); stages];
     let mut hops: Vec<Vec<f64>> = vec![Vec::new(); stages.saturating_sub(1)];
     let mut tails: Vec<Vec<f64>> = vec![Vec::new(); cfg.pp()];
-    // (replica, step, stage, micro-batch, forward?) → end of the action that sends its output
-    let mut ends: HashMap<(usize, usize, u32, u32, bool), f64> = HashMap::new();
+    // (replica, step, stage, micro-batch, result) → end of the action that sends it
+    let mut ends: HashMap<(usize, usize, usize, u32, Output), f64> = HashMap::new();
     for r in ranks {
         for &k in steps {
             for e in &r.steps[k].events {
                 let a = e.action;
                 samples[a.stage as usize][kind_index(a.kind)].push(e.end_s - e.start_s);
-                if a.kind != ActionKind::W {
-                    let forward = a.kind == ActionKind::F;
-                    ends.insert((r.replica, k, a.stage, a.microbatch, forward), e.end_s);
+                if let Some(output) = deps::output(a.kind) {
+                    let key = (r.replica, k, a.stage as usize, a.microbatch, output);
+                    ends.insert(key, e.end_s);
                 }
             }
         }
@@ -61,15 +62,14 @@ pub fn measure(cfg: &ExecConfig, ranks: &[RankTrace], steps: &[usize]) -> Measur
             for e in &r.steps[k].events {
                 let a = e.action;
                 let s = a.stage as usize;
-                let (from, boundary, forward) = match a.kind {
-                    ActionKind::F if s > 0 => (s - 1, s - 1, true),
-                    ActionKind::B | ActionKind::I if s + 1 < stages => (s + 1, s, false),
-                    _ => continue,
+                let Some(input) = deps::received(a.kind, s, stages) else {
+                    continue;
                 };
+                let (from, boundary) = (input.stage, input.stage.min(s));
                 if cfg.schedule.rank_of(from) == cfg.schedule.rank_of(s) {
                     continue;
                 }
-                let key = (r.replica, k, from as u32, a.microbatch, forward);
+                let key = (r.replica, k, from, a.microbatch, input.output);
                 if let Some(&sent) = ends.get(&key) {
                     // the receiver asked before the sender finished: the gap is the transfer
                     if e.start_s - e.wait_s < sent {

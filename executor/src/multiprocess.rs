@@ -13,9 +13,11 @@ use autopp_schedule::{Action, ActionKind};
 use crate::barrier::Barrier;
 use crate::config::ExecConfig;
 use crate::error::ExecError;
-use crate::run::{report, summarize, ExecReport, RankTrace, StepSummary};
+use crate::record::{summarize, ActionEvent, RankStep, RankTrace, StepSummary};
+use crate::report::ExecReport;
 use crate::stage::Stage;
-use crate::worker::{ActionEvent, RankStep, Shared, Worker};
+use crate::topology::Place;
+use crate::worker::{Shared, Worker};
 use autopp_profiler::data::SyntheticData;
 
 /// Runs this process's rank (`transport.rank()`) of `cfg` — every step — then gathers all
@@ -44,13 +46,9 @@ pub fn run_rank<T: Transport>(
         ));
     }
     let everyone: Vec<usize> = (0..world).collect();
-    let gathered = |e: &dyn std::fmt::Display| ExecError::Rank {
-        rank,
-        replica: rank / cfg.pp(),
-        pp_rank: rank % cfg.pp(),
-        step: cfg.steps,
-        action: None,
-        message: format!("gathering the report: {e}"),
+    let place = cfg.place(rank);
+    let gathered = |e: &dyn std::fmt::Display| {
+        place.failure(cfg.steps, None, format!("gathering the report: {e}"))
     };
     // the ranks start their clocks together
     transport
@@ -65,21 +63,12 @@ pub fn run_rank<T: Transport>(
         epoch: Instant::now(),
     };
     let gpus = crate::backend::gpus(cfg.backend)?;
-    let _engine =
-        crate::backend::EngineGuard::install(cfg.backend, rank, gpus).map_err(|message| {
-            ExecError::Rank {
-                rank,
-                replica: rank / cfg.pp(),
-                pp_rank: rank % cfg.pp(),
-                step: 1,
-                action: None,
-                message,
-            }
-        })?;
+    let _engine = crate::backend::EngineGuard::install(cfg.backend, rank, gpus)
+        .map_err(|message| place.failure(1, None, message))?;
     let mut w = Worker::new(&shared, &mut *transport);
     let mut steps = Vec::with_capacity(cfg.steps);
     for step in 0..cfg.steps {
-        steps.push(w.run_step_caught(rank, step).map_err(|(e, _)| e)?);
+        steps.push(w.run_step_caught(step).map_err(|(e, _)| e)?);
     }
     let stages = w.into_stages();
 
@@ -93,7 +82,9 @@ pub fn run_rank<T: Transport>(
     let mut ranks = Vec::with_capacity(world);
     let mut final_stages = Vec::with_capacity(world);
     for (r, (record, flat)) in records.iter().zip(&weights).enumerate() {
-        let (replica, pp_rank) = (r / cfg.pp(), r % cfg.pp());
+        let Place {
+            replica, pp_rank, ..
+        } = cfg.place(r);
         let steps = decode_steps(record)
             .ok_or_else(|| gathered(&format!("rank {r}'s records are garbled")))?;
         let mut stages: Vec<Stage> = cfg
@@ -124,7 +115,7 @@ pub fn run_rank<T: Transport>(
             ranks.iter().map(|r| Some(r.steps[k].clone())).collect();
         on_step(summarize(cfg, k, &by_rank));
     }
-    report(cfg, ranks, final_stages).map(Some)
+    ExecReport::from_records(cfg, ranks, final_stages).map(Some)
 }
 
 /// Every rank's `mine`, in rank order, on every rank: the lengths first, then the values.

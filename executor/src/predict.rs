@@ -54,8 +54,7 @@ fn costs(cfg: &ExecConfig, measured: Option<&Measured>) -> SimCosts {
 /// The simulator's peak bytes kept for backward on each pipeline rank. Ranks run their lists
 /// in order, so the peak depends on the order and the byte counts only, not on times.
 pub fn peak_activation_bytes(cfg: &ExecConfig) -> Result<Vec<u64>, ExecError> {
-    let r = simulate(&cfg.schedule, &costs(cfg, None))
-        .map_err(|e| ExecError::Schedule(e.to_string()))?;
+    let r = simulate(&cfg.schedule, &costs(cfg, None))?;
     Ok(r.peak_activation_bytes)
 }
 
@@ -73,8 +72,7 @@ pub struct Prediction {
 /// Simulates the run's schedule with the measured median time of each action kind on each
 /// stage and of each hop between ranks.
 pub fn from_measured(cfg: &ExecConfig, measured: &Measured) -> Result<Prediction, ExecError> {
-    let r = simulate(&cfg.schedule, &costs(cfg, Some(measured)))
-        .map_err(|e| ExecError::Schedule(e.to_string()))?;
+    let r = simulate(&cfg.schedule, &costs(cfg, Some(measured)))?;
     let iteration_time_s = r
         .timeline
         .iter()

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::run::ExecReport;
+use crate::report::ExecReport;
 
 /// The trace of `report` as JSON; times in microseconds since the start of the run.
 pub fn chrome_trace(report: &ExecReport) -> Value {

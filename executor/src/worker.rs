@@ -11,59 +11,17 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use autopp_profiler::device::{Abort, Direction, Flow, Tag, Tensor, Transport};
+use autopp_schedule::deps::{self, Output};
 use autopp_schedule::{Action, ActionKind, Step};
-use serde::Serialize;
 
 use crate::barrier::Barrier;
 use crate::config::{ExecConfig, FailureMode};
-use crate::error::{ExecError, RankError};
+use crate::error::{panic_text, ExecError, RankError};
 use crate::optim::AdamState;
+use crate::record::{ActionEvent, RankStep};
 use crate::stage::{Stage, StageSaved, StageWeightSaved};
+use crate::topology::Place;
 use autopp_profiler::data::SyntheticData;
-
-/// One action as it ran on a rank. Times are seconds since the start of the run.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct ActionEvent {
-    /// The action.
-    #[serde(serialize_with = "as_text")]
-    pub action: Action,
-    /// When its inputs had arrived and compute began.
-    pub start_s: f64,
-    /// When its compute and sends were done.
-    pub end_s: f64,
-    /// How long it waited for its inputs before `start_s`.
-    pub wait_s: f64,
-}
-
-fn as_text<S: serde::Serializer>(a: &Action, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(a)
-}
-
-/// One step on one rank.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RankStep {
-    /// Summed token loss of the micro-batches this rank's head saw (0 without the head).
-    pub loss_sum: f64,
-    /// Every action, in order.
-    pub events: Vec<ActionEvent>,
-    /// `(time, bytes kept for backward)` after each action.
-    pub memory: Vec<(f64, u64)>,
-    /// Largest bytes kept for backward after any action.
-    pub peak_activation_bytes: u64,
-    /// When the rank left the start-of-step barrier.
-    pub start_s: f64,
-    /// When it finished its list.
-    pub pipeline_end_s: f64,
-    /// When it finished the all-reduce and the optimizer step.
-    pub end_s: f64,
-}
-
-impl RankStep {
-    /// Seconds spent computing actions.
-    pub fn busy_s(&self) -> f64 {
-        self.events.iter().map(|e| e.end_s - e.start_s).sum()
-    }
-}
 
 /// What a rank keeps for a (stage, micro-batch) between its actions.
 enum Held {
@@ -104,8 +62,7 @@ impl Shared<'_> {
 /// One rank.
 pub(crate) struct Worker<'a, T: Transport> {
     shared: &'a Shared<'a>,
-    replica: usize,
-    pp_rank: usize,
+    place: Place,
     stages: BTreeMap<usize, (Stage, AdamState)>,
     transport: T,
     held: HashMap<(u32, u32), Held>,
@@ -121,13 +78,11 @@ impl<'a, T: Transport> Worker<'a, T> {
     /// The rank `transport.rank()`: replica `rank / pp`, pipeline rank `rank mod pp`.
     pub(crate) fn new(shared: &'a Shared<'a>, transport: T) -> Self {
         let cfg = shared.cfg;
-        let pp = cfg.pp();
-        let rank = transport.rank();
-        let (replica, pp_rank) = (rank / pp, rank % pp);
+        let place = cfg.place(transport.rank());
         let ranges = cfg.stage_ranges();
         let stages = cfg
             .schedule
-            .stages_of(pp_rank)
+            .stages_of(place.pp_rank)
             .into_iter()
             .map(|s| {
                 let stage = Stage::new(&cfg.model, cfg.seed, ranges[s].clone());
@@ -138,8 +93,7 @@ impl<'a, T: Transport> Worker<'a, T> {
         let tokens = cfg.global_batch_size() * cfg.seq_len();
         Worker {
             shared,
-            replica,
-            pp_rank,
+            place,
             stages,
             transport,
             held: HashMap::new(),
@@ -148,11 +102,6 @@ impl<'a, T: Transport> Worker<'a, T> {
             loss_scale: 1.0 / tokens as f32,
             current: None,
         }
-    }
-
-    /// World rank.
-    pub(crate) fn rank(&self) -> usize {
-        self.transport.rank()
     }
 
     fn now_s(&self) -> f64 {
@@ -185,7 +134,7 @@ impl<'a, T: Transport> Worker<'a, T> {
             pipeline_end_s: start_s,
             end_s: start_s,
         };
-        let list = &cfg.schedule.ranks[self.pp_rank];
+        let list = &cfg.schedule.ranks[self.place.pp_rank];
         let actions: Vec<Action> = list
             .iter()
             .flat_map(|s| match *s {
@@ -198,7 +147,7 @@ impl<'a, T: Transport> Worker<'a, T> {
             .collect();
         let inject = cfg
             .inject_failure
-            .filter(|f| f.rank == self.rank() && f.step == step + 1);
+            .filter(|f| f.rank == self.place.rank && f.step == step + 1);
         let middle = actions.len() / 2;
         for (index, a) in actions.into_iter().enumerate() {
             self.current = Some(a);
@@ -250,7 +199,7 @@ impl<'a, T: Transport> Worker<'a, T> {
     /// order), then AdamW and zeroed gradients.
     fn reduce_and_step(&mut self) -> Result<(), RankError> {
         let cfg = self.shared.cfg;
-        let group: Vec<usize> = (0..cfg.dp).map(|d| d * cfg.pp() + self.pp_rank).collect();
+        let group = cfg.data_parallel_group(self.place.pp_rank);
         for (stage, adam) in self.stages.values_mut() {
             if group.len() > 1 {
                 let mut flat = stage.flat_grads();
@@ -263,19 +212,14 @@ impl<'a, T: Transport> Worker<'a, T> {
         Ok(())
     }
 
-    /// World rank of pipeline rank `pp_rank` in this rank's replica.
-    fn world(&self, pp_rank: usize) -> usize {
-        self.replica * self.shared.cfg.pp() + pp_rank
-    }
-
     /// Hands `tensor` to the rank that holds `tag.stage`: locally when that is this rank.
     fn deliver(&mut self, tag: Tag, tensor: Tensor) -> Result<(), RankError> {
         let to = self.shared.cfg.schedule.rank_of(tag.stage as usize);
-        if to == self.pp_rank {
+        if to == self.place.pp_rank {
             self.local.insert(tag, tensor);
             Ok(())
         } else {
-            let peer = self.world(to);
+            let peer = self.shared.cfg.world_rank(self.place.replica, to);
             Ok(self.transport.send(peer, tag, tensor)?)
         }
     }
@@ -283,16 +227,51 @@ impl<'a, T: Transport> Worker<'a, T> {
     /// Takes the tensor for `tag`, sent by the rank that holds stage `from_stage`.
     fn fetch(&mut self, tag: Tag, from_stage: usize) -> Result<Tensor, RankError> {
         let from = self.shared.cfg.schedule.rank_of(from_stage);
-        if from == self.pp_rank {
+        if from == self.place.pp_rank {
             self.local.remove(&tag).ok_or_else(|| {
                 RankError::Schedule(format!(
                     "{tag} should come from stage {from_stage} on this rank, which has not produced it yet"
                 ))
             })
         } else {
-            let peer = self.world(from);
+            let peer = self.shared.cfg.world_rank(self.place.replica, from);
             Ok(self.transport.recv(peer, tag)?)
         }
+    }
+
+    /// The tensor `a` receives from another stage ([`deps::received`]): the previous stage's
+    /// activation for an `F`, the next stage's gradient for a `B` or `I`; `None` for the
+    /// others (the first stage's `F` reads tokens, the last stage's backward starts from the
+    /// loss).
+    fn receive(&mut self, a: Action) -> Result<Option<Tensor>, RankError> {
+        let num_stages = self.shared.cfg.num_stages();
+        let Some(input) = deps::received(a.kind, a.stage as usize, num_stages) else {
+            return Ok(None);
+        };
+        let tag = Tag {
+            stage: a.stage,
+            microbatch: a.microbatch,
+            direction: direction(input.output),
+        };
+        self.fetch(tag, input.stage).map(Some)
+    }
+
+    /// Sends `tensor`, the result of `a`, to the stage that waits for it ([`deps::consumer`]);
+    /// nothing when no other stage does (the first stage's input gradient).
+    fn send(&mut self, a: Action, tensor: Tensor) -> Result<(), RankError> {
+        let num_stages = self.shared.cfg.num_stages();
+        let (Some(to), Some(output)) = (
+            deps::consumer(a.kind, a.stage as usize, num_stages),
+            deps::output(a.kind),
+        ) else {
+            return Ok(());
+        };
+        let tag = Tag {
+            stage: to as u32,
+            microbatch: a.microbatch,
+            direction: direction(output),
+        };
+        self.deliver(tag, tensor)
     }
 
     fn hold(&mut self, key: (u32, u32), held: Held) {
@@ -316,12 +295,7 @@ impl<'a, T: Transport> Worker<'a, T> {
         let (s, i) = (a.stage as usize, a.microbatch as usize);
         let last = cfg.num_stages() - 1;
         let key = (a.stage, a.microbatch);
-        let sequences = cfg.sequences_of(self.replica, i);
-        let tag = |stage: usize, direction| Tag {
-            stage: stage as u32,
-            microbatch: a.microbatch,
-            direction,
-        };
+        let sequences = cfg.sequences_of(self.place.replica, i);
         let missing = |what: &str| RankError::Schedule(format!("{a} runs before {what}"));
         if !self.stages.contains_key(&s) {
             return Err(RankError::Schedule(format!(
@@ -331,10 +305,9 @@ impl<'a, T: Transport> Worker<'a, T> {
         let t0 = self.now_s();
         let event = match a.kind {
             ActionKind::F => {
-                let input = if s == 0 {
-                    Flow::Tokens(self.shared.data.inputs(step, sequences.clone()))
-                } else {
-                    Flow::Hidden(self.fetch(tag(s, Direction::Activation), s - 1)?)
+                let input = match self.receive(a)? {
+                    Some(x) => Flow::Hidden(x),
+                    None => Flow::Tokens(self.shared.data.inputs(step, sequences.clone())),
                 };
                 let targets =
                     (s == last).then(|| self.shared.data.targets(step, sequences.clone()));
@@ -347,17 +320,13 @@ impl<'a, T: Transport> Worker<'a, T> {
                 self.hold(key, Held::Activations(saved));
                 match out {
                     Flow::Loss(l) => *loss_sum += l,
-                    Flow::Hidden(y) => self.deliver(tag(s + 1, Direction::Activation), y)?,
+                    Flow::Hidden(y) => self.send(a, y)?,
                     Flow::Tokens(_) => return Err(missing("its stage produced tokens")),
                 }
                 (start_s, self.now_s())
             }
             ActionKind::B | ActionKind::I => {
-                let d_out = if s == last {
-                    None
-                } else {
-                    Some(self.fetch(tag(s, Direction::Gradient), s + 1)?)
-                };
+                let d_out = self.receive(a)?;
                 let start_s = self.now_s();
                 let saved = match self.release(key) {
                     Some(Held::Activations(saved)) => saved,
@@ -374,8 +343,8 @@ impl<'a, T: Transport> Worker<'a, T> {
                 } else {
                     self.hold(key, Held::ForWeights(ws));
                 }
-                if let (Some(dx), true) = (dx, s > 0) {
-                    self.deliver(tag(s - 1, Direction::Gradient), dx)?;
+                if let Some(dx) = dx {
+                    self.send(a, dx)?;
                 }
                 (start_s, self.now_s())
             }
@@ -408,32 +377,28 @@ impl<'a, T: Transport> Worker<'a, T> {
     }
 
     /// [`Worker::run_step`] with a panic caught as a failure of the running action: the step's
-    /// record, or the failure as world rank `rank`'s [`ExecError::Rank`] and whether it is
-    /// secondary (a rank that gave up because another failed).
-    pub(crate) fn run_step_caught(
-        &mut self,
-        rank: usize,
-        step: usize,
-    ) -> Result<RankStep, (ExecError, bool)> {
-        let r = match catch_unwind(AssertUnwindSafe(|| self.run_step(step))) {
-            Ok(Ok(s)) => return Ok(s),
-            Ok(Err((action, e))) => (action, e.to_string(), e.is_secondary()),
-            Err(payload) => (
-                self.current,
-                crate::run::panic_text(payload.as_ref()),
-                false,
-            ),
-        };
-        let (action, message, secondary) = r;
-        let e = ExecError::Rank {
-            rank,
-            replica: self.replica,
-            pp_rank: self.pp_rank,
-            step: step + 1,
-            action: action.map(|a| a.to_string()),
-            message,
-        };
+    /// record, or the failure as this rank's [`ExecError::Rank`] and whether it is secondary
+    /// (a rank that gave up because another failed).
+    pub(crate) fn run_step_caught(&mut self, step: usize) -> Result<RankStep, (ExecError, bool)> {
+        let (action, message, secondary) =
+            match catch_unwind(AssertUnwindSafe(|| self.run_step(step))) {
+                Ok(Ok(s)) => return Ok(s),
+                Ok(Err((action, e))) => (action, e.to_string(), e.is_secondary()),
+                Err(payload) => (self.current, panic_text(payload.as_ref()), false),
+            };
+        let e = self
+            .place
+            .failure(step + 1, action.map(|a| a.to_string()), message);
         Err((e, secondary))
+    }
+}
+
+/// How a result travels between ranks: a forward's as an activation, a backward's as a
+/// gradient.
+fn direction(output: Output) -> Direction {
+    match output {
+        Output::Forward => Direction::Activation,
+        Output::Backward => Direction::Gradient,
     }
 }
 

@@ -4,27 +4,22 @@ use autopp_hardware::{HardwareError, Precision};
 use autopp_models::{ModelError, Recompute};
 use serde::{Deserialize, Serialize};
 
-use crate::schedule::{ScheduleKind, SplitError};
+use crate::degrees::Degrees;
+use crate::schedule::{ScheduleError, ScheduleKind, SplitError};
 
-/// Default headroom kept free per GPU, in bytes (2 GiB), on top of the modelled CUDA context,
+/// Default headroom kept free per GPU, in bytes (1 GiB), on top of the modelled CUDA context,
 /// NCCL, framework buffers and allocator fragmentation (`memory::CONTEXT_BYTES`,
 /// `memory::FRAGMENTATION`).
 pub const DEFAULT_MEMORY_RESERVE_BYTES: u64 = 1 << 30;
 
 /// Everything that fixes how one iteration runs: degrees, batching, schedule, recompute,
-/// sharding, and optionally the layer split.
+/// sharding, optionally the layer split, and the settings it is evaluated under. Built with
+/// [`ParallelConfig::new`] and the `with_*` methods.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ParallelConfig {
-    /// Tensor-parallel degree (`t`).
-    pub tp: u64,
-    /// Pipeline ranks (`p`).
-    pub pp: u64,
-    /// Data-parallel degree (`d`).
-    pub dp: u64,
-    /// Context-parallel degree.
-    pub cp: u64,
-    /// Stages per pipeline rank (`v`).
-    pub virtual_stages: u64,
+    /// Tensor, pipeline, data and context parallelism and stages per rank.
+    #[serde(flatten)]
+    pub degrees: Degrees,
     /// Sequences per micro-batch (`b`).
     pub micro_batch_size: u64,
     /// Sequences per iteration over all data-parallel replicas (`B`).
@@ -50,6 +45,16 @@ pub struct ParallelConfig {
     /// (`pp · virtual_stages` entries summing to the model's layer-list length). `None`: the
     /// default (Megatron's even split).
     pub split: Option<Vec<usize>>,
+    /// Precision, memory headroom, attention kernel and framework runtime.
+    #[serde(flatten)]
+    pub settings: EvalSettings,
+}
+
+/// What a configuration is evaluated under besides its layout: the same for every candidate
+/// of a search ([`crate::search::SearchOptions`]) and recorded in plan files
+/// ([`crate::planfile::Settings`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EvalSettings {
     /// Math precision.
     pub precision: Precision,
     /// Bytes kept free on every GPU as headroom, beyond the modelled CUDA context, NCCL, framework
@@ -61,6 +66,19 @@ pub struct ParallelConfig {
     /// fp32 main gradients and no overlapped gradient reduction).
     #[serde(default)]
     pub runtime: Runtime,
+}
+
+impl Default for EvalSettings {
+    /// `autopp`'s defaults: bf16, [`DEFAULT_MEMORY_RESERVE_BYTES`] of headroom, FlashAttention,
+    /// Megatron-LM's runtime.
+    fn default() -> Self {
+        EvalSettings {
+            precision: Precision::Bf16,
+            memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
+            flash_attention: true,
+            runtime: Runtime::default(),
+        }
+    }
 }
 
 /// Framework behaviour that changes time or memory but not the parallel layout. The default is
@@ -102,17 +120,101 @@ impl Default for Runtime {
 }
 
 impl ParallelConfig {
+    /// `degrees` with micro-batches of `micro_batch_size` sequences and `global_batch_size`
+    /// sequences per iteration, run with 1F1B, no recompute, no sequence parallelism, ZeRO 0, the
+    /// even split and [`EvalSettings::default`]; the `with_*` methods change the rest.
+    pub fn new(degrees: Degrees, micro_batch_size: u64, global_batch_size: u64) -> Self {
+        ParallelConfig {
+            degrees,
+            micro_batch_size,
+            global_batch_size,
+            schedule: ScheduleKind::OneFOneB,
+            group_size: None,
+            recompute: Recompute::None,
+            recompute_layers: None,
+            sequence_parallel: false,
+            zero_stage: 0,
+            split: None,
+            settings: EvalSettings::default(),
+        }
+    }
+
+    /// With the pipeline schedule `schedule`.
+    pub fn with_schedule(mut self, schedule: ScheduleKind) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
+    /// With micro-batch groups of `group_size` in interleaved schedules (`None`: `pp`).
+    pub fn with_group_size(mut self, group_size: Option<u64>) -> Self {
+        self.group_size = group_size;
+        self
+    }
+
+    /// With the recompute mode `recompute` for the transformer layers.
+    pub fn with_recompute(mut self, recompute: Recompute) -> Self {
+        self.recompute = recompute;
+        self
+    }
+
+    /// With partial recompute's fully recomputed layers per stage (see
+    /// [`ParallelConfig::recompute_layers`]).
+    pub fn with_recompute_layers(mut self, recompute_layers: Option<Vec<u64>>) -> Self {
+        self.recompute_layers = recompute_layers;
+        self
+    }
+
+    /// With Megatron sequence parallelism on or off.
+    pub fn with_sequence_parallel(mut self, sequence_parallel: bool) -> Self {
+        self.sequence_parallel = sequence_parallel;
+        self
+    }
+
+    /// With ZeRO stage `zero_stage`.
+    pub fn with_zero_stage(mut self, zero_stage: u8) -> Self {
+        self.zero_stage = zero_stage;
+        self
+    }
+
+    /// With layer-list entries per stage `split` (`None`: the even split).
+    pub fn with_split(mut self, split: Option<Vec<usize>>) -> Self {
+        self.split = split;
+        self
+    }
+
+    /// Evaluated under `settings`.
+    pub fn with_settings(mut self, settings: EvalSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The schedule and stages per rank when one or both are not given: `interleaved-1f1b`
+    /// with more than one stage per rank, else `1f1b`; the schedule's own stage count where it
+    /// fixes one (2 for `zb-v` and `dualpipe-v`), else 1.
+    pub fn schedule_or_default(
+        schedule: Option<ScheduleKind>,
+        virtual_stages: Option<u64>,
+    ) -> (ScheduleKind, u64) {
+        let schedule = schedule.unwrap_or(if virtual_stages.is_some_and(|v| v > 1) {
+            ScheduleKind::Interleaved1F1B
+        } else {
+            ScheduleKind::OneFOneB
+        });
+        let virtual_stages = virtual_stages.unwrap_or(schedule.default_virtual_stages() as u64);
+        (schedule, virtual_stages)
+    }
+
     /// Micro-batches per iteration per data-parallel replica: `B / (d · b)`.
     pub fn num_microbatches(&self) -> u64 {
-        self.global_batch_size / (self.dp * self.micro_batch_size).max(1)
+        self.global_batch_size / (self.degrees.dp * self.micro_batch_size).max(1)
     }
     /// Number of stages: `pp · virtual_stages`.
     pub fn num_stages(&self) -> u64 {
-        self.pp * self.virtual_stages
+        self.degrees.num_stages()
     }
     /// GPUs used: `tp · pp · dp · cp`.
     pub fn num_gpus(&self) -> u64 {
-        self.tp * self.pp * self.dp * self.cp
+        self.degrees.num_gpus()
     }
 }
 
@@ -136,7 +238,11 @@ pub enum PlanError {
     /// The layer split cannot be made or used ([`SplitError::field`] names the input).
     #[error(transparent)]
     Split(#[from] SplitError),
-    /// The schedule cannot be generated for these inputs.
+    /// The schedule cannot be generated for these inputs ([`ScheduleError::field`] names the
+    /// input).
+    #[error(transparent)]
+    ScheduleSpec(#[from] ScheduleError),
+    /// The schedule could not be simulated, or an internal inconsistency.
     #[error("--schedule: {0}")]
     Schedule(String),
     /// No configuration fits in memory; the message says what the leanest one needs.

@@ -9,8 +9,8 @@ use autopp_models::Recompute;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{PlanError, Runtime};
+use crate::pins::Fixed;
 use crate::schedule::ScheduleKind;
-use crate::search::Fixed;
 
 /// A training framework a plan must run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -131,7 +131,7 @@ impl Framework {
                 ),
             ));
         }
-        if fixed.cp.is_some_and(|c| c > 1) && !self.context_parallel() {
+        if fixed.degrees.cp.is_some_and(|c| c > 1) && !self.context_parallel() {
             return Err(PlanError::invalid(
                 "--fix cp",
                 format!("{self} does not run context parallelism beside a pipeline"),

@@ -1,9 +1,9 @@
 //! # autopp-planner
 //!
-//! The cost and memory model, the schedule IR with its generators, checker and event simulator,
-//! and (next) the search. Given a model, a profile of the cluster and a full parallel
-//! configuration, [`estimate::evaluate`] predicts the iteration time with its breakdown and each
-//! rank's peak memory.
+//! Configurations and the frameworks that run them, the cost and memory model, and the search.
+//! Given a model, a profile of the cluster and a full parallel configuration,
+//! [`estimate::evaluate`] predicts the iteration time with its breakdown and each rank's peak
+//! memory; [`search::search`] finds the fastest configuration that fits.
 //!
 //! This crate never runs kernels: it reads costs from the profiler and hands plans to the
 //! executor.
@@ -12,17 +12,27 @@ pub use autopp_schedule as schedule;
 
 pub mod bands;
 pub mod config;
+pub mod degrees;
+mod describe;
 pub mod estimate;
 pub mod framework;
+pub mod launch;
 pub mod layout;
 pub mod memory;
+pub mod pins;
 pub mod plan;
 pub mod planfile;
+pub mod profile;
 pub mod search;
 pub mod stages;
 
-pub use config::{ParallelConfig, PlanError, DEFAULT_MEMORY_RESERVE_BYTES};
+pub use config::{EvalSettings, ParallelConfig, PlanError, DEFAULT_MEMORY_RESERVE_BYTES};
+pub use degrees::Degrees;
 pub use estimate::{evaluate, Estimate};
 pub use framework::Framework;
-pub use plan::{Breakdown, Plan, PlanAndPrediction, Predicted, RankPlan, FORMAT_VERSION};
+pub use pins::Fixed;
+pub use plan::{
+    Breakdown, Plan, PlanAndPrediction, Predicted, RankPlan, RankRecompute, FORMAT_VERSION,
+};
 pub use planfile::PlanFile;
+pub use profile::cost_profile;

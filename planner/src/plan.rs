@@ -1,7 +1,14 @@
 //! The `Plan` (what to run) and `Predicted` (what it will do) types, serialised exactly as
 //! `autopp estimate --json` prints them and as plan files store them.
 
+use std::fmt;
+
+use autopp_models::Recompute;
 use serde::{Deserialize, Serialize};
+
+use crate::config::PlanError;
+use crate::degrees::Degrees;
+use crate::schedule::ScheduleKind;
 
 /// Version of the plan JSON format; bumped on any incompatible change.
 pub const FORMAT_VERSION: u32 = 1;
@@ -17,7 +24,7 @@ pub struct RankPlan {
     /// Recompute of the rank's transformer layers: `none`, `selective` or `full` when all are
     /// alike; `partial` when `recompute_num_layers` of them are fully recomputed and the others
     /// use the plan's `recompute`.
-    pub recompute: String,
+    pub recompute: RankRecompute,
     /// Transformer layers on the rank that are fully recomputed.
     pub recompute_num_layers: u64,
     /// Of those, how many in each of the rank's stages (in the order of `stages`; the first
@@ -44,26 +51,21 @@ pub struct Plan {
     pub gpu: String,
     /// GPUs per node.
     pub gpus_per_node: u64,
-    /// Tensor-parallel degree.
-    pub tp: u64,
-    /// Pipeline ranks.
-    pub pp: u64,
-    /// Data-parallel degree.
-    pub dp: u64,
-    /// Context-parallel degree.
-    pub cp: u64,
-    /// Stages per pipeline rank.
-    pub virtual_stages: u64,
+    /// Tensor, pipeline, data and context parallelism and stages per rank (flattened in JSON:
+    /// `tp`, `pp`, `dp`, `cp`, `virtual_stages`).
+    #[serde(flatten)]
+    pub degrees: Degrees,
     /// Sequences per micro-batch.
     pub micro_batch_size: u64,
     /// Micro-batches per iteration per data-parallel replica.
     pub num_microbatches: u64,
     /// Sequences per iteration.
     pub global_batch_size: u64,
-    /// Schedule name.
-    pub schedule: String,
-    /// Recompute mode when all ranks agree, else `per-rank`.
-    pub recompute: String,
+    /// Schedule (its name in JSON: `1f1b`, `zb-v`, …).
+    pub schedule: ScheduleKind,
+    /// Recompute mode of the transformer layers that partial recompute leaves alone (see the
+    /// ranks' `recompute`).
+    pub recompute: Recompute,
     /// Megatron sequence parallelism.
     pub sequence_parallel: bool,
     /// ZeRO stage.
@@ -97,8 +99,86 @@ impl Plan {
     /// when every layer uses the plan's `recompute`.
     pub fn recompute_layers(&self) -> Option<Vec<u64>> {
         let stages = self.stages_in_order();
-        let partial = self.recompute != "full" && stages.iter().any(|s| s.1 > 0);
+        let partial = self.recompute != Recompute::Full && stages.iter().any(|s| s.1 > 0);
         partial.then(|| stages.iter().map(|s| s.1).collect())
+    }
+
+    /// Layer-list entries per stage, in global stage order; an error when the ranks' stages do
+    /// not tile the layers in order.
+    pub fn split(&self) -> Result<Vec<usize>, PlanError> {
+        let ranges = self.stages_in_order();
+        let mut next = 0;
+        let mut split = Vec::with_capacity(ranges.len());
+        for ([first, last], _) in ranges {
+            if first != next || last < first {
+                return Err(PlanError::invalid(
+                    "--plan",
+                    format!("the ranks' stages do not tile the layers in order (a stage starts at layer {first}, expected {next})"),
+                ));
+            }
+            split.push(last - first + 1);
+            next = last + 1;
+        }
+        Ok(split)
+    }
+
+    /// Whether some rank recomputes only some of its transformer layers fully.
+    pub fn has_partial_recompute(&self) -> bool {
+        self.ranks
+            .iter()
+            .any(|r| r.recompute == RankRecompute::Partial)
+    }
+
+    /// The rank with the largest memory per GPU (the last of equals).
+    pub fn peak_rank(&self) -> u64 {
+        self.ranks
+            .iter()
+            .max_by_key(|r| r.memory_bytes)
+            .map_or(0, |r| r.rank)
+    }
+}
+
+/// How one rank recomputes its transformer layers; serialised as `none`, `selective`, `full`
+/// or `partial`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RankRecompute {
+    /// Every layer keeps every activation.
+    None,
+    /// Every layer recomputes its attention core.
+    Selective,
+    /// Every layer is fully recomputed.
+    Full,
+    /// Some layers are fully recomputed (`recompute_num_layers`), the others use the plan's
+    /// `recompute`.
+    Partial,
+}
+
+impl RankRecompute {
+    /// The name used in JSON and text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RankRecompute::None => "none",
+            RankRecompute::Selective => "selective",
+            RankRecompute::Full => "full",
+            RankRecompute::Partial => "partial",
+        }
+    }
+}
+
+impl From<Recompute> for RankRecompute {
+    fn from(mode: Recompute) -> Self {
+        match mode {
+            Recompute::None => RankRecompute::None,
+            Recompute::Selective => RankRecompute::Selective,
+            Recompute::Full => RankRecompute::Full,
+        }
+    }
+}
+
+impl fmt::Display for RankRecompute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -5,28 +5,66 @@ use autopp_hardware::{Cluster, Precision};
 use autopp_models::Model;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ParallelConfig, PlanError};
+use crate::config::{EvalSettings, ParallelConfig, PlanError, Runtime};
 use crate::estimate::Estimate;
+use crate::framework::Framework;
 use crate::plan::{Plan, Predicted, FORMAT_VERSION};
+use crate::schedule::PipelinePlan;
 
 /// Settings a plan was evaluated under that are not part of the plan itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "SettingsJson", into = "SettingsJson")]
 pub struct Settings {
-    /// Math precision.
-    pub precision: Precision,
-    /// Bytes kept free per GPU.
-    pub memory_reserve_bytes: u64,
-    /// A fused attention kernel was modelled.
-    pub flash_attention: bool,
+    /// Precision, memory headroom, attention kernel and framework runtime that were modelled.
+    pub evaluation: EvalSettings,
     /// Micro-batch group size of interleaved schedules, when not the default.
     pub group_size: Option<u64>,
-    /// Framework behaviour (gradient dtype, overlap) that was modelled.
-    #[serde(default)]
-    pub runtime: crate::config::Runtime,
     /// The framework the plan was made for (`any` when none was named).
+    pub framework: Framework,
+}
+
+/// [`Settings`] as plan files store them: one flat object, in this field order, that rejects
+/// unknown fields (which `#[serde(flatten)]` cannot do).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettingsJson {
+    precision: Precision,
+    memory_reserve_bytes: u64,
+    flash_attention: bool,
+    group_size: Option<u64>,
     #[serde(default)]
-    pub framework: crate::framework::Framework,
+    runtime: Runtime,
+    #[serde(default)]
+    framework: Framework,
+}
+
+impl From<SettingsJson> for Settings {
+    fn from(j: SettingsJson) -> Self {
+        Settings {
+            evaluation: EvalSettings {
+                precision: j.precision,
+                memory_reserve_bytes: j.memory_reserve_bytes,
+                flash_attention: j.flash_attention,
+                runtime: j.runtime,
+            },
+            group_size: j.group_size,
+            framework: j.framework,
+        }
+    }
+}
+
+impl From<Settings> for SettingsJson {
+    fn from(s: Settings) -> Self {
+        let e = s.evaluation;
+        SettingsJson {
+            precision: e.precision,
+            memory_reserve_bytes: e.memory_reserve_bytes,
+            flash_attention: e.flash_attention,
+            group_size: s.group_size,
+            runtime: e.runtime,
+            framework: s.framework,
+        }
+    }
 }
 
 /// `plan.json`: self-contained.
@@ -64,18 +102,15 @@ impl PlanFile {
             model,
             cluster: cluster.clone(),
             settings: Settings {
-                precision: config.precision,
-                memory_reserve_bytes: config.memory_reserve_bytes,
-                flash_attention: config.flash_attention,
+                evaluation: config.settings,
                 group_size: config.group_size,
-                runtime: config.runtime,
-                framework: crate::framework::Framework::Any,
+                framework: Framework::Any,
             },
         })
     }
 
     /// The same file, made for `framework`.
-    pub fn with_framework(mut self, framework: crate::framework::Framework) -> PlanFile {
+    pub fn with_framework(mut self, framework: Framework) -> PlanFile {
         self.settings.framework = framework;
         self
     }
@@ -114,46 +149,28 @@ impl PlanFile {
     /// The configuration the plan describes, with its exact split.
     pub fn config(&self) -> Result<ParallelConfig, PlanError> {
         let p = &self.plan;
-        let ranges = p.stages_in_order();
-        let recompute: autopp_models::Recompute = p
-            .recompute
-            .parse()
-            .map_err(|e: String| PlanError::invalid("--plan", e))?;
-        let recompute_layers = p.recompute_layers();
-        let mut next = 0;
-        let mut split = Vec::with_capacity(ranges.len());
-        for ([first, last], _) in ranges {
-            if first != next || last < first {
-                return Err(PlanError::invalid(
-                    "--plan",
-                    format!("the ranks' stages do not tile the layers in order (a stage starts at layer {first}, expected {next})"),
-                ));
-            }
-            split.push(last - first + 1);
-            next = last + 1;
-        }
-        Ok(ParallelConfig {
-            tp: p.tp,
-            pp: p.pp,
-            dp: p.dp,
-            cp: p.cp,
-            virtual_stages: p.virtual_stages,
-            micro_batch_size: p.micro_batch_size,
-            global_batch_size: p.global_batch_size,
-            schedule: p
-                .schedule
-                .parse()
-                .map_err(|e: String| PlanError::invalid("--plan", e))?,
-            group_size: self.settings.group_size,
-            recompute,
-            recompute_layers,
-            sequence_parallel: p.sequence_parallel,
-            zero_stage: p.zero_stage,
-            split: Some(split),
-            precision: self.settings.precision,
-            memory_reserve_bytes: self.settings.memory_reserve_bytes,
-            flash_attention: self.settings.flash_attention,
-            runtime: self.settings.runtime,
+        Ok(
+            ParallelConfig::new(p.degrees, p.micro_batch_size, p.global_batch_size)
+                .with_schedule(p.schedule)
+                .with_group_size(self.settings.group_size)
+                .with_recompute(p.recompute)
+                .with_recompute_layers(p.recompute_layers())
+                .with_sequence_parallel(p.sequence_parallel)
+                .with_zero_stage(p.zero_stage)
+                .with_split(Some(p.split()?))
+                .with_settings(self.settings.evaluation),
+        )
+    }
+
+    /// What the plan says about the pipeline: its schedule, data-parallel degree, micro-batch
+    /// size and exact split.
+    pub fn pipeline(&self) -> Result<PipelinePlan, PlanError> {
+        let c = self.config()?;
+        Ok(PipelinePlan {
+            spec: crate::estimate::schedule_spec(&c),
+            dp: c.degrees.dp as usize,
+            micro_batch_size: c.micro_batch_size as usize,
+            split: c.split,
         })
     }
 }

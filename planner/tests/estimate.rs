@@ -2,7 +2,7 @@
 
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::{load_str, Model, Recompute};
-use autopp_planner::{evaluate, ParallelConfig, DEFAULT_MEMORY_RESERVE_BYTES};
+use autopp_planner::{evaluate, Degrees, ParallelConfig, RankRecompute};
 use autopp_schedule::ScheduleKind;
 
 fn model() -> Model {
@@ -20,26 +20,14 @@ fn profile(gpus: u64) -> AnalyticProfile {
 }
 
 fn config(tp: u64, pp: u64, dp: u64) -> ParallelConfig {
-    ParallelConfig {
+    let degrees = Degrees {
         tp,
         pp,
         dp,
         cp: 1,
         virtual_stages: 1,
-        micro_batch_size: 1,
-        global_batch_size: 64,
-        schedule: ScheduleKind::OneFOneB,
-        group_size: None,
-        recompute: Recompute::None,
-        recompute_layers: None,
-        sequence_parallel: false,
-        zero_stage: 0,
-        split: None,
-        precision: Precision::Bf16,
-        memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
-        flash_attention: true,
-        runtime: autopp_planner::config::Runtime::default(),
-    }
+    };
+    ParallelConfig::new(degrees, 1, 64)
 }
 
 #[test]
@@ -130,7 +118,7 @@ fn interleaving_shrinks_the_bubble() {
     let (m, p) = (model(), profile(4));
     let plain = evaluate(&m, &p, &config(1, 4, 1)).unwrap();
     let mut c = config(1, 4, 1);
-    c.virtual_stages = 2;
+    c.degrees.virtual_stages = 2;
     c.schedule = ScheduleKind::Interleaved1F1B;
     let inter = evaluate(&m, &p, &c).unwrap();
     assert!(inter.result.predicted.bubble_fraction < plain.result.predicted.bubble_fraction);
@@ -201,7 +189,7 @@ fn partial_recompute_trades_n_forwards_for_n_layers_of_activations() {
             );
         }
         let rank = &e.result.plan.ranks[0];
-        assert_eq!(rank.recompute, "partial");
+        assert_eq!(rank.recompute, RankRecompute::Partial);
         assert_eq!(rank.recompute_num_layers, n);
         assert_eq!(rank.recompute_num_layers_per_stage, vec![n]);
     }
@@ -209,8 +197,8 @@ fn partial_recompute_trades_n_forwards_for_n_layers_of_activations() {
     let mut c = base.clone();
     c.recompute_layers = Some(vec![4, 0]);
     let e = evaluate(&m, &p, &c).unwrap();
-    assert_eq!(e.result.plan.ranks[0].recompute, "full");
-    assert_eq!(e.result.plan.ranks[1].recompute, "selective");
+    assert_eq!(e.result.plan.ranks[0].recompute, RankRecompute::Full);
+    assert_eq!(e.result.plan.ranks[1].recompute, RankRecompute::Selective);
     c.recompute_layers = Some(vec![5, 0]);
     let err = evaluate(&m, &p, &c).unwrap_err().to_string();
     assert!(err.contains("--recompute-num-layers"), "{err}");

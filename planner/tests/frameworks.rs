@@ -4,8 +4,8 @@
 
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::{load, Recompute};
-use autopp_planner::search::{self, Fixed, IlpSolver, SearchOptions, SpaceLimits};
-use autopp_planner::{Estimate, Framework, DEFAULT_MEMORY_RESERVE_BYTES};
+use autopp_planner::search::{self, SearchOptions};
+use autopp_planner::{Estimate, Framework};
 use autopp_schedule::ScheduleKind;
 
 /// What `autopp plan --framework F [--max-tp T] [--fix recompute=R]` searches.
@@ -15,28 +15,10 @@ fn options(
     max_tp: u64,
     recompute: Option<Recompute>,
 ) -> SearchOptions {
-    SearchOptions {
-        global_batch_size: gb,
-        limits: SpaceLimits {
-            max_tp,
-            gpus_per_node: 8,
-            max_micro_batch_size: 16,
-            max_virtual_stages: 8,
-            schedules: framework.schedules(),
-            framework,
-        },
-        fixed: Fixed {
-            recompute,
-            ..Fixed::default()
-        },
-        top_k: 5,
-        precision: Precision::Bf16,
-        memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
-        flash_attention: true,
-        even_split_only: !framework.uneven_layouts(),
-        runtime: framework.runtime(),
-        ilp_solver: IlpSolver::of_build(),
-    }
+    let mut opts = SearchOptions::new(framework, gb, 8);
+    opts.limits.max_tp = max_tp;
+    opts.fixed.recompute = recompute;
+    opts
 }
 
 fn plan(model: &str, gpus: u64, gpu: &str, opts: &SearchOptions) -> Option<Estimate> {
@@ -68,7 +50,7 @@ fn partial_recompute_beats_every_uniform_mode_when_memory_binds() {
         let p = &best.result.plan;
         assert!(best.result.predicted.fits);
         assert!(
-            p.ranks.iter().any(|r| r.recompute == "partial"),
+            p.has_partial_recompute(),
             "{framework}: {:?}",
             p.ranks.iter().map(|r| &r.recompute).collect::<Vec<_>>()
         );
@@ -90,7 +72,7 @@ fn partial_recompute_beats_every_uniform_mode_when_memory_binds() {
         }
         if framework == Framework::Megatron {
             // one count for every stage, capped at the stage's layers; the others not recomputed
-            assert_eq!(p.recompute, "none");
+            assert_eq!(p.recompute, Recompute::None);
             let counts: Vec<u64> = p
                 .ranks
                 .iter()
@@ -130,20 +112,21 @@ fn each_framework_plans_only_what_it_runs() {
             let result = search::search(&m, &p, &opts, &|_, _| {}).expect("a plan fits");
             for e in std::iter::once(&result.best).chain(&result.alternatives) {
                 let plan = &e.result.plan;
-                let kind: ScheduleKind = plan.schedule.parse().unwrap();
+                let kind = plan.schedule;
                 let what = format!(
                     "{framework} {model}: {} z{} {}",
                     plan.schedule, plan.zero_stage, plan.recompute
                 );
                 assert!(framework.runs(kind), "{what}");
                 assert!(framework.zero_stages().contains(&plan.zero_stage), "{what}");
-                let mode: Recompute = plan.recompute.parse().unwrap();
+                let mode = plan.recompute;
                 assert!(framework.recompute_modes().contains(&mode), "{what}");
-                let partial = plan.ranks.iter().any(|r| r.recompute == "partial");
+                let partial = plan.has_partial_recompute();
                 match framework {
                     Framework::Megatron => {
                         assert!(
-                            ["1f1b", "interleaved-1f1b"].contains(&plan.schedule.as_str()),
+                            [ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B]
+                                .contains(&plan.schedule),
                             "{what}"
                         );
                         assert!(plan.zero_stage <= 1, "{what}");
@@ -163,9 +146,9 @@ fn each_framework_plans_only_what_it_runs() {
                         }
                     }
                     Framework::Deepspeed => {
-                        assert_eq!(plan.schedule, "1f1b", "{what}");
+                        assert_eq!(plan.schedule, ScheduleKind::OneFOneB, "{what}");
                         assert!(plan.zero_stage <= 1, "{what}");
-                        assert_eq!(plan.cp, 1, "{what}");
+                        assert_eq!(plan.degrees.cp, 1, "{what}");
                         assert!(!partial, "{what}");
                         let even = autopp_schedule::split::default_split(
                             &m.layers(&autopp_planner::estimate::shard_spec(
@@ -207,9 +190,9 @@ fn highs_and_microlp_give_the_same_plans() {
     ];
     for (model, gpus, gpu, gb, max_tp, framework) in cases {
         let mut opts = options(framework, gb, max_tp, None);
-        opts.ilp_solver = IlpSolver::Microlp;
+        opts.ilp_solver = search::IlpSolver::Microlp;
         let a = plan(model, gpus, gpu, &opts).map(|e| e.result);
-        opts.ilp_solver = IlpSolver::Highs;
+        opts.ilp_solver = search::IlpSolver::Highs;
         let b = plan(model, gpus, gpu, &opts).map(|e| e.result);
         assert_eq!(a, b, "{model} on {gpus} {gpu}, {framework}");
     }

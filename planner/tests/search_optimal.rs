@@ -5,32 +5,17 @@
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::{load_str, Model};
 use autopp_planner::estimate::{evaluate_layers, shard_spec};
-use autopp_planner::search::{self, config_of, space, Fixed, SearchOptions, SpaceLimits};
+use autopp_planner::search::{self, config_of, space, SearchOptions};
 use autopp_planner::Framework;
-use autopp_planner::DEFAULT_MEMORY_RESERVE_BYTES;
 use autopp_schedule::split;
-use autopp_schedule::ScheduleKind;
 
 fn options(global_batch: u64, precision: Precision) -> SearchOptions {
-    SearchOptions {
-        global_batch_size: global_batch,
-        limits: SpaceLimits {
-            max_tp: 8,
-            gpus_per_node: 8,
-            max_micro_batch_size: 2,
-            max_virtual_stages: 2,
-            schedules: ScheduleKind::ALL.to_vec(),
-            framework: Framework::Any,
-        },
-        fixed: Fixed::default(),
-        top_k: 3,
-        precision,
-        memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
-        flash_attention: true,
-        even_split_only: false,
-        runtime: Default::default(),
-        ilp_solver: autopp_planner::search::IlpSolver::of_build(),
-    }
+    let mut opts = SearchOptions::new(Framework::Any, global_batch, 8);
+    opts.limits.max_micro_batch_size = 2;
+    opts.limits.max_virtual_stages = 2;
+    opts.top_k = 3;
+    opts.settings.precision = precision;
+    opts
 }
 
 /// The fastest fitting (time, description) over the whole space, by brute force.
@@ -54,7 +39,7 @@ fn brute_force(
         let Ok(layers) = model.layers(&shard_spec(&base)) else {
             continue;
         };
-        let stages = (key.pp * key.virtual_stages) as usize;
+        let stages = key.degrees.num_stages() as usize;
         if stages > entries {
             continue;
         }

@@ -4,11 +4,13 @@
 //!    schedule's placement) and a micro-batch in `0..m`;
 //! 2. every (stage, micro-batch) runs `F` exactly once and then either `B` exactly once or `I`
 //!    and `W` exactly once each;
-//! 3. no action comes before a dependency on its own rank (`B`/`I` before its `F`, `W` before
-//!    its `I`, or the two parts of an overlapped pair depending on each other);
+//! 3. no action comes before one of its inputs ([`deps::inputs`]) on its own rank (`B`/`I`
+//!    before its `F`, `W` before its `I`, or the two parts of an overlapped pair depending on
+//!    each other);
 //! 4. the ranks, each running its list in order with buffered sends (a send never waits for
 //!    its receive), never deadlock — checked by running the simulator's dependency engine.
 
+use super::deps::{self, Input, Output};
 use super::ir::{Action, ActionKind, Schedule};
 use super::simulator::{simulate_metrics, SimCosts, SimError};
 
@@ -108,6 +110,40 @@ const ABSENT: Loc = Loc {
     step: NONE,
 };
 
+/// Where each action of a schedule sits, by kind, stage and micro-batch.
+struct Locations {
+    loc: Vec<Loc>,
+    /// Global stages times micro-batches.
+    pairs: usize,
+    m: usize,
+}
+
+impl Locations {
+    fn index(&self, stage: usize, i: usize, kind: ActionKind) -> usize {
+        kind.index() * self.pairs + stage * self.m + i
+    }
+
+    fn of(&self, a: Action) -> Loc {
+        self.loc[self.index(a.stage as usize, a.microbatch as usize, a.kind)]
+    }
+
+    fn has(&self, stage: usize, i: usize, kind: ActionKind) -> bool {
+        self.loc[self.index(stage, i, kind)].rank != NONE
+    }
+
+    /// Where `input` of micro-batch `i` was produced, and by which action (the backward-input
+    /// part is `B`, or `I` where the backward is split).
+    fn input(&self, input: Input, i: usize) -> (Loc, Action) {
+        let kind = match input.output {
+            Output::Forward => ActionKind::F,
+            Output::Backward if self.has(input.stage, i, ActionKind::B) => ActionKind::B,
+            Output::Backward => ActionKind::I,
+        };
+        let a = Action::new(input.stage, kind, i);
+        (self.of(a), a)
+    }
+}
+
 /// Checks that `s` is complete, respects its dependencies and cannot deadlock (see the
 /// [module docs](self)).
 ///
@@ -126,6 +162,15 @@ const ABSENT: Loc = Loc {
 /// assert_eq!(err, "rank 0 never runs 0B0: every (stage, micro-batch) runs F, then B (or I then W)");
 /// ```
 pub fn check(s: &Schedule) -> Result<(), CheckError> {
+    check_shape(s)?;
+    let locations = locate(s)?;
+    check_complete(s, &locations)?;
+    check_order(s, &locations)?;
+    check_deadlock(s)
+}
+
+/// Checks the sizes, and that the schedule lists at least one action per (stage, micro-batch).
+fn check_shape(s: &Schedule) -> Result<(), CheckError> {
     let (pp, v, m) = (s.pp, s.virtual_stages, s.num_microbatches);
     if pp == 0 || v == 0 || m == 0 {
         return Err(CheckError::Shape(format!(
@@ -138,16 +183,23 @@ pub fn check(s: &Schedule) -> Result<(), CheckError> {
             s.ranks.len()
         )));
     }
-    let num_stages = s.num_stages();
     let declared = pp.checked_mul(v).and_then(|x| x.checked_mul(m));
     if declared.is_none_or(|pairs| pairs > s.num_actions()) {
         return Err(first_missing(s));
     }
-    let n = num_stages * m;
-    let mut loc = vec![ABSENT; 4 * n];
-    let at = |a: Action| a.kind.index() * n + a.stage as usize * m + a.microbatch as usize;
+    Ok(())
+}
 
-    // 1. Ranges, placement, duplicates.
+/// Step 1: every action in range, on the rank that holds its stage, and listed once; where
+/// each one sits.
+fn locate(s: &Schedule) -> Result<Locations, CheckError> {
+    let (num_stages, m) = (s.num_stages(), s.num_microbatches);
+    let pairs = num_stages * m;
+    let mut at = Locations {
+        loc: vec![ABSENT; 4 * pairs],
+        pairs,
+        m,
+    };
     for (r, list) in s.ranks.iter().enumerate() {
         for (j, step) in list.iter().enumerate() {
             for a in step.actions() {
@@ -177,7 +229,8 @@ pub fn check(s: &Schedule) -> Result<(), CheckError> {
                         a.stage, s.placement
                     )));
                 }
-                let slot = &mut loc[at(a)];
+                let k = at.index(a.stage as usize, a.microbatch as usize, a.kind);
+                let slot = &mut at.loc[k];
                 if slot.rank != NONE {
                     return Err(CheckError::Duplicate {
                         rank: r,
@@ -194,111 +247,79 @@ pub fn check(s: &Schedule) -> Result<(), CheckError> {
             }
         }
     }
+    Ok(at)
+}
 
-    // 2. Completeness.
-    let present =
-        |stage: usize, i: usize, k: ActionKind| loc[k.index() * n + stage * m + i].rank != NONE;
-    for stage in 0..num_stages {
-        let rank = s.rank_of(stage);
-        for i in 0..m {
-            let name = |k: ActionKind| Action::new(stage, k, i).to_string();
-            let (f, b, ii, w) = (
-                present(stage, i, ActionKind::F),
-                present(stage, i, ActionKind::B),
-                present(stage, i, ActionKind::I),
-                present(stage, i, ActionKind::W),
-            );
-            let missing = |k: ActionKind, rule: String| CheckError::Missing {
-                rank,
-                action: name(k),
-                rule,
-            };
-            if !f {
-                return Err(missing(
-                    ActionKind::F,
-                    "every (stage, micro-batch) runs F exactly once".into(),
-                ));
-            }
-            match (b, ii, w) {
-                (true, false, false) | (false, true, true) => {}
-                (false, false, false) => {
-                    return Err(missing(
-                        ActionKind::B,
-                        "every (stage, micro-batch) runs F, then B (or I then W)".into(),
-                    ))
-                }
-                (false, true, false) => {
-                    return Err(missing(
-                        ActionKind::W,
-                        format!(
-                            "{} splits its backward, so it needs a W",
-                            name(ActionKind::I)
-                        ),
-                    ))
-                }
-                (false, false, true) => {
-                    return Err(missing(
-                        ActionKind::I,
-                        format!(
-                            "{} needs the backward-input I before it",
-                            name(ActionKind::W)
-                        ),
-                    ))
-                }
-                (true, _, _) => {
-                    let other = if ii { ActionKind::I } else { ActionKind::W };
-                    let l = loc[at(Action::new(stage, other, i))];
-                    return Err(CheckError::BadAction {
-                        rank: l.rank as usize,
-                        step_index: l.step as usize,
-                        action: name(other),
-                        reason: format!(
-                            "splits a backward that {} already runs in full",
-                            name(ActionKind::B)
-                        ),
-                    });
-                }
-            }
+/// Step 2: every (stage, micro-batch) runs `F`, then `B` or `I` and `W`.
+fn check_complete(s: &Schedule, at: &Locations) -> Result<(), CheckError> {
+    for stage in 0..s.num_stages() {
+        for i in 0..s.num_microbatches {
+            check_pair(s, at, stage, i)?;
         }
     }
+    Ok(())
+}
 
-    // 3. Same-rank order of dependencies.
-    let backward_at = |stage: usize, i: usize| {
-        let b = loc[ActionKind::B.index() * n + stage * m + i];
-        if b.rank != NONE {
-            (b, ActionKind::B)
-        } else {
-            (
-                loc[ActionKind::I.index() * n + stage * m + i],
-                ActionKind::I,
-            )
-        }
+/// [`check_complete`] for one (stage, micro-batch).
+fn check_pair(s: &Schedule, at: &Locations, stage: usize, i: usize) -> Result<(), CheckError> {
+    let name = |k: ActionKind| Action::new(stage, k, i).to_string();
+    let missing = |k: ActionKind, rule: String| CheckError::Missing {
+        rank: s.rank_of(stage),
+        action: name(k),
+        rule,
     };
+    let has = |k: ActionKind| at.has(stage, i, k);
+    if !has(ActionKind::F) {
+        return Err(missing(
+            ActionKind::F,
+            "every (stage, micro-batch) runs F exactly once".into(),
+        ));
+    }
+    match (has(ActionKind::B), has(ActionKind::I), has(ActionKind::W)) {
+        (true, false, false) | (false, true, true) => Ok(()),
+        (false, false, false) => Err(missing(
+            ActionKind::B,
+            "every (stage, micro-batch) runs F, then B (or I then W)".into(),
+        )),
+        (false, true, false) => Err(missing(
+            ActionKind::W,
+            format!(
+                "{} splits its backward, so it needs a W",
+                name(ActionKind::I)
+            ),
+        )),
+        (false, false, true) => Err(missing(
+            ActionKind::I,
+            format!(
+                "{} needs the backward-input I before it",
+                name(ActionKind::W)
+            ),
+        )),
+        (true, ii, _) => {
+            let other = if ii { ActionKind::I } else { ActionKind::W };
+            let l = at.of(Action::new(stage, other, i));
+            Err(CheckError::BadAction {
+                rank: l.rank as usize,
+                step_index: l.step as usize,
+                action: name(other),
+                reason: format!(
+                    "splits a backward that {} already runs in full",
+                    name(ActionKind::B)
+                ),
+            })
+        }
+    }
+}
+
+/// Step 3: no action comes before one of its inputs ([`deps::inputs`]) on its own rank.
+fn check_order(s: &Schedule, at: &Locations) -> Result<(), CheckError> {
+    let num_stages = s.num_stages();
     for (r, list) in s.ranks.iter().enumerate() {
         for (j, step) in list.iter().enumerate() {
             for a in step.actions() {
                 let (st, i) = (a.stage as usize, a.microbatch as usize);
-                let mut deps: [Option<(Loc, Action)>; 2] = [None, None];
-                match a.kind {
-                    ActionKind::F if st > 0 => {
-                        let d = Action::new(st - 1, ActionKind::F, i);
-                        deps[0] = Some((loc[at(d)], d));
-                    }
-                    ActionKind::F => {}
-                    ActionKind::B | ActionKind::I => {
-                        let d = Action::new(st, ActionKind::F, i);
-                        deps[0] = Some((loc[at(d)], d));
-                        if st + 1 < num_stages {
-                            let (l, k) = backward_at(st + 1, i);
-                            deps[1] = Some((l, Action::new(st + 1, k, i)));
-                        }
-                    }
-                    ActionKind::W => {
-                        let d = Action::new(st, ActionKind::I, i);
-                        deps[0] = Some((loc[at(d)], d));
-                    }
-                }
-                for (l, d) in deps.into_iter().flatten() {
+                for input in deps::inputs(a.kind, st, num_stages).into_iter().flatten() {
+                    let (l, d) = at.input(input, i);
                     if l.rank as usize == r && l.step as usize >= j {
                         return Err(CheckError::ReversedDependency {
                             rank: r,
@@ -316,9 +337,12 @@ pub fn check(s: &Schedule) -> Result<(), CheckError> {
             }
         }
     }
+    Ok(())
+}
 
-    // 4. Deadlock: run the dependency engine with unit costs.
-    let costs = SimCosts::uniform(num_stages, 1.0, 1.0, 1.0, 1.0, 0.0);
+/// Step 4: no deadlock, by running the simulator's dependency engine with unit costs.
+fn check_deadlock(s: &Schedule) -> Result<(), CheckError> {
+    let costs = SimCosts::uniform(s.num_stages(), 1.0, 1.0, 1.0, 1.0, 0.0);
     match simulate_metrics(s, &costs) {
         Ok(_) => Ok(()),
         Err(SimError::Deadlock {

@@ -118,7 +118,7 @@ impl ScheduleKind {
         }
     }
 
-    /// The stages per rank used when `--virtual` is not given: the fixed count where the
+    /// The stages per rank used when none are given: the fixed count where the
     /// schedule has one (2 for `zb-v` and `dualpipe-v`), 1 otherwise.
     pub fn default_virtual_stages(self) -> usize {
         self.fixed_virtual_stages().unwrap_or(1)

@@ -21,8 +21,11 @@
 
 pub mod ascii;
 pub mod checker;
+pub mod deps;
 pub mod generators;
+pub mod inflight;
 pub mod ir;
+pub mod pipeline;
 pub mod simulator;
 pub mod split;
 pub mod svg;
@@ -35,8 +38,10 @@ pub use generators::{
 pub use ir::{
     parse_steps, Action, ActionKind, ParseStepError, Placement, Schedule, ScheduleKind, Step,
 };
+pub use pipeline::PipelinePlan;
 pub use simulator::{
-    simulate, simulate_metrics, SimCosts, SimError, SimMetrics, SimResult, StageCosts, TimedStep,
+    simulate, simulate_metrics, CostsError, SimCosts, SimError, SimMetrics, SimResult, StageCosts,
+    TimedStep, UniformCosts,
 };
 pub use split::{check_split, default_split, stage_ranges, SplitError};
 

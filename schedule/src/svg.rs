@@ -122,47 +122,94 @@ fn tick_step(span: f64) -> f64 {
         .unwrap_or(10.0 * mag)
 }
 
+/// Sizes and scales of one chart, in pixels.
+struct Frame {
+    /// The makespan drawn (1 when the run takes no time).
+    makespan: f64,
+    /// Width of the time axis.
+    chart_px: f64,
+    /// Height of one rank's lane, memory strip and gap.
+    row_px: f64,
+    width: f64,
+    height: f64,
+    /// The largest peak of activation bytes over ranks (at least 1), the memory strips' top.
+    peak_bytes: u64,
+    /// Whether some step is an overlapped pair.
+    has_pairs: bool,
+}
+
+impl Frame {
+    fn new(s: &Schedule, r: &SimResult) -> Self {
+        let makespan = if r.makespan_s > 0.0 {
+            r.makespan_s
+        } else {
+            1.0
+        };
+        let has_pairs = r
+            .timeline
+            .iter()
+            .flatten()
+            .any(|t| matches!(t.step, Step::Overlapped(..)));
+        let legend_px = 560.0
+            + if s.virtual_stages > 1 { 250.0 } else { 0.0 }
+            + if has_pairs { 150.0 } else { 0.0 };
+        let chart_px = (makespan / r.shortest_step_s().unwrap_or(r.makespan_s.max(1.0)) * 22.0)
+            .clamp(legend_px, 1800.0);
+        let row_px = LANE_PX + MEM_PX + GAP_PX;
+        Frame {
+            makespan,
+            chart_px,
+            row_px,
+            width: LEFT_PX + chart_px + RIGHT_PX,
+            height: TOP_PX + row_px * r.timeline.len() as f64 + AXIS_PX,
+            peak_bytes: r
+                .peak_activation_bytes
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0)
+                .max(1),
+            has_pairs,
+        }
+    }
+
+    /// The x of time `t`.
+    fn x_of(&self, t: f64) -> f64 {
+        LEFT_PX + t / self.makespan * self.chart_px
+    }
+}
+
 /// Draws the simulated run `r` of `s` as a standalone SVG document titled `title`.
 pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
-    let makespan = if r.makespan_s > 0.0 {
-        r.makespan_s
-    } else {
-        1.0
-    };
-    let has_pairs = r
-        .timeline
-        .iter()
-        .flatten()
-        .any(|t| matches!(t.step, Step::Overlapped(..)));
-    let legend_px = 560.0
-        + if s.virtual_stages > 1 { 250.0 } else { 0.0 }
-        + if has_pairs { 150.0 } else { 0.0 };
-    let chart_px = (makespan / r.shortest_step_s().unwrap_or(r.makespan_s.max(1.0)) * 22.0)
-        .clamp(legend_px, 1800.0);
-    let x_of = |t: f64| LEFT_PX + t / makespan * chart_px;
-    let row_px = LANE_PX + MEM_PX + GAP_PX;
-    let width = LEFT_PX + chart_px + RIGHT_PX;
-    let height = TOP_PX + row_px * r.timeline.len() as f64 + AXIS_PX;
-    let peak_bytes = r
-        .peak_activation_bytes
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(0)
-        .max(1);
-
+    let f = Frame::new(s, r);
     let mut o = String::new();
+    header(&mut o, r, title, &f);
+    legend(&mut o, s, r, f.has_pairs);
+    // Fills of overlapped pairs: one diagonal two-colour gradient per pair of colours.
+    let mut pair_fills: BTreeMap<(String, String), String> = BTreeMap::new();
+    for rank in 0..r.timeline.len() {
+        lane(&mut o, s, r, rank, &f, &mut pair_fills);
+        memory_strip(&mut o, r, rank, &f);
+    }
+    time_axis(&mut o, r, &f);
+    defs(&mut o, &pair_fills);
+    o.push_str("</svg>\n");
+    o
+}
+
+/// The document's opening tag, background, title and headline numbers.
+fn header(o: &mut String, r: &SimResult, title: &str, f: &Frame) {
     let _ = writeln!(
         o,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="Helvetica, Arial, sans-serif" font-size="11">"#,
-        w = fmt_num(width),
-        h = fmt_num(height)
+        w = fmt_num(f.width),
+        h = fmt_num(f.height)
     );
     let _ = writeln!(
         o,
         r#"<rect x="0" y="0" width="{}" height="{}" fill="white"/>"#,
-        fmt_num(width),
-        fmt_num(height)
+        fmt_num(f.width),
+        fmt_num(f.height)
     );
     let _ = writeln!(
         o,
@@ -173,11 +220,15 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
     let _ = writeln!(
         o,
         r#"<text x="{}" y="18" text-anchor="end">makespan {} · bubble {:.1}%</text>"#,
-        fmt_num(LEFT_PX + chart_px),
+        fmt_num(LEFT_PX + f.chart_px),
         fmt_time(r.makespan_s),
         r.bubble_fraction * 100.0
     );
-    // Legend.
+}
+
+/// The legend: the action kinds the run uses, pairs, idle, memory, and the shading of later
+/// stages.
+fn legend(o: &mut String, s: &Schedule, r: &SimResult, has_pairs: bool) {
     let used = |k: ActionKind| {
         r.timeline
             .iter()
@@ -213,121 +264,134 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
         );
         lx += 24.0 + 6.5 * name.len() as f64;
     }
+}
 
-    // Fills of overlapped pairs: one diagonal two-colour gradient per pair of colours.
-    let mut pair_fills: BTreeMap<(String, String), String> = BTreeMap::new();
-    for (rank, steps) in r.timeline.iter().enumerate() {
-        let y = TOP_PX + rank as f64 * row_px;
+/// Rank `rank`'s lane: its label, the idle background and one cell per step (a pair's fill
+/// named in `pair_fills`).
+fn lane(
+    o: &mut String,
+    s: &Schedule,
+    r: &SimResult,
+    rank: usize,
+    f: &Frame,
+    pair_fills: &mut BTreeMap<(String, String), String>,
+) {
+    let y = TOP_PX + rank as f64 * f.row_px;
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="{}" text-anchor="end">rank {rank}</text>"#,
+        LEFT_PX - 8.0,
+        fmt_num(y + LANE_PX / 2.0 + 4.0)
+    );
+    let _ = writeln!(
+        o,
+        r#"<rect class="idle" x="{}" y="{}" width="{}" height="{}" fill="{COLOR_IDLE}"/>"#,
+        LEFT_PX,
+        fmt_num(y),
+        fmt_num(f.chart_px),
+        LANE_PX
+    );
+    for t in &r.timeline[rank] {
+        let (x0, x1) = (f.x_of(t.start_s), f.x_of(t.end_s));
+        let (class, fill, label) = match t.step {
+            Step::One(a) => (
+                a.kind.letter().to_string(),
+                action_color(s, a),
+                a.microbatch.to_string(),
+            ),
+            Step::Overlapped(a, b) => {
+                let colors = (action_color(s, a), action_color(s, b));
+                let next = pair_fills.len();
+                let id = pair_fills
+                    .entry(colors)
+                    .or_insert_with(|| format!("pair{next}"));
+                (
+                    "pair".to_string(),
+                    format!("url(#{id})"),
+                    format!("{}+{}", a.microbatch, b.microbatch),
+                )
+            }
+        };
         let _ = writeln!(
             o,
-            r#"<text x="{}" y="{}" text-anchor="end">rank {rank}</text>"#,
-            LEFT_PX - 8.0,
-            fmt_num(y + LANE_PX / 2.0 + 4.0)
-        );
-        let _ = writeln!(
-            o,
-            r#"<rect class="idle" x="{}" y="{}" width="{}" height="{}" fill="{COLOR_IDLE}"/>"#,
-            LEFT_PX,
+            r#"<rect class="{class}" x="{}" y="{}" width="{}" height="{}" fill="{fill}" stroke="white" stroke-width="0.5"><title>{} [{}, {}]</title></rect>"#,
+            fmt_num(x0),
             fmt_num(y),
-            fmt_num(chart_px),
-            LANE_PX
+            fmt_num((x1 - x0).max(0.0)),
+            LANE_PX,
+            xml_escape(&t.step.to_string()),
+            fmt_time(t.start_s),
+            fmt_time(t.end_s),
         );
-        for t in steps {
-            let (x0, x1) = (x_of(t.start_s), x_of(t.end_s));
-            let (class, fill, label) = match t.step {
-                Step::One(a) => (
-                    a.kind.letter().to_string(),
-                    action_color(s, a),
-                    a.microbatch.to_string(),
-                ),
-                Step::Overlapped(a, b) => {
-                    let colors = (action_color(s, a), action_color(s, b));
-                    let next = pair_fills.len();
-                    let id = pair_fills
-                        .entry(colors)
-                        .or_insert_with(|| format!("pair{next}"));
-                    (
-                        "pair".to_string(),
-                        format!("url(#{id})"),
-                        format!("{}+{}", a.microbatch, b.microbatch),
-                    )
-                }
-            };
+        if x1 - x0 >= 6.5 * label.len() as f64 + 2.0 {
             let _ = writeln!(
                 o,
-                r#"<rect class="{class}" x="{}" y="{}" width="{}" height="{}" fill="{fill}" stroke="white" stroke-width="0.5"><title>{} [{}, {}]</title></rect>"#,
-                fmt_num(x0),
-                fmt_num(y),
-                fmt_num((x1 - x0).max(0.0)),
-                LANE_PX,
-                xml_escape(&t.step.to_string()),
-                fmt_time(t.start_s),
-                fmt_time(t.end_s),
+                r#"<text x="{}" y="{}" text-anchor="middle" fill="white" font-size="11">{label}</text>"#,
+                fmt_num((x0 + x1) / 2.0),
+                fmt_num(y + LANE_PX / 2.0 + 4.0),
             );
-            if x1 - x0 >= 6.5 * label.len() as f64 + 2.0 {
-                let _ = writeln!(
-                    o,
-                    r#"<text x="{}" y="{}" text-anchor="middle" fill="white" font-size="11">{label}</text>"#,
-                    fmt_num((x0 + x1) / 2.0),
-                    fmt_num(y + LANE_PX / 2.0 + 4.0),
-                );
-            }
         }
-        // Memory strip: a step area of the bytes alive.
-        let base = y + LANE_PX + MEM_PX;
-        let scale = |b: u64| base - (b as f64 / peak_bytes as f64) * (MEM_PX - 2.0);
-        let mut d = format!("M{} {}", fmt_num(x_of(0.0)), fmt_num(base));
-        let mut last = 0u64;
-        for &(t, b) in &r.memory[rank] {
-            let x = fmt_num(x_of(t));
-            let _ = write!(
-                d,
-                " L{x} {} L{x} {}",
-                fmt_num(scale(last)),
-                fmt_num(scale(b))
-            );
-            last = b;
-        }
+    }
+}
+
+/// Under rank `rank`'s lane, a step area of the bytes alive, and its peak.
+fn memory_strip(o: &mut String, r: &SimResult, rank: usize, f: &Frame) {
+    let y = TOP_PX + rank as f64 * f.row_px;
+    let base = y + LANE_PX + MEM_PX;
+    let scale = |b: u64| base - (b as f64 / f.peak_bytes as f64) * (MEM_PX - 2.0);
+    let mut d = format!("M{} {}", fmt_num(f.x_of(0.0)), fmt_num(base));
+    let mut last = 0u64;
+    for &(t, b) in &r.memory[rank] {
+        let x = fmt_num(f.x_of(t));
         let _ = write!(
             d,
-            " L{} {} L{} {} Z",
-            fmt_num(x_of(r.makespan_s)),
+            " L{x} {} L{x} {}",
             fmt_num(scale(last)),
-            fmt_num(x_of(r.makespan_s)),
-            fmt_num(base)
+            fmt_num(scale(b))
         );
-        let _ = writeln!(
-            o,
-            r##"<rect x="{}" y="{}" width="{}" height="{}" fill="#fbeaea"/><path class="memory" d="{d}" fill="{COLOR_MEMORY}" fill-opacity="0.75"/>"##,
-            LEFT_PX,
-            fmt_num(base - MEM_PX + 2.0),
-            fmt_num(chart_px),
-            fmt_num(MEM_PX - 2.0)
-        );
-        let _ = writeln!(
-            o,
-            r#"<text x="{}" y="{}" font-size="9">peak {}</text>"#,
-            fmt_num(LEFT_PX + chart_px + 6.0),
-            fmt_num(base - 2.0),
-            fmt_bytes(r.peak_activation_bytes[rank])
-        );
+        last = b;
     }
+    let _ = write!(
+        d,
+        " L{} {} L{} {} Z",
+        fmt_num(f.x_of(r.makespan_s)),
+        fmt_num(scale(last)),
+        fmt_num(f.x_of(r.makespan_s)),
+        fmt_num(base)
+    );
+    let _ = writeln!(
+        o,
+        r##"<rect x="{}" y="{}" width="{}" height="{}" fill="#fbeaea"/><path class="memory" d="{d}" fill="{COLOR_MEMORY}" fill-opacity="0.75"/>"##,
+        LEFT_PX,
+        fmt_num(base - MEM_PX + 2.0),
+        fmt_num(f.chart_px),
+        fmt_num(MEM_PX - 2.0)
+    );
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="{}" font-size="9">peak {}</text>"#,
+        fmt_num(LEFT_PX + f.chart_px + 6.0),
+        fmt_num(base - 2.0),
+        fmt_bytes(r.peak_activation_bytes[rank])
+    );
+}
 
-    // Time axis.
-    let axis_y = TOP_PX + row_px * r.timeline.len() as f64;
+/// The time axis under the lanes, with ticks at a round step.
+fn time_axis(o: &mut String, r: &SimResult, f: &Frame) {
+    let axis_y = TOP_PX + f.row_px * r.timeline.len() as f64;
     let _ = writeln!(
         o,
         r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#333"/>"##,
         LEFT_PX,
         fmt_num(axis_y),
-        fmt_num(LEFT_PX + chart_px),
+        fmt_num(LEFT_PX + f.chart_px),
         fmt_num(axis_y)
     );
-    let step = tick_step(makespan);
-    let ticks = (makespan / step + 1e-9).floor() as usize;
+    let step = tick_step(f.makespan);
+    let ticks = (f.makespan / step + 1e-9).floor() as usize;
     for k in 0..=ticks {
         let t = k as f64 * step;
-        let x = fmt_num(x_of(t));
+        let x = fmt_num(f.x_of(t));
         let _ = writeln!(
             o,
             r##"<line x1="{x}" y1="{}" x2="{x}" y2="{}" stroke="#333"/><text x="{x}" y="{}" text-anchor="middle">{}</text>"##,
@@ -340,23 +404,27 @@ pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
     let _ = writeln!(
         o,
         r#"<text x="{}" y="{}" text-anchor="end">time</text>"#,
-        fmt_num(LEFT_PX + chart_px),
+        fmt_num(LEFT_PX + f.chart_px),
         fmt_num(axis_y + 30.0)
     );
-    if !pair_fills.is_empty() {
-        o.push_str("<defs>\n");
+}
+
+/// The gradients of overlapped pairs' cells and of the legend's pair swatch (none without
+/// pairs).
+fn defs(o: &mut String, pair_fills: &BTreeMap<(String, String), String>) {
+    if pair_fills.is_empty() {
+        return;
+    }
+    o.push_str("<defs>\n");
+    let _ = writeln!(
+        o,
+        r#"<linearGradient id="pair-legend" x1="0" y1="0" x2="1" y2="1"><stop offset="0.5" stop-color="{COLOR_F}"/><stop offset="0.5" stop-color="{COLOR_B}"/></linearGradient>"#
+    );
+    for ((a, b), id) in pair_fills {
         let _ = writeln!(
             o,
-            r#"<linearGradient id="pair-legend" x1="0" y1="0" x2="1" y2="1"><stop offset="0.5" stop-color="{COLOR_F}"/><stop offset="0.5" stop-color="{COLOR_B}"/></linearGradient>"#
+            r#"<linearGradient id="{id}" x1="0" y1="0" x2="1" y2="1"><stop offset="0.5" stop-color="{a}"/><stop offset="0.5" stop-color="{b}"/></linearGradient>"#
         );
-        for ((a, b), id) in &pair_fills {
-            let _ = writeln!(
-                o,
-                r#"<linearGradient id="{id}" x1="0" y1="0" x2="1" y2="1"><stop offset="0.5" stop-color="{a}"/><stop offset="0.5" stop-color="{b}"/></linearGradient>"#
-            );
-        }
-        o.push_str("</defs>\n");
     }
-    o.push_str("</svg>\n");
-    o
+    o.push_str("</defs>\n");
 }

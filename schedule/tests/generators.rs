@@ -8,7 +8,7 @@
 
 use autopp_schedule::{
     check, generate, parse_steps, resolve_group_size, simulate, Placement, Schedule, ScheduleError,
-    ScheduleKind, ScheduleSpec, SimCosts, Step,
+    ScheduleKind, ScheduleSpec, SimCosts, SpecField, Step,
 };
 
 fn spec(kind: ScheduleKind, p: usize, v: usize, m: usize) -> ScheduleSpec {
@@ -224,12 +224,18 @@ fn group_size_rules() {
         (4, 11, None),
         (4, 3, None),
     ] {
-        let e = g(p, 2, m, gs).unwrap_err().to_string();
-        assert!(e.contains("--pp") && e.contains("--microbatches"), "{e}");
-        assert!(gs.is_none() || e.contains("--group-size"), "{e}");
+        let e = g(p, 2, m, gs).unwrap_err();
+        let field = match gs {
+            Some(_) => SpecField::GroupSize,
+            None => SpecField::NumMicrobatches,
+        };
+        assert_eq!(e.field(), field, "{e}");
+        let e = e.to_string();
+        assert!(e.contains("pp") && e.contains("num_microbatches"), "{e}");
+        assert!(gs.is_none() || e.contains("group_size"), "{e}");
     }
     let e = g(4, 2, 11, None).unwrap_err().to_string();
-    assert!(e.contains("valid --group-size values: 11"), "{e}");
+    assert!(e.contains("valid group_size values: 11"), "{e}");
     // The regrouped schedule is valid and has the ideal bubble for its group size.
     let s = generate(&spec(ScheduleKind::Interleaved1F1B, 4, 2, 10)).unwrap();
     check(&s).unwrap();
@@ -238,29 +244,55 @@ fn group_size_rules() {
 }
 
 #[test]
-fn rejections_name_the_flag() {
-    let cases: [(ScheduleSpec, &str); 8] = [
-        (spec(ScheduleKind::Gpipe, 0, 1, 4), "--pp"),
-        (spec(ScheduleKind::OneFOneB, 4, 1, 0), "--microbatches"),
-        (spec(ScheduleKind::LoopedBfs, 4, 0, 4), "--virtual"),
-        (spec(ScheduleKind::Gpipe, 4, 2, 4), "--virtual must be 1"),
-        (spec(ScheduleKind::OneFOneB, 4, 3, 4), "--virtual must be 1"),
+fn rejections_name_the_field() {
+    use SpecField::{GroupSize, NumMicrobatches, Pp, VirtualStages};
+    let cases: [(ScheduleSpec, SpecField, &str); 8] = [
+        (
+            spec(ScheduleKind::Gpipe, 0, 1, 4),
+            Pp,
+            "pp must be at least 1",
+        ),
+        (
+            spec(ScheduleKind::OneFOneB, 4, 1, 0),
+            NumMicrobatches,
+            "num_microbatches must be at least 1",
+        ),
+        (
+            spec(ScheduleKind::LoopedBfs, 4, 0, 4),
+            VirtualStages,
+            "virtual_stages must be at least 1",
+        ),
+        (
+            spec(ScheduleKind::Gpipe, 4, 2, 4),
+            VirtualStages,
+            "virtual_stages must be 1",
+        ),
+        (
+            spec(ScheduleKind::OneFOneB, 4, 3, 4),
+            VirtualStages,
+            "virtual_stages must be 1",
+        ),
         (
             spec(ScheduleKind::OneFOneB, 4, 1, 4).with_group_size(4),
-            "--group-size",
+            GroupSize,
+            "group_size applies only to interleaved-1f1b",
         ),
         (
             spec(ScheduleKind::Interleaved1F1B, 4, 2, 6).with_group_size(4),
-            "--group-size",
+            GroupSize,
+            "group_size",
         ),
         (
             spec(ScheduleKind::LoopedBfs, 4096, 64, 1024),
+            NumMicrobatches,
             "above the limit",
         ),
     ];
-    for (sp, needle) in cases {
+    for (sp, field, needle) in cases {
         let e = generate(&sp).unwrap_err();
+        assert_eq!(e.field(), field, "{sp:?}: {e}");
         assert!(e.to_string().contains(needle), "{sp:?}: {e}");
+        assert!(!e.to_string().contains("--"), "{sp:?}: a flag in {e}");
     }
     assert!(matches!(
         generate(&spec(ScheduleKind::Gpipe, 4, 2, 4)),

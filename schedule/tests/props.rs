@@ -6,7 +6,8 @@
 //! overlapped pair lasts the sum of its parts.
 
 use autopp_schedule::{
-    check, generate, simulate, ActionKind, Schedule, ScheduleKind, ScheduleSpec, SimCosts, Step,
+    check, generate, simulate, ActionKind, Schedule, ScheduleKind, ScheduleSpec, SimCosts,
+    SpecField, Step,
 };
 use proptest::prelude::*;
 
@@ -111,7 +112,8 @@ proptest! {
                 prop_assert!(v >= 2);
                 let rounds = (m / p).max(1);
                 prop_assert!(m < p || (!m.is_multiple_of(p) && !m.is_multiple_of(rounds)), "{}", e);
-                prop_assert!(e.to_string().contains("--microbatches"));
+                prop_assert_eq!(e.field(), SpecField::NumMicrobatches);
+                prop_assert!(e.to_string().contains("num_microbatches"));
             }
         }
     }
@@ -124,7 +126,11 @@ proptest! {
         let ok = p <= g && g <= m && m.is_multiple_of(g);
         match generate(&spec) {
             Ok(s) => { prop_assert!(ok); check(&s).unwrap(); }
-            Err(e) => { prop_assert!(!ok); prop_assert!(e.to_string().contains("--group-size")); }
+            Err(e) => {
+                prop_assert!(!ok);
+                prop_assert_eq!(e.field(), SpecField::GroupSize);
+                prop_assert!(e.to_string().contains("group_size"));
+            }
         }
     }
 
@@ -144,7 +150,8 @@ proptest! {
             }
             Err(e) => {
                 prop_assert!(p < 2);
-                prop_assert!(e.to_string().contains("--pp"), "{}", e);
+                prop_assert_eq!(e.field(), SpecField::Pp);
+                prop_assert!(e.to_string().contains("pp of at least 2"), "{}", e);
             }
         }
     }
@@ -165,13 +172,14 @@ proptest! {
             }
             Err(e) => {
                 prop_assert!(!ok);
-                let flag = if dualpipe { "--microbatches" } else { "--pp" };
-                prop_assert!(e.to_string().contains(flag), "{}", e);
+                let field = if dualpipe { SpecField::NumMicrobatches } else { SpecField::Pp };
+                prop_assert_eq!(e.field(), field, "{}", e);
             }
         }
         for v in [1usize, 3, 4] {
-            let e = generate(&spec.with_virtual_stages(v)).unwrap_err().to_string();
-            prop_assert!(e.contains("--virtual must be 2"), "{}", e);
+            let e = generate(&spec.with_virtual_stages(v)).unwrap_err();
+            prop_assert_eq!(e.field(), SpecField::VirtualStages);
+            prop_assert!(e.to_string().contains("virtual_stages must be 2"), "{}", e);
         }
     }
 
@@ -193,8 +201,8 @@ proptest! {
             Ok(s) => { prop_assert!(ok); check(&s).unwrap(); }
             Err(e) => {
                 prop_assert!(!ok);
-                let flag = if v < 2 { "--virtual" } else { "--microbatches" };
-                prop_assert!(e.to_string().contains(flag), "{}", e);
+                let field = if v < 2 { SpecField::VirtualStages } else { SpecField::NumMicrobatches };
+                prop_assert_eq!(e.field(), field, "{}", e);
             }
         }
     }

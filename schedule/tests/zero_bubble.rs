@@ -8,7 +8,8 @@
 //! `PP/2 = p` ranks for DualPipe-V.
 
 use autopp_schedule::{
-    check, generate, simulate, Schedule, ScheduleKind, ScheduleSpec, SimCosts, SimResult, Step,
+    check, generate, simulate, Schedule, ScheduleKind, ScheduleSpec, SimCosts, SimResult,
+    SpecField, Step,
 };
 
 fn schedule(kind: ScheduleKind, p: usize, v: usize, m: usize) -> Schedule {
@@ -261,33 +262,70 @@ fn split_backward_memory_by_hand() {
 
 #[test]
 fn rejections_state_the_rule() {
+    use SpecField::{NumMicrobatches, Pp, VirtualStages};
     let cases = [
-        (ScheduleKind::ZbH1, 1, 1, 4, "--pp of at least 2"),
-        (ScheduleKind::ZbH2, 1, 1, 4, "--pp of at least 2"),
-        (ScheduleKind::ZbV, 1, 2, 4, "--pp of at least 2"),
-        (ScheduleKind::ZbH1, 4, 2, 8, "--virtual must be 1"),
-        (ScheduleKind::ZbV, 4, 1, 8, "--virtual must be 2"),
-        (ScheduleKind::DualPipeV, 4, 3, 8, "--virtual must be 2"),
-        (ScheduleKind::DualPipeV, 4, 2, 7, "at least 2 x --pp = 8"),
+        (ScheduleKind::ZbH1, 1, 1, 4, Pp, "pp of at least 2"),
+        (ScheduleKind::ZbH2, 1, 1, 4, Pp, "pp of at least 2"),
+        (ScheduleKind::ZbV, 1, 2, 4, Pp, "pp of at least 2"),
+        (
+            ScheduleKind::ZbH1,
+            4,
+            2,
+            8,
+            VirtualStages,
+            "virtual_stages must be 1",
+        ),
+        (
+            ScheduleKind::ZbV,
+            4,
+            1,
+            8,
+            VirtualStages,
+            "virtual_stages must be 2",
+        ),
+        (
+            ScheduleKind::DualPipeV,
+            4,
+            3,
+            8,
+            VirtualStages,
+            "virtual_stages must be 2",
+        ),
+        (
+            ScheduleKind::DualPipeV,
+            4,
+            2,
+            7,
+            NumMicrobatches,
+            "at least 2·pp = 8",
+        ),
         (
             ScheduleKind::InterleavedZb,
             4,
             1,
             8,
-            "--virtual must be at least 2",
+            VirtualStages,
+            "virtual_stages must be at least 2",
         ),
-        (ScheduleKind::InterleavedZb, 4, 2, 6, "a multiple of --pp"),
+        (
+            ScheduleKind::InterleavedZb,
+            4,
+            2,
+            6,
+            NumMicrobatches,
+            "a multiple of pp",
+        ),
     ];
-    for (kind, p, v, m, needle) in cases {
-        let e = generate(&ScheduleSpec::new(kind, p, m).with_virtual_stages(v))
-            .unwrap_err()
-            .to_string();
+    for (kind, p, v, m, field, needle) in cases {
+        let e = generate(&ScheduleSpec::new(kind, p, m).with_virtual_stages(v)).unwrap_err();
+        assert_eq!(e.field(), field, "{kind} p={p} v={v} m={m}: {e}");
+        let e = e.to_string();
         assert!(e.contains(needle), "{kind} p={p} v={v} m={m}: {e}");
     }
     let e = generate(&ScheduleSpec::new(ScheduleKind::InterleavedZb, 4, 6).with_virtual_stages(2))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("try --microbatches 8"), "{e}");
+    assert!(e.contains("try 8"), "{e}");
     // The smallest accepted inputs run.
     schedule(ScheduleKind::DualPipeV, 4, 2, 8);
     schedule(ScheduleKind::ZbV, 2, 2, 1);

@@ -1,10 +1,11 @@
 //! Arguments and helpers shared by subcommands: the cluster flags, model loading, formatting.
 
 use anyhow::{Context, Result};
+use autopp_executor::ExecError;
 use autopp_hardware::{hardware, Cluster};
 use autopp_models::Model;
 use autopp_planner::PlanError;
-use autopp_schedule::{SpecField, SplitError};
+use autopp_schedule::{ScheduleError, SpecField, SplitError};
 use clap::Args;
 
 /// The cluster flags shared by `estimate` and `plan`.
@@ -47,23 +48,12 @@ pub fn load_model(name_or_path: &str) -> Result<Model> {
     Ok(autopp_models::load(name_or_path)?)
 }
 
-/// `profile` with the per-layer times of the measured profile file at `path` (from
-/// `autopp profile`), after checking the file covers every layer of `model`; `profile` itself
-/// when `path` is `None`.
-pub fn with_measured_profile(
-    profile: autopp_hardware::AnalyticProfile,
-    path: Option<&str>,
-    model: &Model,
-) -> Result<autopp_hardware::AnalyticProfile> {
-    let Some(path) = path else {
-        return Ok(profile);
-    };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("--profile: cannot read '{path}'"))?;
-    let measured = autopp_hardware::MeasuredProfile::from_json(&text, path)?;
-    let layers = model.layers(&autopp_models::ShardSpec::default())?;
-    measured.check_covers(model.name(), &layers)?;
-    Ok(profile.with_measured(measured))
+/// `--memory-reserve-gib` in bytes; an error unless it is zero or a positive number.
+pub fn reserve_bytes(gib: f64) -> Result<u64> {
+    if !(gib.is_finite() && gib >= 0.0) {
+        anyhow::bail!("--memory-reserve-gib: must be zero or a positive number of GiB");
+    }
+    Ok((gib * (1u64 << 30) as f64) as u64)
 }
 
 /// Bytes as GiB with one decimal.
@@ -138,20 +128,33 @@ pub fn flag_of(field: SpecField) -> &'static str {
 pub fn error_line(e: &anyhow::Error) -> String {
     let parts: Vec<String> = e
         .chain()
-        .map(|c| {
-            let split = c
-                .downcast_ref::<SplitError>()
-                .or(match c.downcast_ref::<PlanError>() {
-                    Some(PlanError::Split(s)) => Some(s),
-                    _ => None,
-                });
-            match split {
-                Some(s) => format!("{}: {s}", flag_of(s.field())),
-                None => c.to_string(),
-            }
+        .map(|c| match field_of(c) {
+            Some(field) => format!("{}: {c}", flag_of(field)),
+            None => c.to_string(),
         })
         .collect();
     parts.join(": ").replace('\n', " ")
+}
+
+/// The schedule or split input a library error is about, if it is one of those (directly, or
+/// wrapped by the planner or the executor).
+fn field_of(e: &(dyn std::error::Error + 'static)) -> Option<SpecField> {
+    if let Some(s) = e.downcast_ref::<SplitError>() {
+        return Some(s.field());
+    }
+    if let Some(s) = e.downcast_ref::<ScheduleError>() {
+        return Some(s.field());
+    }
+    match e.downcast_ref::<PlanError>() {
+        Some(PlanError::Split(s)) => return Some(s.field()),
+        Some(PlanError::ScheduleSpec(s)) => return Some(s.field()),
+        _ => {}
+    }
+    match e.downcast_ref::<ExecError>() {
+        Some(ExecError::Split(s)) => Some(s.field()),
+        Some(ExecError::ScheduleSpec(s)) => Some(s.field()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

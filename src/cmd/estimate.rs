@@ -3,11 +3,18 @@
 use anyhow::{bail, Result};
 use autopp_hardware::{AnalyticProfile, Precision};
 use autopp_models::{Model, Recompute};
-use autopp_planner::{evaluate, Estimate, ParallelConfig, PlanFile};
+use std::fmt::Write;
+
+use autopp_planner::bands::uncertainty;
+use autopp_planner::config::Runtime;
+use autopp_planner::{
+    cost_profile, evaluate, Degrees, Estimate, EvalSettings, ParallelConfig, Plan,
+    PlanAndPrediction, PlanFile,
+};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
-use super::common::{gib, load_model, secs, thousands, with_measured_profile, ClusterArgs};
+use super::common::{gib, load_model, reserve_bytes, secs, thousands, ClusterArgs};
 
 /// Predict the iteration time and per-GPU memory of one parallel configuration.
 ///
@@ -116,55 +123,37 @@ impl EstimateArgs {
                 bail!("{flag}: must be at least 1");
             }
         }
-        let dp = match self.dp {
-            Some(d) => d,
-            None => {
-                let per_replica = self.tp * self.pp * self.cp;
-                if !gpus.is_multiple_of(per_replica) {
-                    bail!(
-                        "--gpus: {gpus} is not divisible by tp · pp · cp = {per_replica}: use a multiple of {per_replica}, or other degrees"
-                    );
-                }
-                gpus / per_replica
-            }
+        let (schedule, virtual_stages) =
+            ParallelConfig::schedule_or_default(self.schedule, self.virtual_stages);
+        let degrees = match self.dp {
+            Some(dp) => Degrees {
+                tp: self.tp,
+                pp: self.pp,
+                dp,
+                cp: self.cp,
+                virtual_stages,
+            },
+            None => Degrees::filling(gpus, self.tp, self.pp, self.cp, virtual_stages)?,
         };
         let global_batch_size = match self.global_batch.or(model.default_global_batch()) {
             Some(g) => g,
             None => bail!("--global-batch: the model names no default batch; give one"),
         };
-        let schedule = self
-            .schedule
-            .unwrap_or(if self.virtual_stages.is_some_and(|v| v > 1) {
-                ScheduleKind::Interleaved1F1B
-            } else {
-                ScheduleKind::OneFOneB
-            });
-        let virtual_stages = self
-            .virtual_stages
-            .unwrap_or(schedule.default_virtual_stages() as u64);
-        if !(self.memory_reserve_gib.is_finite() && self.memory_reserve_gib >= 0.0) {
-            bail!("--memory-reserve-gib: must be zero or a positive number of GiB");
-        }
-        Ok(ParallelConfig {
-            tp: self.tp,
-            pp: self.pp,
-            dp,
-            cp: self.cp,
-            virtual_stages,
-            micro_batch_size: self.mbs,
-            global_batch_size,
-            schedule,
-            group_size: self.group_size,
-            recompute: self.recompute,
-            recompute_layers: self.recompute_num_layers.clone(),
-            sequence_parallel: self.sequence_parallel,
-            zero_stage: self.zero_stage,
-            split: self.split.clone(),
+        let settings = EvalSettings {
             precision: self.precision,
-            memory_reserve_bytes: (self.memory_reserve_gib * (1u64 << 30) as f64) as u64,
+            memory_reserve_bytes: reserve_bytes(self.memory_reserve_gib)?,
             flash_attention: !self.no_flash_attention,
-            runtime: autopp_planner::config::Runtime::default(),
-        })
+            runtime: Runtime::default(),
+        };
+        Ok(ParallelConfig::new(degrees, self.mbs, global_batch_size)
+            .with_schedule(schedule)
+            .with_group_size(self.group_size)
+            .with_recompute(self.recompute)
+            .with_recompute_layers(self.recompute_num_layers.clone())
+            .with_sequence_parallel(self.sequence_parallel)
+            .with_zero_stage(self.zero_stage)
+            .with_split(self.split.clone())
+            .with_settings(settings))
     }
 }
 
@@ -183,11 +172,8 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
         }
         (None, None) => bail!("MODEL: give a model, or --plan FILE"),
     };
-    let profile = with_measured_profile(
-        AnalyticProfile::new(cluster, config.precision)?,
-        args.profile.as_deref(),
-        &model,
-    )?;
+    let precision = config.settings.precision;
+    let profile = cost_profile(cluster, precision, args.profile.as_deref(), &model)?;
     let estimate = evaluate(&model, &profile, &config)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&estimate.result)?);
@@ -210,13 +196,19 @@ pub fn render(
     c: &ParallelConfig,
     e: &Estimate,
 ) -> String {
-    use std::fmt::Write;
-    let (plan, pred) = (&e.result.plan, &e.result.predicted);
+    let mut o = header(model, profile, &e.result.plan);
+    configuration(&mut o, model, c, &e.result.plan);
+    time_lines(&mut o, &e.result);
+    memory_table(&mut o, e);
+    fit_lines(&mut o, &e.result);
+    o
+}
+
+/// The model and the cluster, then a blank line.
+fn header(model: &Model, profile: &AnalyticProfile, plan: &Plan) -> String {
     let cl = &profile.cluster;
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "{} ({:.1} B parameters) on {} × {} ({} node{} × {}, NIC {:.0} Gb/s per GPU)",
+    format!(
+        "{} ({:.1} B parameters) on {} × {} ({} node{} × {}, NIC {:.0} Gb/s per GPU)\n\n",
         model.name(),
         model.num_params() as f64 / 1e9,
         plan.gpus,
@@ -225,18 +217,22 @@ pub fn render(
         if cl.nodes == 1 { "" } else { "s" },
         cl.gpus_per_node,
         cl.nic_bw_bytes_per_s * 8.0 / 1e9,
-    );
-    let _ = writeln!(o);
+    )
+}
+
+/// Parallelism, batching and the memory-saving choices, then a blank line.
+fn configuration(o: &mut String, model: &Model, c: &ParallelConfig, plan: &Plan) {
+    let d = &c.degrees;
     let _ = writeln!(
         o,
         "  parallelism   tp {} · pp {} · dp {} · cp {}    schedule {}, {} stage{} per rank",
-        c.tp,
-        c.pp,
-        c.dp,
-        c.cp,
+        d.tp,
+        d.pp,
+        d.dp,
+        d.cp,
         plan.schedule,
-        c.virtual_stages,
-        if c.virtual_stages == 1 { "" } else { "s" }
+        d.virtual_stages,
+        if d.virtual_stages == 1 { "" } else { "s" }
     );
     let tokens = c.global_batch_size * model.seq_length();
     let _ = writeln!(
@@ -250,27 +246,27 @@ pub fn render(
     );
     let _ = writeln!(
         o,
-        "  memory        recompute {} · sequence parallel {} · ZeRO {} · {}{}",
-        recompute_text(plan),
+        "  memory        recompute {} · sequence parallel {} · ZeRO {} · {}{}\n",
+        plan.recompute_line(),
         if c.sequence_parallel { "on" } else { "off" },
         c.zero_stage,
-        c.precision,
-        if c.flash_attention {
+        c.settings.precision,
+        if c.settings.flash_attention {
             " · flash attention"
         } else {
             ""
         }
     );
-    let _ = writeln!(o);
+}
+
+/// The iteration time with its uncertainty and breakdown, and the throughput, then a blank
+/// line.
+fn time_lines(o: &mut String, result: &PlanAndPrediction) {
+    let pred = &result.predicted;
     let t = pred.iteration_time_s;
     let b = &pred.breakdown_s;
-    let autopp_planner::bands::Uncertainty {
-        time: time_band,
-        memory: memory_band,
-        ..
-    } = autopp_planner::bands::uncertainty(&plan.gpu);
     let _ = writeln!(o, "  iteration     {}", secs(t));
-    if let Some(band) = &time_band {
+    if let Some(band) = &uncertainty(&result.plan.gpu).time {
         let _ = writeln!(o, "    uncertainty {band}");
     }
     for (name, v) in [
@@ -286,21 +282,24 @@ pub fn render(
     }
     let _ = writeln!(
         o,
-        "  throughput    {} tokens/s · {:.1} TFLOP/s per GPU · MFU {:.1}% · bubble {:.1}%",
+        "  throughput    {} tokens/s · {:.1} TFLOP/s per GPU · MFU {:.1}% · bubble {:.1}%\n",
         thousands(pred.tokens_per_s),
         pred.tflops_per_gpu,
         100.0 * pred.mfu,
         100.0 * pred.bubble_fraction
     );
-    let _ = writeln!(o);
+}
+
+/// Memory per GPU by kind, one line per rank (the first four, the last three and the fullest
+/// when there are more than 16), then a blank line.
+fn memory_table(o: &mut String, e: &Estimate) {
+    let plan = &e.result.plan;
     let _ = writeln!(
         o,
         "  memory per GPU, GiB                 weights  grads  optim  activ  transient  buffers  runtime  reserve   total"
     );
     let pp = plan.ranks.len();
-    let peak_rank = (0..pp)
-        .max_by_key(|&r| plan.ranks[r].memory_bytes)
-        .unwrap_or(0);
+    let peak_rank = plan.peak_rank() as usize;
     let shown: Vec<usize> = if pp <= 16 {
         (0..pp).collect()
     } else {
@@ -313,14 +312,12 @@ pub fn render(
     };
     let mut last = None;
     for r in shown {
-        if let Some(l) = last {
-            if r != l + 1 {
-                let _ = writeln!(o, "    …");
-            }
+        if last.is_some_and(|l| r != l + 1) {
+            let _ = writeln!(o, "    …");
         }
         last = Some(r);
         let m = &e.memory[r];
-        let layers = stage_list(&plan.ranks[r].stages);
+        let layers = plan.ranks[r].stages_text();
         let _ = writeln!(
             o,
             "    rank {r:<3} {layers:<24} {:>7} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8} {:>7}",
@@ -336,6 +333,12 @@ pub fn render(
         );
     }
     let _ = writeln!(o);
+}
+
+/// Whether the plan fits, with the memory's uncertainty.
+fn fit_lines(o: &mut String, result: &PlanAndPrediction) {
+    let pred = &result.predicted;
+    let peak_rank = result.plan.peak_rank();
     if pred.fits {
         let _ = writeln!(
             o,
@@ -351,52 +354,7 @@ pub fn render(
             gib(pred.memory_capacity_bytes)
         );
     }
-    if let Some(band) = &memory_band {
+    if let Some(band) = &uncertainty(&result.plan.gpu).memory {
         let _ = writeln!(o, "    uncertainty {band}");
     }
-    o
-}
-
-/// A rank's stages as layer ranges, shortened when there are many: `0–6`, `3,19,35`,
-/// `0–1,17,…,81 (6 stages)`.
-fn stage_list(stages: &[[usize; 2]]) -> String {
-    let one = |&[a, b]: &[usize; 2]| {
-        if a == b {
-            a.to_string()
-        } else {
-            format!("{a}–{b}")
-        }
-    };
-    if stages.len() <= 3 {
-        return stages.iter().map(one).collect::<Vec<_>>().join(",");
-    }
-    format!(
-        "{},{},…,{} ({} stages)",
-        one(&stages[0]),
-        one(&stages[1]),
-        one(&stages[stages.len() - 1]),
-        stages.len()
-    )
-}
-
-/// The recompute line: the mode, or for partial recompute the fully recomputed layers per rank
-/// and the mode of the others (`full on 3/12, 2/12, … layers per rank, others selective`).
-fn recompute_text(plan: &autopp_planner::Plan) -> String {
-    if plan.ranks.iter().all(|r| r.recompute != "partial") {
-        return plan
-            .ranks
-            .first()
-            .map_or(plan.recompute.clone(), |r| r.recompute.clone());
-    }
-    let per_rank: Vec<String> = plan
-        .ranks
-        .iter()
-        .map(|r| r.recompute_num_layers.to_string())
-        .collect();
-    format!(
-        "full on {} layers of ranks 0–{}, the others {}",
-        per_rank.join("/"),
-        plan.ranks.len() - 1,
-        plan.recompute
-    )
 }

@@ -10,9 +10,8 @@ use autopp_executor::{
 };
 use autopp_models::{Model, Recompute};
 use autopp_planner::PlanFile;
-use autopp_schedule::{generate, ScheduleKind, ScheduleSpec};
+use autopp_schedule::{PipelinePlan, ScheduleKind, ScheduleSpec};
 use clap::Args;
-use serde_json::json;
 
 use super::common::{load_model, secs, write_atomic};
 
@@ -192,13 +191,11 @@ fn backend(kind: BackendKind) -> Backend {
 #[cfg(feature = "mpi")]
 fn run_mpi(cfg: &ExecConfig, on_step: &mut dyn FnMut(StepSummary)) -> Result<Option<ExecReport>> {
     use autopp_profiler::device::mpi::Mpi;
-    let tensor_bytes = cfg.micro_batch_size * cfg.seq_len() * cfg.model.hidden_size as usize * 4;
-    let messages = 2 * cfg.num_microbatches() * cfg.schedule.virtual_stages;
     let mut mpi = Mpi::init(
         cfg.pp(),
         std::time::Duration::from_secs_f64(cfg.recv_timeout_s),
-        messages,
-        tensor_bytes,
+        cfg.pipeline_messages_per_step(),
+        cfg.pipeline_message_bytes(),
     )?;
     // a panic is reported as the rank's error line
     let hook = std::panic::take_hook();
@@ -223,70 +220,15 @@ fn run_mpi(_cfg: &ExecConfig, _on_step: &mut dyn FnMut(StepSummary)) -> Result<O
 
 /// The configuration the flags or the plan file describe.
 fn config(args: &ExecArgs) -> Result<ExecConfig> {
-    let (model, spec, dp, mbs, split) = match &args.plan {
-        Some(path) => {
-            let file = PlanFile::load(path)?;
-            let c = file.config()?;
-            if c.tp != 1 || c.cp != 1 {
-                bail!(
-                    "--plan: the plan uses tensor parallelism {} and context parallelism {}; exec runs tp = 1 and cp = 1 only",
-                    c.tp,
-                    c.cp
-                );
-            }
-            if c.recompute != Recompute::None && !args.json {
-                eprintln!(
-                    "note: exec keeps every activation; the plan's recompute mode ({}) is not applied",
-                    c.recompute
-                );
-            }
-            let spec = ScheduleSpec {
-                kind: c.schedule,
-                pp: c.pp as usize,
-                virtual_stages: c.virtual_stages as usize,
-                num_microbatches: c.num_microbatches() as usize,
-                group_size: c.group_size.map(|g| g as usize),
-            };
-            (
-                file.model()?,
-                spec,
-                c.dp as usize,
-                c.micro_batch_size as usize,
-                c.split,
-            )
-        }
-        None => {
-            let (Some(name), Some(pp), Some(m), Some(mbs), Some(kind)) = (
-                &args.model,
-                args.pp,
-                args.microbatches,
-                args.mbs,
-                args.schedule,
-            ) else {
-                bail!("give MODEL, --pp, --microbatches, --mbs and --schedule, or --plan FILE");
-            };
-            let spec = ScheduleSpec {
-                kind,
-                pp,
-                virtual_stages: args.virtual_stages.unwrap_or(1),
-                num_microbatches: m,
-                group_size: args.group_size,
-            };
-            (
-                load_model(name)?,
-                spec,
-                args.dp.unwrap_or(1),
-                mbs,
-                args.split.clone(),
-            )
-        }
+    let (model, pipeline) = match &args.plan {
+        Some(path) => from_plan_file(path, args.json)?,
+        None => from_flags(args)?,
     };
     let model: Model = match args.seq_len {
         Some(s) => model.with_seq_length(s).context("--seq-len")?,
         None => model,
     };
-    let schedule = generate(&spec).context("--schedule")?;
-    let mut cfg = ExecConfig::new(&model, schedule, dp, mbs, split)?;
+    let mut cfg = ExecConfig::from_plan(&model, &pipeline)?;
     cfg.steps = args.steps;
     cfg.seed = args.seed;
     if !(args.lr > 0.0 && args.lr.is_finite()) {
@@ -297,6 +239,54 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
     cfg.inject_failure = args.inject_failure;
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// The model and pipeline of the plan file at `path`, after refusing what exec cannot run
+/// (tensor or context parallelism) and noting what it does not apply (recompute) unless
+/// `quiet`.
+fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan)> {
+    let file = PlanFile::load(path)?;
+    let c = file.config()?;
+    if c.degrees.tp != 1 || c.degrees.cp != 1 {
+        bail!(
+            "--plan: the plan uses tensor parallelism {} and context parallelism {}; exec runs tp = 1 and cp = 1 only",
+            c.degrees.tp,
+            c.degrees.cp
+        );
+    }
+    if c.recompute != Recompute::None && !quiet {
+        eprintln!(
+            "note: exec keeps every activation; the plan's recompute mode ({}) is not applied",
+            c.recompute
+        );
+    }
+    Ok((file.model()?, file.pipeline()?))
+}
+
+/// The model and pipeline the flags describe.
+fn from_flags(args: &ExecArgs) -> Result<(Model, PipelinePlan)> {
+    let (Some(name), Some(pp), Some(m), Some(mbs), Some(kind)) = (
+        &args.model,
+        args.pp,
+        args.microbatches,
+        args.mbs,
+        args.schedule,
+    ) else {
+        bail!("give MODEL, --pp, --microbatches, --mbs and --schedule, or --plan FILE");
+    };
+    let pipeline = PipelinePlan {
+        spec: ScheduleSpec {
+            kind,
+            pp,
+            virtual_stages: args.virtual_stages.unwrap_or(1),
+            num_microbatches: m,
+            group_size: args.group_size,
+        },
+        dp: args.dp.unwrap_or(1),
+        micro_batch_size: mbs,
+        split: args.split.clone(),
+    };
+    Ok((load_model(name)?, pipeline))
 }
 
 /// Keeps panics of rank threads off stderr: the run reports them as its one error line.
@@ -316,30 +306,9 @@ pub fn run_exec(args: &ExecArgs) -> Result<()> {
     let mut cfg = config(args)?;
     cfg.backend = backend(args.backend);
     quiet_rank_panics();
-    let bar = (std::io::stderr().is_terminal() && !args.json).then(|| {
-        let b = indicatif::ProgressBar::new(cfg.steps as u64);
-        b.set_message("steps");
-        b
-    });
-    let mut lines: Vec<StepSummary> = Vec::new();
-    let mut on_step = |s: StepSummary| {
-        if let Some(b) = &bar {
-            b.set_message(format!("loss {:.4}", s.loss));
-            b.inc(1);
-        }
-        lines.push(s);
+    let Some((report, lines)) = train(args, &cfg)? else {
+        return Ok(()); // not rank 0: rank 0 reports
     };
-    let report = match args.transport {
-        TransportKind::Threads => run(&cfg, &mut on_step)?,
-        TransportKind::Mpi => match run_mpi(&cfg, &mut on_step)? {
-            Some(r) => r,
-            None => return Ok(()), // not rank 0: rank 0 reports
-        },
-        TransportKind::Nccl => run_nccl(&cfg, &mut on_step)?,
-    };
-    if let Some(b) = &bar {
-        b.finish_and_clear();
-    }
     let checked = if args.check {
         let reference = check::train_single_worker(&cfg)?;
         Some(check::compare(
@@ -354,54 +323,15 @@ pub fn run_exec(args: &ExecArgs) -> Result<()> {
         let text = serde_json::to_string(&trace::chrome_trace(&report))?;
         write_atomic(path, text.as_bytes()).context("--trace")?;
     }
-    let flops = model_flops_per_s(&cfg, &report);
+    let flops = report.model_flops_per_s(&cfg);
     if args.json {
-        let mut out = json!({
-            "model": cfg.model.name,
-            "schedule": cfg.schedule.kind,
-            "pp": cfg.pp(),
-            "dp": cfg.dp,
-            "virtual_stages": cfg.schedule.virtual_stages,
-            "num_microbatches": cfg.num_microbatches(),
-            "micro_batch_size": cfg.micro_batch_size,
-            "seq_len": cfg.seq_len(),
-            "global_batch_size": cfg.global_batch_size(),
-            "split": cfg.split,
-            "backend": cfg.backend,
-            "gpu": gpu,
-            "losses": report.losses,
-            "step_time_s": report.step_time_s,
-            "iteration_time_s": report.iteration_time_s,
-            "predicted_iteration_time_s": report.predicted_iteration_time_s,
-            "measured_action_times_s": report.measured,
-            "model_flops_per_s": flops,
-            "bubble_fraction": report.bubble_fraction,
-            "predicted_bubble_fraction": report.predicted_bubble_fraction,
-            "peak_activation_bytes": report.peak_activation_bytes,
-            "predicted_peak_activation_bytes": report.predicted_peak_activation_bytes,
-        });
-        if let Some(c) = &checked {
-            out["check"] = json!({
-                "max_rel_err": c.max_rel_err,
-                "passed": c.passed,
-                "worst": c.worst,
-                "tolerance": c.tolerance,
-                "reference_losses": c.reference_losses,
-            });
-        }
+        let out = report.to_json(&cfg, checked.as_ref(), gpu.as_deref());
         println!("{}", serde_json::to_string(&out)?);
     } else {
+        let c = checked.as_ref();
         print!(
             "{}",
-            text(
-                &cfg,
-                &report,
-                &lines,
-                flops,
-                checked.as_ref(),
-                args,
-                gpu.as_deref()
-            )
+            text(&cfg, &report, &lines, flops, c, args, gpu.as_deref())
         );
     }
     if let Some(c) = checked.filter(|c| !c.passed) {
@@ -415,12 +345,34 @@ pub fn run_exec(args: &ExecArgs) -> Result<()> {
     Ok(())
 }
 
-/// Model FLOPs per second over all ranks at the median iteration time.
-fn model_flops_per_s(cfg: &ExecConfig, r: &ExecReport) -> f64 {
-    let per_sequence = Model::Transformer(cfg.model.clone())
-        .model_flops_per_sequence()
-        .unwrap_or(0.0);
-    per_sequence * cfg.global_batch_size() as f64 / r.iteration_time_s.max(1e-12)
+/// Trains `cfg` over the transport `args` name, with a progress bar on a terminal: the report
+/// and the steps' summaries, or `None` on an MPI rank other than 0 (rank 0 reports).
+fn train(args: &ExecArgs, cfg: &ExecConfig) -> Result<Option<(ExecReport, Vec<StepSummary>)>> {
+    let bar = (std::io::stderr().is_terminal() && !args.json).then(|| {
+        let b = indicatif::ProgressBar::new(cfg.steps as u64);
+        b.set_message("steps");
+        b
+    });
+    let mut lines: Vec<StepSummary> = Vec::new();
+    let mut on_step = |s: StepSummary| {
+        if let Some(b) = &bar {
+            b.set_message(format!("loss {:.4}", s.loss));
+            b.inc(1);
+        }
+        lines.push(s);
+    };
+    let report = match args.transport {
+        TransportKind::Threads => run(cfg, &mut on_step)?,
+        TransportKind::Mpi => match run_mpi(cfg, &mut on_step)? {
+            Some(r) => r,
+            None => return Ok(None),
+        },
+        TransportKind::Nccl => run_nccl(cfg, &mut on_step)?,
+    };
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    Ok(Some((report, lines)))
 }
 
 fn mib(bytes: u64) -> String {

@@ -5,22 +5,21 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use autopp_hardware::{AnalyticProfile, Precision};
-use autopp_planner::search::{self, explain, Fixed, SearchOptions, SpaceLimits};
-use autopp_planner::{Framework, PlanFile};
+use autopp_hardware::{AnalyticProfile, Cluster, Precision};
+use autopp_models::Model;
+use autopp_planner::search::{self, explain, SearchOptions, SearchResult};
+use autopp_planner::{cost_profile, Fixed, Framework, PlanFile};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
-use super::common::{
-    gib, load_model, secs, thousands, with_measured_profile, write_atomic, ClusterArgs,
-};
+use super::common::{gib, load_model, reserve_bytes, secs, thousands, write_atomic, ClusterArgs};
 use super::estimate;
 
 /// Find the fastest plan that fits: degrees, schedule, micro-batching, recompute, sharding and
 /// the layer split, searched jointly, with the reasons and the runner-ups.
 ///
 /// Example: autopp plan gpt3-175b --gpus 1024 --gpu a100-80g --global-batch 1536
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct PlanArgs {
     /// A preset name (see `autopp models`) or a path to a model.json, a Hugging Face
     /// config.json or a layer list.
@@ -44,17 +43,17 @@ pub struct PlanArgs {
     #[arg(long, value_name = "T")]
     pub max_tp: Option<u64>,
     /// Largest micro-batch size to try.
-    #[arg(long, default_value_t = 16, value_name = "B")]
+    #[arg(long, default_value_t = search::DEFAULT_MAX_MICRO_BATCH_SIZE, value_name = "B")]
     pub max_mbs: u64,
     /// Largest number of stages per rank to try for interleaved schedules.
-    #[arg(long, default_value_t = 8, value_name = "V")]
+    #[arg(long, default_value_t = search::DEFAULT_MAX_VIRTUAL_STAGES, value_name = "V")]
     pub max_virtual: u64,
     /// Pin fields: KEY=VALUE pairs, comma-separated; keys tp, pp, dp, cp, virtual_stages,
     /// micro_batch_size, schedule, recompute, zero_stage, sequence_parallel.
     #[arg(long, value_name = "KEY=VALUE,…")]
     pub fix: Option<String>,
     /// Alternatives to list.
-    #[arg(long, default_value_t = 5, value_name = "K")]
+    #[arg(long, default_value_t = search::DEFAULT_TOP_K, value_name = "K")]
     pub top: usize,
     /// Math precision: bf16 or fp16.
     #[arg(long, default_value = "bf16", value_name = "P")]
@@ -83,91 +82,82 @@ pub struct PlanArgs {
     #[arg(long)]
     pub json: bool,
     /// Write the plan file (plan, prediction, model, cluster) here; `estimate --plan` and
-    /// `schedule --plan` read it.
+    /// `schedule --plan` read it. With --emit: a directory for plan.json and the launch files.
     #[arg(long, value_name = "FILE")]
     pub out: Option<String>,
+    /// Also write the launch files for this framework (megatron, torchtitan, deepspeed) into
+    /// the --out directory; the search is made for it unless --framework names another.
+    #[arg(long, value_name = "FRAMEWORK", requires = "out")]
+    pub emit: Option<Framework>,
+}
+
+impl PlanArgs {
+    /// What to search: the framework's defaults with these flags' limits, pins and settings.
+    fn options(&self, model: &Model, cluster: &Cluster) -> Result<SearchOptions> {
+        let global_batch_size = match self.global_batch.or(model.default_global_batch()) {
+            Some(g) if g > 0 => g,
+            Some(_) => bail!("--global-batch: must be at least 1"),
+            None => bail!("--global-batch: the model names no default batch; give one"),
+        };
+        let memory_reserve_bytes = reserve_bytes(self.memory_reserve_gib)?;
+        for (flag, v) in [
+            ("--max-mbs", self.max_mbs),
+            ("--max-virtual", self.max_virtual),
+        ] {
+            if v == 0 {
+                bail!("{flag}: must be at least 1");
+            }
+        }
+        let fixed = match &self.fix {
+            Some(text) => Fixed::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
+            None => Fixed::default(),
+        };
+        let framework = self.framework;
+        let mut opts = SearchOptions::new(framework, global_batch_size, cluster.gpus_per_node);
+        opts.limits.schedules = framework.schedules_to_search(self.schedules.as_deref())?;
+        framework.check_pins(&fixed)?;
+        opts.fixed = fixed;
+        if let Some(max_tp) = self.max_tp {
+            opts.limits.max_tp = max_tp;
+        }
+        opts.limits.max_micro_batch_size = self.max_mbs;
+        opts.limits.max_virtual_stages = self.max_virtual;
+        opts.top_k = self.top;
+        opts.settings.precision = self.precision;
+        opts.settings.memory_reserve_bytes = memory_reserve_bytes;
+        opts.settings.flash_attention = !self.no_flash_attention;
+        opts.even_split_only |= self.even_split;
+        Ok(opts)
+    }
 }
 
 /// Runs `autopp plan`.
 pub fn run(args: &PlanArgs) -> Result<()> {
+    let args = &PlanArgs {
+        framework: super::launch::plan_framework(args.framework, args.emit),
+        ..args.clone()
+    };
     let mut model = load_model(&args.model)?;
     if let Some(s) = args.seq_len {
         model = model.with_seq_length(s).context("--seq-len")?;
     }
     let cluster = args.cluster.build(args.gpus)?;
-    let global_batch_size = match args.global_batch.or(model.default_global_batch()) {
-        Some(g) if g > 0 => g,
-        Some(_) => bail!("--global-batch: must be at least 1"),
-        None => bail!("--global-batch: the model names no default batch; give one"),
-    };
-    if !(args.memory_reserve_gib.is_finite() && args.memory_reserve_gib >= 0.0) {
-        bail!("--memory-reserve-gib: must be zero or a positive number of GiB");
-    }
-    for (flag, v) in [
-        ("--max-mbs", args.max_mbs),
-        ("--max-virtual", args.max_virtual),
-    ] {
-        if v == 0 {
-            bail!("{flag}: must be at least 1");
-        }
-    }
-    let fixed = match &args.fix {
-        Some(text) => Fixed::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
-        None => Fixed::default(),
-    };
-    let schedules = args
-        .framework
-        .schedules_to_search(args.schedules.as_deref())?;
-    args.framework.check_pins(&fixed)?;
-    let opts = SearchOptions {
-        global_batch_size,
-        limits: SpaceLimits {
-            max_tp: args.max_tp.unwrap_or(cluster.gpus_per_node),
-            gpus_per_node: cluster.gpus_per_node,
-            max_micro_batch_size: args.max_mbs,
-            max_virtual_stages: args.max_virtual,
-            schedules,
-            framework: args.framework,
-        },
-        fixed,
-        top_k: args.top,
-        precision: args.precision,
-        memory_reserve_bytes: (args.memory_reserve_gib * (1u64 << 30) as f64) as u64,
-        flash_attention: !args.no_flash_attention,
-        even_split_only: args.even_split || !args.framework.uneven_layouts(),
-        runtime: args.framework.runtime(),
-        ilp_solver: autopp_planner::search::IlpSolver::of_build(),
-    };
-    let profile = with_measured_profile(
-        AnalyticProfile::new(cluster.clone(), args.precision)?,
+    let opts = args.options(&model, &cluster)?;
+    let profile = cost_profile(
+        cluster.clone(),
+        args.precision,
         args.profile.as_deref(),
         &model,
     )?;
-
-    // A progress bar on a terminal, once the search has run for a second.
-    let started = Instant::now();
-    let bar: OnceLock<indicatif::ProgressBar> = OnceLock::new();
-    let show = std::io::stderr().is_terminal();
-    let progress = |done: usize, total: usize| {
-        if show && started.elapsed().as_secs_f64() > 1.0 {
-            let b = bar.get_or_init(|| {
-                let b = indicatif::ProgressBar::new(total as u64);
-                b.set_message("configurations");
-                b
-            });
-            b.set_position(done as u64);
-        }
-    };
-    let result = search::search(&model, &profile, &opts, &progress)?;
-    if let Some(b) = bar.get() {
-        b.finish_and_clear();
-    }
-
+    let result = search_with_progress(&model, &profile, &opts)?;
     let best = &result.best;
     let config = search::exact_config(best, &opts);
     if let Some(path) = &args.out {
         let file = PlanFile::new(best, &model, &cluster, &config)?.with_framework(args.framework);
-        write_atomic(path, serde_json::to_string_pretty(&file)?.as_bytes())?;
+        match args.emit {
+            Some(f) => super::launch::write_plan_and_launch(&file, f, path)?,
+            None => write_atomic(path, serde_json::to_string_pretty(&file)?.as_bytes())?,
+        }
     }
     if args.json {
         let alternatives: Vec<_> = result.alternatives.iter().map(|e| &e.result).collect();
@@ -199,54 +189,69 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         println!("  {line}");
     }
     if !result.alternatives.is_empty() {
-        println!("\nalternatives");
-        println!(
-            "  {:>2}  {:>3} {:>3} {:>4} {:>2} {:>3}  {:<17} {:<10} {:>3} {:>4}  {:>10} {:>6} {:>8}",
-            "#",
-            "tp",
-            "pp",
-            "dp",
-            "v",
-            "mbs",
-            "schedule",
-            "recompute",
-            "sp",
-            "zero",
-            "time",
-            "MFU",
-            "peak GiB"
-        );
-        for (i, e) in std::iter::once(best)
-            .chain(&result.alternatives)
-            .enumerate()
-        {
-            let (p, pr) = (&e.result.plan, &e.result.predicted);
-            println!(
-                "  {:>2}  {:>3} {:>3} {:>4} {:>2} {:>3}  {:<17} {:<10} {:>3} {:>4}  {:>10} {:>5.1}% {:>8}",
-                i + 1,
-                p.tp,
-                p.pp,
-                p.dp,
-                p.virtual_stages,
-                p.micro_batch_size,
-                p.schedule,
-                if p.ranks.iter().any(|r| r.recompute == "partial") {
-                    format!("{}+part", p.recompute)
-                } else {
-                    p.recompute.clone()
-                },
-                if p.sequence_parallel { "on" } else { "off" },
-                p.zero_stage,
-                secs(pr.iteration_time_s),
-                100.0 * pr.mfu,
-                gib(pr.peak_memory_bytes)
-            );
-        }
+        print!("\nalternatives\n{}", alternatives_table(&result));
     }
     if let Some(path) = &args.out {
         println!("\nplan written to {path}");
     }
     Ok(())
+}
+
+/// The search, with a progress bar on a terminal once it has run for a second.
+fn search_with_progress(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+) -> Result<SearchResult> {
+    let started = Instant::now();
+    let bar: OnceLock<indicatif::ProgressBar> = OnceLock::new();
+    let show = std::io::stderr().is_terminal();
+    let progress = |done: usize, total: usize| {
+        if show && started.elapsed().as_secs_f64() > 1.0 {
+            let b = bar.get_or_init(|| {
+                let b = indicatif::ProgressBar::new(total as u64);
+                b.set_message("configurations");
+                b
+            });
+            b.set_position(done as u64);
+        }
+    };
+    let result = search::search(model, profile, opts, &progress)?;
+    if let Some(b) = bar.get() {
+        b.finish_and_clear();
+    }
+    Ok(result)
+}
+
+/// The best plan and the alternatives, one line each.
+fn alternatives_table(result: &SearchResult) -> String {
+    let mut o = String::from(
+        "   #   tp  pp   dp  v mbs  schedule          recompute   sp zero        time    MFU peak GiB\n",
+    );
+    for (i, e) in std::iter::once(&result.best)
+        .chain(&result.alternatives)
+        .enumerate()
+    {
+        let (p, pr) = (&e.result.plan, &e.result.predicted);
+        let d = &p.degrees;
+        o += &format!(
+            "  {:>2}  {:>3} {:>3} {:>4} {:>2} {:>3}  {:<17} {:<10} {:>3} {:>4}  {:>10} {:>5.1}% {:>8}\n",
+            i + 1,
+            d.tp,
+            d.pp,
+            d.dp,
+            d.virtual_stages,
+            p.micro_batch_size,
+            p.schedule.as_str(),
+            p.recompute_label(),
+            if p.sequence_parallel { "on" } else { "off" },
+            p.zero_stage,
+            secs(pr.iteration_time_s),
+            100.0 * pr.mfu,
+            gib(pr.peak_memory_bytes)
+        );
+    }
+    o
 }
 
 /// Greedy word wrap.

@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use autopp_schedule::{
     self as schedule, ascii, check, generate, resolve_group_size, simulate, ScheduleKind,
-    ScheduleSpec, SimCosts,
+    ScheduleSpec, SimCosts, UniformCosts,
 };
 use clap::Args;
 
@@ -61,60 +61,6 @@ pub struct ScheduleArgs {
     pub trace: Option<String>,
 }
 
-/// Uniform per-stage durations parsed from `--costs`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct UniformCosts {
-    /// Forward.
-    pub f: f64,
-    /// Full backward.
-    pub b: f64,
-    /// Backward-input.
-    pub i: f64,
-    /// Backward-weight.
-    pub w: f64,
-}
-
-impl Default for UniformCosts {
-    fn default() -> Self {
-        UniformCosts {
-            f: 1.0,
-            b: 2.0,
-            i: 1.0,
-            w: 1.0,
-        }
-    }
-}
-
-/// Parses `F=1,B=2,I=1,W=1` (any subset, in any order; the rest keep their defaults).
-pub fn parse_costs(text: &str) -> Result<UniformCosts> {
-    let mut c = UniformCosts::default();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let Some((key, value)) = part.split_once('=') else {
-            bail!("--costs: `{part}` is not KIND=TIME; write e.g. --costs F=1,B=2,I=1,W=1");
-        };
-        let value: f64 = value
-            .trim()
-            .parse()
-            .ok()
-            .filter(|v: &f64| v.is_finite() && *v >= 0.0)
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "--costs: `{part}` needs a finite time >= 0; write e.g. --costs F=1,B=2"
-                )
-            })?;
-        match key.trim().to_ascii_uppercase().as_str() {
-            "F" => c.f = value,
-            "B" => c.b = value,
-            "I" => c.i = value,
-            "W" => c.w = value,
-            other => bail!(
-                "--costs: unknown action `{other}` in `{part}`; the actions are F, B, I and W"
-            ),
-        }
-    }
-    Ok(c)
-}
-
 /// What `--json` prints, in this key order.
 #[derive(serde::Serialize)]
 struct JsonOut<'a> {
@@ -151,7 +97,8 @@ fn from_plan(path: &str) -> Result<Simulated> {
     let file = autopp_planner::PlanFile::load(path)?;
     let model = file.model()?;
     let config = file.config()?;
-    let profile = autopp_hardware::AnalyticProfile::new(file.cluster.clone(), config.precision)?;
+    let profile =
+        autopp_hardware::AnalyticProfile::new(file.cluster.clone(), config.settings.precision)?;
     let e = autopp_planner::evaluate(&model, &profile, &config)?;
     let title = format!(
         "{} on {} × {}: {} · pp {} · {} micro-batches{}",
@@ -270,7 +217,7 @@ fn from_flags(args: &ScheduleArgs) -> Result<Simulated> {
     let group_size = resolve_group_size(&spec)?;
     let s = generate(&spec)?;
     check(&s).context("internal error: the generated schedule fails the checker")?;
-    let c = parse_costs(&args.costs)?;
+    let c: UniformCosts = args.costs.parse().context("--costs")?;
     if !args.comm.is_finite() || args.comm < 0.0 {
         bail!("--comm must be a finite time >= 0 (got {})", args.comm);
     }
@@ -306,23 +253,4 @@ fn from_flags(args: &ScheduleArgs) -> Result<Simulated> {
 fn fmt(t: f64) -> String {
     let s = format!("{t:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn costs_parse_subsets_and_reject_bad_input() {
-        assert_eq!(
-            parse_costs("F=1,B=2,I=1,W=1").unwrap(),
-            UniformCosts::default()
-        );
-        let c = parse_costs("b=3, F=0.5").unwrap();
-        assert_eq!((c.f, c.b, c.i, c.w), (0.5, 3.0, 1.0, 1.0));
-        for bad in ["F=1,X=2", "F", "F=-1", "F=nan", "B=abc"] {
-            let e = parse_costs(bad).unwrap_err().to_string();
-            assert!(e.starts_with("--costs"), "{bad}: {e}");
-        }
-    }
 }

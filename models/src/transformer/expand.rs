@@ -90,35 +90,47 @@ impl TransformerSpec {
         }
     }
 
-    /// One transformer block on one GPU.
-    ///
-    /// Stored activations (Korthikanti et al. 2022, §4.1, per micro-batch, `e`-byte elements):
-    /// * replicated over `t` (sharded only with sequence parallelism): both norm inputs `2·2sbh`,
-    ///   the QKV and MLP inputs `2·2sbh`, and the two dropout masks `2·sbh` (1 byte each) — the
-    ///   `10·sbh` of Table 2;
-    /// * sharded over `t`: Q, K, V `2·sb·(h + 2·g·h/a)`, the output-projection input `2sbh`, the
-    ///   MLP activation input and output `2·2sbf` (gated: `3·2sbf`) — the `24·sbh/t` of Table 2
-    ///   when `g = a`, `f = 4h`;
-    /// * the attention core, sharded over `t`: softmax output `2as²b`, its dropout mask `as²b` and
-    ///   dropout output `2as²b` — the `5as²b/t` term; a fused kernel stores none of it (only the
-    ///   fp32 softmax statistics `4·a·s·b`), and selective recompute drops it.
-    ///
-    /// Full recompute keeps only the layer input `2sbh` (`/t` with sequence parallelism).
-    ///
-    /// When `t` exceeds the key/value heads `g`, each GPU computes and keeps one replicated
-    /// key/value head (width `h/a`) instead of `g·(h/a)/t`.
+    /// One transformer block on one GPU: its ops ([`TransformerSpec::transformer_ops`]), the
+    /// activations it stores ([`TransformerSpec::transformer_activations`]), its
+    /// tensor-parallel collectives and what it sends to the next stage.
     fn transformer_layer(&self, shard: &ShardSpec) -> LayerCost {
+        let d = self.dims(shard);
+        let ops = self.transformer_ops(shard);
+        let (activation_bytes, weight_grad_bytes) = self.transformer_activations(shard);
+        // Tensor-parallel collectives: 2 in forward, 2 in backward, each of a `2bsh` tensor
+        // (all-reduce; sequence parallel: all-gather + reduce-scatter of the same volume).
+        let act_bytes_full = d.tokens * d.h * d.e;
+        let (tp_forward, tp_backward) = tp_pairs(d.t, shard.sequence_parallel, act_bytes_full);
+        LayerCost {
+            name: String::from("layer"),
+            kind: LayerKind::Transformer,
+            params_total: self.layer_params(),
+            params: self.layer_params_per_gpu(d.t),
+            tied_params: 0,
+            forward_ops: ops.forward,
+            backward_input_ops: ops.backward_input,
+            backward_weight_ops: ops.backward_weight,
+            selective_recompute_ops: ops.selective_recompute,
+            tp_forward,
+            tp_backward,
+            activation_bytes,
+            weight_grad_bytes,
+            output_bytes: d.tokens * d.h * d.e / d.t,
+            recomputable: true,
+        }
+    }
+
+    /// The ops of one transformer block on one GPU: its four GEMMs (QKV, output projection, MLP
+    /// up with the gate, MLP down), the attention core and the element-wise traffic of the
+    /// forward, backward-input and backward-weight passes, and what selective recompute reruns.
+    fn transformer_ops(&self, shard: &ShardSpec) -> BlockOps {
         let d = self.dims(shard);
         let (b, s, tok, h, t, e) = (d.b, d.s, d.tokens, d.h, d.t, d.e);
         let a = self.num_attention_heads;
-        let kv = self.kv_width_per_gpu(t);
-        let f = self.ffn();
         let s_k = self.seq_length;
+        let f = self.ffn();
         let mlp_in_width = self.mlp_in_width();
-        let sbh = s * b * h;
-        let qkv_local = h / t + 2 * kv;
-
-        // --- FLOPs, as GEMMs per GPU ---
+        let qkv_local = h / t + 2 * self.kv_width_per_gpu(t);
         let gemms = [
             // QKV projection: [T × h]·[h × (h/t + 2·kv_local)]
             (tok, qkv_local, h),
@@ -156,25 +168,58 @@ impl TransformerSpec {
         };
         let elementwise_fwd = norm_bytes + residual_bytes + act_bytes + softmax_bytes;
 
-        let mut forward_ops = gemm_ops.clone();
-        forward_ops.insert(1, attn(false));
-        forward_ops.push(Op::Elementwise {
+        let mut forward = gemm_ops.clone();
+        forward.insert(1, attn(false));
+        forward.push(Op::Elementwise {
             bytes: elementwise_fwd,
         });
-        let mut backward_input_ops = gemm_ops.clone();
-        backward_input_ops.insert(1, attn(true));
-        backward_input_ops.push(Op::Elementwise {
+        let mut backward_input = gemm_ops.clone();
+        backward_input.insert(1, attn(true));
+        backward_input.push(Op::Elementwise {
             bytes: 2 * elementwise_fwd,
         });
-        let backward_weight_ops = gemm_ops;
-        let mut selective_recompute_ops = vec![attn(false)];
+        let mut selective_recompute = vec![attn(false)];
         if softmax_bytes > 0 {
-            selective_recompute_ops.push(Op::Elementwise {
+            selective_recompute.push(Op::Elementwise {
                 bytes: softmax_bytes,
             });
         }
+        BlockOps {
+            forward,
+            backward_input,
+            backward_weight: gemm_ops,
+            selective_recompute,
+        }
+    }
 
-        // --- stored activations (bytes) ---
+    /// The bytes one transformer block stores for its backward under each recompute mode, and
+    /// the weight-gradient working set a split backward keeps from `I` to `W` (GEMM inputs and
+    /// output gradients).
+    ///
+    /// Stored activations (Korthikanti et al. 2022, §4.1, per micro-batch, `e`-byte elements):
+    /// * replicated over `t` (sharded only with sequence parallelism): both norm inputs `2·2sbh`,
+    ///   the QKV and MLP inputs `2·2sbh`, and the two dropout masks `2·sbh` (1 byte each) — the
+    ///   `10·sbh` of Table 2;
+    /// * sharded over `t`: Q, K, V `2·sb·(h + 2·g·h/a)`, the output-projection input `2sbh`, the
+    ///   MLP activation input and output `2·2sbf` (gated: `3·2sbf`) — the `24·sbh/t` of Table 2
+    ///   when `g = a`, `f = 4h`;
+    /// * the attention core, sharded over `t`: softmax output `2as²b`, its dropout mask `as²b` and
+    ///   dropout output `2as²b` — the `5as²b/t` term; a fused kernel stores none of it (only the
+    ///   fp32 softmax statistics `4·a·s·b`), and selective recompute drops it.
+    ///
+    /// Full recompute keeps only the layer input `2sbh` (`/t` with sequence parallelism).
+    ///
+    /// When `t` exceeds the key/value heads `g`, each GPU computes and keeps one replicated
+    /// key/value head (width `h/a`) instead of `g·(h/a)/t`.
+    fn transformer_activations(&self, shard: &ShardSpec) -> (ActivationBytes, u64) {
+        let d = self.dims(shard);
+        let (b, s, h, t, e) = (d.b, d.s, d.h, d.t, d.e);
+        let a = self.num_attention_heads;
+        let s_k = self.seq_length;
+        let f = self.ffn();
+        let mlp_in_width = self.mlp_in_width();
+        let sbh = s * b * h;
+        let qkv_local = h / t + 2 * self.kv_width_per_gpu(t);
         let mask = u64::from(self.dropout);
         // norm inputs (2), QKV and MLP inputs (2) in `e` bytes; dropout masks (2) in 1 byte
         let replicated = 4 * sbh * e + 2 * mask * sbh;
@@ -190,40 +235,15 @@ impl TransformerSpec {
             scores * e
         };
         let replicated_local = replicated / d.sp_div;
-        let none = replicated_local + sharded + core;
-        let selective = replicated_local + sharded;
-        let full = sbh * e / d.sp_div;
-
+        let activations = ActivationBytes {
+            none: replicated_local + sharded + core,
+            selective: replicated_local + sharded,
+            full: sbh * e / d.sp_div,
+        };
         // Weight-gradient working set (split backward): GEMM inputs and output gradients.
         let gemm_inputs = (2 * sbh / d.sp_div + sbh / t + s * b * f / t) * e;
         let out_grads = (s * b * qkv_local + 2 * sbh / d.sp_div + s * b * mlp_in_width / t) * e;
-
-        // Tensor-parallel collectives: 2 in forward, 2 in backward, each of a `2bsh` tensor
-        // (all-reduce; sequence parallel: all-gather + reduce-scatter of the same volume).
-        let act_bytes_full = tok * h * e;
-        let (tp_forward, tp_backward) = tp_pairs(t, shard.sequence_parallel, act_bytes_full);
-
-        LayerCost {
-            name: String::from("layer"),
-            kind: LayerKind::Transformer,
-            params_total: self.layer_params(),
-            params: self.layer_params_per_gpu(t),
-            tied_params: 0,
-            forward_ops,
-            backward_input_ops,
-            backward_weight_ops,
-            selective_recompute_ops,
-            tp_forward,
-            tp_backward,
-            activation_bytes: ActivationBytes {
-                none,
-                selective,
-                full,
-            },
-            weight_grad_bytes: gemm_inputs + out_grads,
-            output_bytes: tok * h * e / t,
-            recomputable: true,
-        }
+        (activations, gemm_inputs + out_grads)
     }
 
     /// The embedding layer on one GPU: a vocabulary-parallel table (padded vocabulary over `t`),
@@ -390,6 +410,14 @@ fn tp_pairs(t: u64, sequence_parallel: bool, bytes: u64) -> (Vec<Collective>, Ve
         ];
         (ar.clone(), ar)
     }
+}
+
+/// The ops of one transformer block's passes (see [`TransformerSpec::transformer_ops`]).
+struct BlockOps {
+    forward: Vec<Op>,
+    backward_input: Vec<Op>,
+    backward_weight: Vec<Op>,
+    selective_recompute: Vec<Op>,
 }
 
 /// Local sizes shared by a model's layers.

@@ -1,6 +1,11 @@
 //! The planner's answers when there is no plan: what the request would need.
 
-use super::*;
+use autopp_hardware::AnalyticProfile;
+use autopp_models::Model;
+
+use super::{config_of, space, Key, SearchOptions};
+use crate::config::PlanError;
+use crate::estimate::{evaluate_layers_with, shard_spec, Detail};
 
 /// The error when no configuration can even be formed: a batch too small for every
 /// data-parallel degree, or pins and limits that exclude everything.
@@ -8,7 +13,7 @@ pub(super) fn no_candidates(model: &Model, gpus: u64, opts: &SearchOptions) -> P
     // Every data-parallel degree divides the GPU count, so a batch of `gpus` sequences admits
     // all of them: the degrees possible with no batch constraint.
     let open = space::enumerate(model, gpus, gpus, &opts.limits, &opts.fixed);
-    let mut dps: Vec<u64> = open.iter().map(|k| k.dp).collect();
+    let mut dps: Vec<u64> = open.iter().map(|k| k.degrees.dp).collect();
     dps.sort_unstable();
     dps.dedup();
     match dps.first() {
@@ -52,9 +57,9 @@ pub(super) fn nothing_fits(
         (
             std::cmp::Reverse(k.recompute),
             std::cmp::Reverse(k.zero_stage),
-            std::cmp::Reverse(k.tp * k.pp),
+            std::cmp::Reverse(k.degrees.tp * k.degrees.pp),
             k.micro_batch_size,
-            k.virtual_stages,
+            k.degrees.virtual_stages,
             **k,
         )
     });
@@ -72,7 +77,7 @@ pub(super) fn nothing_fits(
         Some(e) => {
             let need = e.result.predicted.peak_memory_bytes;
             let p = &e.result.plan;
-            let reserve = opts.memory_reserve_bytes;
+            let reserve = opts.settings.memory_reserve_bytes;
             let usable = capacity.saturating_sub(reserve).max(1);
             let gpus = profile.cluster.num_gpus();
             let per_node = profile.cluster.gpus_per_node;
@@ -81,9 +86,9 @@ pub(super) fn nothing_fits(
             let more = more.div_ceil(per_node) * per_node;
             PlanError::NothingFits(format!(
                 "nothing fits: the leanest configuration (tp {} · pp {} · dp {}, micro-batch {}, recompute {}, ZeRO {}) needs {:.1} GiB per GPU but a {} has {:.1} GiB; use about {more} GPUs or more, GPUs with at least {:.0} GiB, or a smaller model",
-                p.tp,
-                p.pp,
-                p.dp,
+                p.degrees.tp,
+                p.degrees.pp,
+                p.degrees.dp,
                 p.micro_batch_size,
                 p.recompute,
                 p.zero_stage,

@@ -7,7 +7,8 @@ use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 
 use super::memo::Memo;
-use super::{config_with, key_of, Key, LayerTable, SearchOptions};
+use super::table::LayerTable;
+use super::{config_with, key_of, Key, SearchOptions};
 use crate::config::ParallelConfig;
 use crate::estimate::{evaluate_scheduled, schedule_for, Detail, Estimate};
 use crate::schedule::{Schedule, ScheduleKind};
@@ -40,7 +41,8 @@ impl<'a> Evaluator<'a> {
 
     /// The schedule of a configuration the search built (no group size), generated on first use.
     fn schedule(&self, c: &ParallelConfig) -> Option<Arc<Schedule>> {
-        let shape = (c.schedule, c.pp, c.virtual_stages, c.num_microbatches());
+        let d = &c.degrees;
+        let shape = (c.schedule, d.pp, d.virtual_stages, c.num_microbatches());
         self.schedules
             .get_or(shape, || schedule_for(c).ok().map(Arc::new))
     }

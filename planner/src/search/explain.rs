@@ -48,18 +48,13 @@ pub fn explain(result: &SearchResult) -> String {
 
     // Memory.
     let headroom = 1.0 - p.peak_memory_bytes as f64 / p.memory_capacity_bytes as f64;
-    let peak_rank = plan
-        .ranks
-        .iter()
-        .max_by_key(|r| r.memory_bytes)
-        .map(|r| r.rank)
-        .unwrap_or(0);
+    let peak_rank = plan.peak_rank();
     if headroom < 0.10 {
         out.push(format!(
             "Memory binds: rank {peak_rank} needs {} of {}, which is why it uses {}{}{}.",
             gib(p.peak_memory_bytes),
             gib(p.memory_capacity_bytes),
-            recompute_words(plan),
+            plan.recompute_words(),
             if plan.zero_stage > 0 {
                 format!(", ZeRO {}", plan.zero_stage)
             } else {
@@ -115,66 +110,29 @@ pub fn explain(result: &SearchResult) -> String {
 }
 
 fn degrees(p: &crate::plan::Plan) -> String {
-    format!("tp {} · pp {} · dp {}", p.tp, p.pp, p.dp)
-}
-
-/// The plan's recompute in words: `recompute selective`, or for partial recompute
-/// `full recompute of 3, 2 and 1 layers on ranks 0–2 (the others none)`.
-fn recompute_words(p: &crate::plan::Plan) -> String {
-    let partial: Vec<&crate::plan::RankPlan> = p
-        .ranks
-        .iter()
-        .filter(|r| r.recompute == "partial" || (r.recompute == "full" && p.recompute != "full"))
-        .collect();
-    if partial.is_empty() {
-        return format!("recompute {}", p.recompute);
-    }
-    let others = match p.recompute.as_str() {
-        "none" => String::from("the other layers not recomputed"),
-        "selective" => String::from("the other layers selectively recomputed"),
-        other => format!("the other layers {other}"),
-    };
-    let first = partial[0].recompute_num_layers;
-    if partial.len() == p.ranks.len() && partial.iter().all(|r| r.recompute_num_layers == first) {
-        let layers = if first == 1 { "layer" } else { "layers" };
-        return format!("full recompute of {first} {layers} on every rank, {others}");
-    }
-    let counts: Vec<String> = partial
-        .iter()
-        .map(|r| r.recompute_num_layers.to_string())
-        .collect();
-    let ranks: Vec<String> = partial.iter().map(|r| r.rank.to_string()).collect();
-    let (counts, ranks) = if counts.len() == 1 {
-        (counts.join(""), format!("rank {}", ranks.join("")))
-    } else {
-        let last = counts.len() - 1;
-        (
-            format!("{} and {}", counts[..last].join(", "), counts[last]),
-            format!("ranks {}", ranks.join(", ")),
-        )
-    };
-    let layers = if counts == "1" { "layer" } else { "layers" };
-    format!("full recompute of {counts} {layers} on {ranks}, {others}")
+    let d = &p.degrees;
+    format!("tp {} · pp {} · dp {}", d.tp, d.pp, d.dp)
 }
 
 /// How two plans differ, in a few words.
 fn differences(a: &Estimate, b: &Estimate) -> String {
     let (ka, kb) = (key_of(a), key_of(b));
     let mut d = Vec::new();
-    if (ka.tp, ka.pp, ka.dp, ka.cp) != (kb.tp, kb.pp, kb.dp, kb.cp) {
+    let (da, db) = (ka.degrees, kb.degrees);
+    if (da.tp, da.pp, da.dp, da.cp) != (db.tp, db.pp, db.dp, db.cp) {
         d.push(degrees(&b.result.plan));
     }
-    if ka.virtual_stages != kb.virtual_stages || ka.schedule != kb.schedule {
+    if da.virtual_stages != db.virtual_stages || ka.schedule != kb.schedule {
         d.push(format!(
             "{} with {} stages per rank",
-            kb.schedule, kb.virtual_stages
+            kb.schedule, db.virtual_stages
         ));
     }
     if ka.micro_batch_size != kb.micro_batch_size {
         d.push(format!("micro-batch {}", kb.micro_batch_size));
     }
     if (ka.recompute, ka.partial_recompute) != (kb.recompute, kb.partial_recompute) {
-        d.push(recompute_words(&b.result.plan));
+        d.push(b.result.plan.recompute_words());
     }
     if ka.sequence_parallel != kb.sequence_parallel {
         d.push(format!(

@@ -4,7 +4,8 @@
 use autopp_models::LayerCost;
 
 use super::evaluator::Evaluator;
-use super::{key_of, time_of, LayerTable};
+use super::table::LayerTable;
+use super::{key_of, time_of};
 use crate::estimate::Estimate;
 use crate::schedule::split;
 

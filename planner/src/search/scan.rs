@@ -20,10 +20,8 @@ use autopp_models::Model;
 use rayon::prelude::*;
 
 use super::score::{below_memory_floor, KeyScorer};
-use super::{
-    config_of, group_of, shape_of, GroupKey, Key, LayerTable, Scored, SearchOptions,
-    GIVE_UP_FACTOR, PER_KIND,
-};
+use super::table::{group_of, GroupKey, LayerTable};
+use super::{config_of, shape_of, Key, Scored, SearchOptions, GIVE_UP_FACTOR, PER_KIND};
 use crate::estimate::check_config;
 use crate::schedule::ScheduleKind;
 

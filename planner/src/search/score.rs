@@ -3,7 +3,18 @@
 //! same configuration with partial recompute (its DP here, its integer program in
 //! [`super::partial`]).
 
-use super::*;
+use autopp_hardware::AnalyticProfile;
+use autopp_models::Recompute;
+
+use super::split_dp::{self, LayerSums, StageBudget};
+use super::table::{mode_index, LayerTable};
+use super::{config_of, partial, state_bytes_per_param, Key, Scored, SearchOptions};
+use crate::config::ParallelConfig;
+use crate::estimate::{dp_comm_time_s, optimizer_time_s};
+use crate::framework::PartialRecompute;
+use crate::memory::{self, NCCL_BUFFER_BYTES_PER_GROUP};
+use crate::schedule::{split, ScheduleKind};
+use crate::stages::{self, StageCost};
 
 /// Whether a key cannot fit whatever its split: the model states of the busiest rank (at least
 /// an even share of all layers' states) exceed the memory left after the reserve.
@@ -13,9 +24,10 @@ pub(super) fn below_memory_floor(
     key: &Key,
     table: &LayerTable,
 ) -> bool {
-    let per_param = state_bytes_per_param(key.zero_stage, key.dp * key.cp);
-    let floor = table.params as f64 * per_param / key.pp as f64;
-    let usable = profile.cluster.gpu.memory_bytes as f64 - opts.memory_reserve_bytes as f64;
+    let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
+    let floor = table.params as f64 * per_param / key.degrees.pp as f64;
+    let usable =
+        profile.cluster.gpu.memory_bytes as f64 - opts.settings.memory_reserve_bytes as f64;
     floor > usable
 }
 
@@ -25,14 +37,14 @@ pub(super) fn below_memory_floor(
 /// whose `W`s fill the drain, `(pp−1)·T_F/(pp·v)` with `T_F` the forward seconds alone).
 pub(super) fn lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -> f64 {
     let (total, forward) = table.total_s[mode_index(k.recompute)];
-    let (pp, v) = (k.pp as f64, k.virtual_stages as f64);
-    let m = (opts.global_batch_size / (k.dp * k.micro_batch_size)) as f64;
+    let (pp, v) = (k.degrees.pp as f64, k.degrees.virtual_stages as f64);
+    let m = (opts.global_batch_size / (k.degrees.dp * k.micro_batch_size)) as f64;
     let fill = if k.schedule.splits_backward() {
         (pp - 1.0) * forward / (pp * v)
     } else {
         (pp - 1.0) * total / (pp * v)
     };
-    let fill = if k.schedule == schedule::ScheduleKind::LoopedBfs {
+    let fill = if k.schedule == ScheduleKind::LoopedBfs {
         fill * v
     } else {
         fill
@@ -76,12 +88,12 @@ impl<'a> KeyScorer<'a> {
     ) -> Option<Self> {
         let mode = mode_index(key.recompute);
         let costs = &table.per_mode[mode];
-        let (pp, v) = (key.pp as usize, key.virtual_stages as usize);
+        let (pp, v) = (key.degrees.pp as usize, key.degrees.virtual_stages as usize);
         let s = pp * v;
         if costs.len() < s {
             return None;
         }
-        let per_param = state_bytes_per_param(key.zero_stage, key.dp * key.cp);
+        let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
         // A split backward holds a pair's activations until its I, then what its W needs
         // until the W: per in-flight pair, at most the larger of the two.
         let sums = if key.schedule.splits_backward() {
@@ -115,15 +127,10 @@ impl<'a> KeyScorer<'a> {
                 extra_if_last_bytes: if pp > 1 { tied as f64 } else { 0.0 },
             })
             .collect();
-        let layout = Layout {
-            tp: key.tp,
-            cp: key.cp,
-            dp: key.dp,
-            pp: key.pp,
-        };
+        let d = key.degrees;
         let dp_link = profile
             .cluster
-            .group_link(key.dp * key.cp, layout.tp_stride() * key.tp);
+            .group_link(d.data_parallel_gpus(), d.layout().tp_stride() * d.tp);
         Some(KeyScorer {
             profile,
             opts,
@@ -144,7 +151,7 @@ impl<'a> KeyScorer<'a> {
     /// `extra_s(stage, first, last)` is what a stage's recomputed layers add per micro-batch.
     fn closed_form(&self, split: &[usize], extra_s: &dyn Fn(usize, usize, usize) -> f64) -> f64 {
         let key = self.key;
-        let (pp, v) = (key.pp as usize, key.virtual_stages as usize);
+        let (pp, v) = (key.degrees.pp as usize, key.degrees.virtual_stages as usize);
         let placement = key.schedule.placement();
         let ranges = split::stage_ranges(split);
         let stage_time: Vec<f64> = ranges
@@ -166,7 +173,7 @@ impl<'a> KeyScorer<'a> {
         let busiest = busy.iter().cloned().fold(0.0, f64::max) * self.m as f64;
         let slowest_stage = stage_time.iter().cloned().fold(0.0, f64::max);
         let fill = match key.schedule {
-            schedule::ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
+            ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
             // the deferred W's fill the drain: about one forward per hop is left
             kind if kind.splits_backward() => {
                 let slowest_forward = stages.iter().map(|s| s.forward_s()).fold(0.0, f64::max);
@@ -209,7 +216,7 @@ impl<'a> KeyScorer<'a> {
             None => Scored {
                 key: *key,
                 approx_s: lower_bound_s(key, table, self.opts),
-                split: split::default_split(&layer_kinds(&table.layers), s).ok()?,
+                split: split::default_split(&table.kinds(), s).ok()?,
                 recompute_layers: None,
                 fits: false,
             },
@@ -266,7 +273,7 @@ impl<'a> KeyScorer<'a> {
         };
         Some(
             lower_bound_s(self.key, self.table, self.opts)
-                + self.m as f64 * least_layers * part.delta_time_s / self.key.pp as f64,
+                + self.m as f64 * least_layers * part.delta_time_s / self.key.degrees.pp as f64,
         )
     }
 
@@ -320,7 +327,7 @@ impl<'a> KeyScorer<'a> {
             return None;
         }
         let approx_s = if self.opts.limits.framework.partial_recompute()
-            == crate::framework::PartialRecompute::SameCountPerStage
+            == PartialRecompute::SameCountPerStage
         {
             // one count for every stage (Megatron-LM's --recompute-num-layers): the largest
             // any stage needs, up to each stage's recomputable layers
@@ -356,10 +363,7 @@ fn rank_budget_bytes(
     costs: &[StageCost],
 ) -> Option<f64> {
     let capacity = profile.cluster.gpu.memory_bytes as f64;
-    let groups = [key.tp, key.cp, key.dp, key.pp]
-        .iter()
-        .filter(|&&d| d > 1)
-        .count() as f64;
+    let groups = key.degrees.num_comm_groups() as f64;
     let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
     let p2p = 4.0 * costs.iter().map(|c| c.output_bytes).max().unwrap_or(0) as f64;
     let mut zero3_gather = 0.0;
@@ -370,7 +374,7 @@ fn rank_budget_bytes(
     }
     // The fixed terms of `memory::rank_memory` (its fragmentation is the caller's).
     let budget = capacity
-        - opts.memory_reserve_bytes as f64
+        - opts.settings.memory_reserve_bytes as f64
         - memory::CONTEXT_BYTES as f64
         - groups * NCCL_BUFFER_BYTES_PER_GROUP as f64
         - transient
@@ -391,8 +395,8 @@ pub(super) fn solve_partial(
     let part = table.partial[mode].as_ref()?;
     let costs = &table.per_mode[mode];
     let budget = rank_budget_bytes(profile, opts, key, costs)?;
-    let per_param = state_bytes_per_param(key.zero_stage, key.dp * key.cp);
-    let (pp, v) = (key.pp as usize, key.virtual_stages as usize);
+    let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
+    let (pp, v) = (key.degrees.pp as usize, key.degrees.virtual_stages as usize);
     let placement = key.schedule.placement();
     let s = pp * v;
     let rank_of: Vec<usize> = (0..s).map(|k| placement.rank_of(k, pp)).collect();
@@ -419,8 +423,8 @@ pub(super) fn solve_partial(
         .collect();
     let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
     let budgets = vec![budget - transient * memory::FRAGMENTATION; pp];
-    let same_count = opts.limits.framework.partial_recompute()
-        == crate::framework::PartialRecompute::SameCountPerStage;
+    let same_count =
+        opts.limits.framework.partial_recompute() == PartialRecompute::SameCountPerStage;
     let answer = partial::solve(
         &partial::Problem {
             pp,

@@ -3,23 +3,18 @@
 use autopp_models::{Model, Recompute};
 use serde::{Deserialize, Serialize};
 
+use crate::degrees::Degrees;
 use crate::framework::Framework;
+use crate::pins::Fixed;
 use crate::schedule::ScheduleKind;
 
 /// One discrete configuration (everything but the layer split). Field order is the tie-break
 /// order: equal predicted times go to the configuration that sorts first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Key {
-    /// Tensor-parallel degree.
-    pub tp: u64,
-    /// Pipeline ranks.
-    pub pp: u64,
-    /// Data-parallel degree.
-    pub dp: u64,
-    /// Context-parallel degree.
-    pub cp: u64,
-    /// Stages per rank.
-    pub virtual_stages: u64,
+    /// Tensor, pipeline, data and context parallelism and stages per rank.
+    #[serde(flatten)]
+    pub degrees: Degrees,
     /// Sequences per micro-batch.
     pub micro_batch_size: u64,
     /// Schedule.
@@ -33,82 +28,6 @@ pub struct Key {
     pub sequence_parallel: bool,
     /// ZeRO stage.
     pub zero_stage: u8,
-}
-
-/// Pins for some of a configuration's fields (`--fix KEY=VALUE`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Fixed {
-    /// Tensor-parallel degree.
-    pub tp: Option<u64>,
-    /// Pipeline ranks.
-    pub pp: Option<u64>,
-    /// Data-parallel degree.
-    pub dp: Option<u64>,
-    /// Context-parallel degree.
-    pub cp: Option<u64>,
-    /// Stages per rank.
-    pub virtual_stages: Option<u64>,
-    /// Sequences per micro-batch.
-    pub micro_batch_size: Option<u64>,
-    /// Schedule.
-    pub schedule: Option<ScheduleKind>,
-    /// Recompute mode.
-    pub recompute: Option<Recompute>,
-    /// ZeRO stage.
-    pub zero_stage: Option<u8>,
-    /// Sequence parallelism.
-    pub sequence_parallel: Option<bool>,
-}
-
-impl Fixed {
-    /// Parses `KEY=VALUE,KEY=VALUE`; errors name the key and list the valid ones.
-    pub fn parse(text: &str) -> Result<Fixed, String> {
-        let mut f = Fixed::default();
-        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (key, value) = item
-                .split_once('=')
-                .ok_or_else(|| format!("'{item}' is not KEY=VALUE"))?;
-            let (key, value) = (key.trim(), value.trim());
-            let num = || {
-                value
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|&v| v > 0)
-                    .ok_or_else(|| format!("{key}={value}: expected a positive whole number"))
-            };
-            match key {
-                "tp" => f.tp = Some(num()?),
-                "pp" => f.pp = Some(num()?),
-                "dp" => f.dp = Some(num()?),
-                "cp" => f.cp = Some(num()?),
-                "virtual_stages" | "virtual" => f.virtual_stages = Some(num()?),
-                "micro_batch_size" | "mbs" => f.micro_batch_size = Some(num()?),
-                "schedule" => f.schedule = Some(value.parse()?),
-                "recompute" => f.recompute = Some(value.parse()?),
-                "zero_stage" | "zero" => {
-                    let z = value
-                        .parse::<u8>()
-                        .ok()
-                        .filter(|&z| z <= 3)
-                        .ok_or_else(|| format!("{key}={value}: expected 0, 1, 2 or 3"))?;
-                    f.zero_stage = Some(z);
-                }
-                "sequence_parallel" | "sp" => {
-                    f.sequence_parallel = Some(match value {
-                        "true" | "on" | "1" => true,
-                        "false" | "off" | "0" => false,
-                        _ => return Err(format!("{key}={value}: expected true or false")),
-                    })
-                }
-                other => {
-                    return Err(format!(
-                        "unknown key '{other}': use tp, pp, dp, cp, virtual_stages, micro_batch_size, schedule, recompute, zero_stage, sequence_parallel"
-                    ))
-                }
-            }
-        }
-        Ok(f)
-    }
 }
 
 /// Limits of the space.
@@ -127,6 +46,28 @@ pub struct SpaceLimits {
     /// The framework the plan must run on: its recompute options, ZeRO stages and context
     /// parallelism bound the space (its schedules are for the caller to put in `schedules`).
     pub framework: Framework,
+}
+
+/// Largest micro-batch size the search tries unless told otherwise (`--max-mbs`).
+pub const DEFAULT_MAX_MICRO_BATCH_SIZE: u64 = 16;
+
+/// Largest number of stages per rank the search tries unless told otherwise (`--max-virtual`).
+pub const DEFAULT_MAX_VIRTUAL_STAGES: u64 = 8;
+
+impl SpaceLimits {
+    /// The default space for `framework` on nodes of `gpus_per_node` GPUs: tensor parallelism
+    /// up to a node, micro-batches up to [`DEFAULT_MAX_MICRO_BATCH_SIZE`], up to
+    /// [`DEFAULT_MAX_VIRTUAL_STAGES`] stages per rank, every schedule the framework runs.
+    pub fn new(framework: Framework, gpus_per_node: u64) -> SpaceLimits {
+        SpaceLimits {
+            max_tp: gpus_per_node,
+            gpus_per_node,
+            max_micro_batch_size: DEFAULT_MAX_MICRO_BATCH_SIZE,
+            max_virtual_stages: DEFAULT_MAX_VIRTUAL_STAGES,
+            schedules: framework.schedules(),
+            framework,
+        }
+    }
 }
 
 fn divisors(n: u64) -> Vec<u64> {
@@ -156,11 +97,11 @@ pub fn enumerate(
     };
     let mut out = Vec::new();
     let tps = pick(
-        fixed.tp,
+        fixed.degrees.tp,
         divisors(gpus)
             .into_iter()
             .filter(|&t| {
-                (t <= limits.max_tp || fixed.tp == Some(t))
+                (t <= limits.max_tp || fixed.degrees.tp == Some(t))
                     // tensor-parallel groups tile nodes: t divides the node size or fills nodes
                     && (limits.gpus_per_node.is_multiple_of(t) || t.is_multiple_of(limits.gpus_per_node))
                     && heads.is_none_or(|h| h % t == 0)
@@ -170,7 +111,7 @@ pub fn enumerate(
     );
     for tp in tps {
         let cps = pick(
-            fixed.cp,
+            fixed.degrees.cp,
             divisors(gpus / tp)
                 .into_iter()
                 .filter(|&c| {
@@ -178,13 +119,13 @@ pub fn enumerate(
                         || (heads.is_some()
                             && limits.framework.context_parallel()
                             && model.seq_length().is_multiple_of(c)
-                            && (long_context || fixed.cp == Some(c)))
+                            && (long_context || fixed.degrees.cp == Some(c)))
                 })
                 .collect(),
         );
         for cp in cps {
             let pps = pick(
-                fixed.pp,
+                fixed.degrees.pp,
                 divisors(gpus / (tp * cp))
                     .into_iter()
                     .filter(|&p| p <= body_layers)
@@ -192,7 +133,7 @@ pub fn enumerate(
             );
             for pp in pps {
                 let dp = gpus / (tp * cp * pp);
-                if fixed.dp.is_some_and(|d| d != dp) || !global_batch.is_multiple_of(dp) {
+                if fixed.degrees.dp.is_some_and(|d| d != dp) || !global_batch.is_multiple_of(dp) {
                     continue;
                 }
                 let per_replica = global_batch / dp;
@@ -208,11 +149,13 @@ pub fn enumerate(
                 for mbs in mbss {
                     let m = per_replica / mbs;
                     let base = Key {
-                        tp,
-                        pp,
-                        dp,
-                        cp,
-                        virtual_stages: 1,
+                        degrees: Degrees {
+                            tp,
+                            pp,
+                            dp,
+                            cp,
+                            virtual_stages: 1,
+                        },
                         micro_batch_size: mbs,
                         schedule: ScheduleKind::OneFOneB,
                         recompute: Recompute::None,
@@ -238,36 +181,19 @@ fn push_schedules(
     limits: &SpaceLimits,
     fixed: &Fixed,
 ) {
-    let Key { tp, pp, dp, cp, .. } = base;
+    let Degrees { tp, pp, dp, cp, .. } = base.degrees;
     for &schedule in &limits.schedules {
         if fixed.schedule.is_some_and(|s| s != schedule) {
             continue;
         }
-        let vs: Vec<u64> = match schedule {
-            ScheduleKind::Gpipe | ScheduleKind::OneFOneB => vec![1],
-            // interleaving needs pp ≥ 2, v ≥ 2 and m a multiple of the group size (pp)
-            ScheduleKind::Interleaved1F1B => (2..=limits.max_virtual_stages)
-                .filter(|&v| pp >= 2 && pp * v <= body_layers && m.is_multiple_of(pp) && m >= pp)
-                .collect(),
-            ScheduleKind::LoopedBfs => (2..=limits.max_virtual_stages)
-                .filter(|&v| pp >= 2 && pp * v <= body_layers)
-                .collect(),
-            // split-backward schedules (see `schedule::generate` for their input rules)
-            ScheduleKind::ZbH1 | ScheduleKind::ZbH2 if pp >= 2 => vec![1],
-            ScheduleKind::ZbV if pp >= 2 && 2 * pp <= body_layers => vec![2],
-            ScheduleKind::DualPipeV if pp >= 2 && 2 * pp <= body_layers && m >= 2 * pp => {
-                vec![2]
-            }
-            ScheduleKind::InterleavedZb => (2..=limits.max_virtual_stages)
-                .filter(|&v| pp >= 2 && pp * v <= body_layers && m.is_multiple_of(pp))
-                .collect(),
-            ScheduleKind::ZbH1
-            | ScheduleKind::ZbH2
-            | ScheduleKind::ZbV
-            | ScheduleKind::DualPipeV => Vec::new(),
-        };
+        // the kind's own rules (see `ScheduleKind::virtual_stage_options`); v stages per rank
+        // need pp · v body layers to spread over
+        let vs = schedule
+            .virtual_stage_options(pp, m, limits.max_virtual_stages)
+            .into_iter()
+            .filter(|&v| v == 1 || pp * v <= body_layers);
         for v in vs {
-            if fixed.virtual_stages.is_some_and(|f| f != v) {
+            if fixed.degrees.virtual_stages.is_some_and(|f| f != v) {
                 continue;
             }
             // every layer alike (the search adds partial recompute where memory binds)
@@ -298,7 +224,10 @@ fn push_schedules(
                     let zeros = zeros.into_iter().filter(|z| fw.zero_stages().contains(z));
                     for zero_stage in zeros {
                         out.push(Key {
-                            virtual_stages: v,
+                            degrees: Degrees {
+                                virtual_stages: v,
+                                ..base.degrees
+                            },
                             schedule,
                             recompute,
                             partial_recompute,
@@ -310,26 +239,5 @@ fn push_schedules(
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fix_parses_and_rejects_unknown_keys() {
-        let f = Fixed::parse("tp=8, pp=16,recompute=full,schedule=1f1b,sp=true,zero=1").unwrap();
-        assert_eq!(f.tp, Some(8));
-        assert_eq!(f.pp, Some(16));
-        assert_eq!(f.recompute, Some(Recompute::Full));
-        assert_eq!(f.schedule, Some(ScheduleKind::OneFOneB));
-        assert_eq!(f.sequence_parallel, Some(true));
-        assert_eq!(f.zero_stage, Some(1));
-        assert!(Fixed::parse("tensor=8")
-            .unwrap_err()
-            .contains("unknown key 'tensor'"));
-        assert!(Fixed::parse("tp=0").unwrap_err().contains("tp=0"));
-        assert!(Fixed::parse("zero=5").is_err());
     }
 }

@@ -13,7 +13,7 @@
 //! | `dualpipe-v` | any `p ≥ 1`, `m ≥ 2p`; `v = 2` |
 //! | `interleaved-zb` | any `p ≥ 1`, `v ≥ 2`, `m` a multiple of `p` |
 //!
-//! For `interleaved-1f1b` without `--group-size` the group size is `G = p` when `p` divides
+//! For `interleaved-1f1b` without a `group_size` the group size is `G = p` when `p` divides
 //! `m`; otherwise PyTorch's regrouping rule applies: `G = m / max(1, ⌊m/p⌋)` when that
 //! divides `m` exactly (so `G ≥ p` whenever `m ≥ p`); anything else is rejected with the
 //! group sizes that would work.
@@ -30,6 +30,7 @@ mod zero_bubble;
 use serde::{Deserialize, Serialize};
 
 use super::ir::{Schedule, ScheduleKind};
+use crate::SpecField;
 
 /// The most (stage, micro-batch) pairs a generated schedule may have (`p·v·m`).
 pub const MAX_STAGE_MICROBATCHES: usize = 1 << 24;
@@ -39,13 +40,13 @@ pub const MAX_STAGE_MICROBATCHES: usize = 1 << 24;
 pub struct ScheduleSpec {
     /// Which schedule.
     pub kind: ScheduleKind,
-    /// Pipeline ranks `p` (`--pp`).
+    /// Pipeline ranks `p`.
     pub pp: usize,
-    /// Stages per rank `v` (`--virtual`).
+    /// Stages per rank `v`.
     pub virtual_stages: usize,
-    /// Micro-batches per iteration `m` (`--microbatches`).
+    /// Micro-batches per iteration `m`.
     pub num_microbatches: usize,
-    /// Interleaved 1F1B's micro-batch group size `G` (`--group-size`); `None` for the default.
+    /// Interleaved 1F1B's micro-batch group size `G`; `None` for the default.
     pub group_size: Option<usize>,
 }
 
@@ -74,81 +75,82 @@ impl ScheduleSpec {
     }
 }
 
-/// Why a schedule cannot be generated. Each message states the rule and names the flag.
+/// Why a schedule cannot be generated. Each message states the rule in the IR's names (`pp`,
+/// `virtual_stages`, `num_microbatches`, `group_size`); [`ScheduleError::field`] says which
+/// input is at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
     /// `pp` is zero.
-    #[error("--pp must be at least 1 (got 0)")]
+    #[error("pp must be at least 1 (got 0)")]
     ZeroPp,
     /// `m` is zero.
-    #[error("--microbatches must be at least 1 (got 0)")]
+    #[error("num_microbatches must be at least 1 (got 0)")]
     ZeroMicrobatches,
     /// `v` is zero.
-    #[error("--virtual must be at least 1 (got 0)")]
+    #[error("virtual_stages must be at least 1 (got 0)")]
     ZeroVirtual,
     /// A one-stage-per-rank schedule was asked for several stages per rank.
     #[error(
-        "{kind} places one stage on each rank, so --virtual must be 1 (got {virtual_stages}); \
-         use interleaved-1f1b, looped-bfs or interleaved-zb for several stages per rank, or \
-         zb-v or dualpipe-v for two"
+        "{kind} places one stage on each rank, so virtual_stages must be 1 (got \
+         {virtual_stages}); use interleaved-1f1b, looped-bfs or interleaved-zb for several \
+         stages per rank, or zb-v or dualpipe-v for two"
     )]
     VirtualNotSupported {
         /// The schedule.
         kind: ScheduleKind,
-        /// The `--virtual` given.
+        /// The `v` given.
         virtual_stages: usize,
     },
     /// A V schedule was asked for other than two stages per rank.
     #[error(
         "{kind} places exactly two stages on each rank, in a V (rank r holds stages r and \
-         2·pp−1−r), so --virtual must be 2 (got {virtual_stages}); leave --virtual out to get 2"
+         2·pp−1−r), so virtual_stages must be 2 (got {virtual_stages}); leave it unset to get 2"
     )]
     VirtualMustBeTwo {
         /// The schedule.
         kind: ScheduleKind,
-        /// The `--virtual` given.
+        /// The `v` given.
         virtual_stages: usize,
     },
     /// A schedule of several stages per rank was asked for one.
     #[error(
-        "{kind} interleaves several stages on each rank, so --virtual must be at least 2 (got \
-         {virtual_stages}); with one stage per rank use zb-h1 or zb-h2"
+        "{kind} interleaves several stages on each rank, so virtual_stages must be at least 2 \
+         (got {virtual_stages}); with one stage per rank use zb-h1 or zb-h2"
     )]
     NeedsVirtual {
         /// The schedule.
         kind: ScheduleKind,
-        /// The `--virtual` given.
+        /// The `v` given.
         virtual_stages: usize,
     },
     /// A zero-bubble schedule was asked for a single rank.
     #[error(
-        "{kind} needs --pp of at least 2 (got {pp}): it moves backward-weight work into the \
-         idle time between ranks, and one rank has none; use 1f1b or gpipe"
+        "{kind} needs pp of at least 2 (got {pp}): it moves backward-weight work into the idle \
+         time between ranks, and one rank has none; use 1f1b or gpipe"
     )]
     NeedsTwoRanks {
         /// The schedule.
         kind: ScheduleKind,
-        /// The `--pp` given.
+        /// The `pp` given.
         pp: usize,
     },
     /// DualPipe-V was asked for fewer than two micro-batches per stage.
     #[error(
-        "{kind} needs --microbatches of at least 2 x --pp = {min} (got {num_microbatches}): \
-         its steady state pairs a forward with a backward on each of the 2 x --pp stages"
+        "{kind} needs num_microbatches of at least 2·pp = {min} (got {num_microbatches}): its \
+         steady state pairs a forward with a backward on each of the 2·pp stages"
     )]
     TooFewMicrobatches {
         /// The schedule.
         kind: ScheduleKind,
-        /// The `--microbatches` given.
+        /// The `m` given.
         num_microbatches: usize,
         /// The least it accepts.
         min: usize,
     },
     /// Interleaved zero bubble was asked for a micro-batch count that is not a multiple of `p`.
     #[error(
-        "{kind} runs micro-batches in groups of --pp, so --microbatches must be a multiple of \
-         --pp (got --microbatches {num_microbatches} with --pp {pp}); try --microbatches \
-         {suggestion}"
+        "{kind} runs micro-batches in groups of pp, so num_microbatches must be a multiple of \
+         pp (got {num_microbatches} with pp {pp}); try {suggestion}"
     )]
     MicrobatchesNotMultiple {
         /// The schedule.
@@ -160,48 +162,49 @@ pub enum ScheduleError {
         /// The nearest multiple of `p` above `m`.
         suggestion: usize,
     },
-    /// `--group-size` was given to a schedule that has no micro-batch groups.
-    #[error("--group-size applies only to interleaved-1f1b; {kind} does not take one")]
+    /// A group size was given to a schedule that has no micro-batch groups.
+    #[error("group_size applies only to interleaved-1f1b; {kind} does not take one")]
     GroupSizeNotUsed {
         /// The schedule.
         kind: ScheduleKind,
     },
     /// An explicit group size breaks interleaved 1F1B's rule.
     #[error(
-        "interleaved-1f1b needs --pp <= --group-size <= --microbatches and --microbatches a \
-         multiple of --group-size (got --pp {pp}, --group-size {group_size}, --microbatches \
-         {num_microbatches}){hint}"
+        "interleaved-1f1b needs pp <= group_size <= num_microbatches and num_microbatches a \
+         multiple of group_size (got pp {pp}, group_size {group_size}, num_microbatches \
+         {num_microbatches}){}",
+        group_size_hint(*.pp, .valid)
     )]
     BadGroupSize {
         /// `p`.
         pp: usize,
-        /// The `--group-size` given.
+        /// The group size given.
         group_size: usize,
         /// `m`.
         num_microbatches: usize,
-        /// Group sizes that would work, as text.
-        hint: String,
+        /// Group sizes that would work (at most 8 of them).
+        valid: Vec<usize>,
     },
     /// No group size was given and neither the default nor PyTorch's regrouping fits.
     #[error(
-        "interleaved-1f1b runs micro-batches in groups of G with --pp <= G <= --microbatches and \
-         --microbatches a multiple of G; with --pp {pp} and --microbatches {num_microbatches} \
-         {why}{hint}"
+        "interleaved-1f1b runs micro-batches in groups of G with pp <= G <= num_microbatches \
+         and num_microbatches a multiple of G; with pp {pp} and num_microbatches \
+         {num_microbatches} {}{}",
+        no_group_why(*.pp, *.num_microbatches),
+        group_size_hint(*.pp, .valid)
     )]
     NoGroupSize {
         /// `p`.
         pp: usize,
         /// `m`.
         num_microbatches: usize,
-        /// Why neither default applies.
-        why: String,
-        /// Group sizes that would work, as text.
-        hint: String,
+        /// Group sizes that would work (at most 8 of them).
+        valid: Vec<usize>,
     },
     /// The schedule would be too large to hold.
     #[error(
-        "--pp x --virtual x --microbatches = {stage_microbatches} (stage, micro-batch) pairs is \
-         above the limit of {max}"
+        "pp x virtual_stages x num_microbatches = {stage_microbatches} (stage, micro-batch) \
+         pairs is above the limit of {max}"
     )]
     TooLarge {
         /// `p·v·m`.
@@ -211,22 +214,60 @@ pub enum ScheduleError {
     },
 }
 
-/// Group sizes `G` with `p ≤ G ≤ m` and `m mod G = 0`, as a hint for an error message.
-fn group_size_hint(pp: usize, m: usize) -> String {
-    let ok: Vec<String> = (pp.max(1)..=m)
+impl ScheduleError {
+    /// The input at fault (the CLI names it by its flag).
+    pub fn field(&self) -> SpecField {
+        match self {
+            ScheduleError::ZeroPp | ScheduleError::NeedsTwoRanks { .. } => SpecField::Pp,
+            ScheduleError::ZeroVirtual
+            | ScheduleError::VirtualNotSupported { .. }
+            | ScheduleError::VirtualMustBeTwo { .. }
+            | ScheduleError::NeedsVirtual { .. } => SpecField::VirtualStages,
+            ScheduleError::GroupSizeNotUsed { .. } | ScheduleError::BadGroupSize { .. } => {
+                SpecField::GroupSize
+            }
+            ScheduleError::ZeroMicrobatches
+            | ScheduleError::TooFewMicrobatches { .. }
+            | ScheduleError::MicrobatchesNotMultiple { .. }
+            | ScheduleError::NoGroupSize { .. }
+            | ScheduleError::TooLarge { .. } => SpecField::NumMicrobatches,
+        }
+    }
+}
+
+/// Group sizes `G` with `p ≤ G ≤ m` and `m mod G = 0`, at most 8 of them.
+fn valid_group_sizes(pp: usize, m: usize) -> Vec<usize> {
+    (pp.max(1)..=m)
         .filter(|&g| m.is_multiple_of(g))
         .take(8)
-        .map(|g| g.to_string())
-        .collect();
-    if ok.is_empty() {
-        format!("; no group size fits, so use --microbatches >= --pp ({pp})")
+        .collect()
+}
+
+/// The hint of a group-size error: the group sizes that would work, or that none does.
+fn group_size_hint(pp: usize, valid: &[usize]) -> String {
+    if valid.is_empty() {
+        format!("; no group size fits, so use num_microbatches >= pp ({pp})")
     } else {
-        format!("; valid --group-size values: {}", ok.join(", "))
+        let list: Vec<String> = valid.iter().map(usize::to_string).collect();
+        format!("; valid group_size values: {}", list.join(", "))
+    }
+}
+
+/// Why neither interleaved 1F1B's default group size nor PyTorch's regrouping applies.
+fn no_group_why(p: usize, m: usize) -> String {
+    if m < p {
+        format!("there are fewer micro-batches than ranks ({m} < {p})")
+    } else {
+        format!(
+            "pp does not divide num_microbatches, and neither does PyTorch's regrouping into \
+             floor(m/p) = {} rounds",
+            (m / p.max(1)).max(1)
+        )
     }
 }
 
 /// The group size interleaved 1F1B will use for `spec` (`None` for other schedules, and for
-/// `v = 1`, where interleaved 1F1B is 1F1B): the explicit `--group-size`, or `p` when it
+/// `v = 1`, where interleaved 1F1B is 1F1B): the explicit `group_size`, or `p` when it
 /// divides `m`, or PyTorch's regrouping `G = m / max(1, ⌊m/p⌋)` when that divides `m`.
 pub fn resolve_group_size(spec: &ScheduleSpec) -> Result<Option<usize>, ScheduleError> {
     validate_common(spec)?;
@@ -243,7 +284,7 @@ pub fn resolve_group_size(spec: &ScheduleSpec) -> Result<Option<usize>, Schedule
                 pp: p,
                 group_size: g,
                 num_microbatches: m,
-                hint: group_size_hint(p, m),
+                valid: valid_group_sizes(p, m),
             });
         }
         return Ok(Some(g));
@@ -255,19 +296,10 @@ pub fn resolve_group_size(spec: &ScheduleSpec) -> Result<Option<usize>, Schedule
     if m >= p && m.is_multiple_of(rounds) {
         return Ok(Some(m / rounds));
     }
-    let why = if m < p {
-        format!("there are fewer micro-batches than ranks ({m} < {p})")
-    } else {
-        format!(
-            "--pp does not divide --microbatches, and neither does PyTorch's regrouping \
-             into floor(m/p) = {rounds} rounds"
-        )
-    };
     Err(ScheduleError::NoGroupSize {
         pp: p,
         num_microbatches: m,
-        why,
-        hint: group_size_hint(p, m),
+        valid: valid_group_sizes(p, m),
     })
 }
 

@@ -1,13 +1,8 @@
 //! The event simulator: runs each rank's list strictly in order and times every step.
 //!
-//! A step starts at `max(rank free, end of each dependency + p2p time when the dependency's
-//! stage sits on another rank)`. Dependencies:
-//!
-//! ```text
-//! F(s,i)      ← F(s−1,i)
-//! B/I(s,i)    ← F(s,i), B-or-I(s+1,i)
-//! W(s,i)      ← I(s,i)
-//! ```
+//! A step starts at `max(rank free, end of each input + p2p time when the input's stage sits
+//! on another rank)`, its inputs as [`deps`](crate::deps) gives them (`F(s,i) ← F(s−1,i)`;
+//! `B/I(s,i) ← F(s,i), B-or-I(s+1,i)`; `W(s,i) ← I(s,i)`).
 //!
 //! Sends are buffered (a send never waits for its receive), so a rank only ever waits for its
 //! own next step's inputs. An overlapped pair waits for the inputs of both its parts and lasts
@@ -19,6 +14,9 @@
 use serde::Serialize;
 
 mod engine;
+mod uniform;
+
+pub use uniform::{CostsError, UniformCosts};
 
 use super::ir::{Schedule, Step};
 use engine::Engine;

@@ -87,22 +87,22 @@ impl Engine<'_> {
                         bytes += act;
                         held_peak = held_peak.max(held);
                         bytes_peak = bytes_peak.max(bytes);
-                        st.finish(base, end);
                     }
                     ActionKind::B => {
                         held -= 1;
                         bytes = bytes.saturating_sub(act);
-                        st.finish(base + 1, end);
                     }
                     ActionKind::I => {
                         bytes = (bytes + wgb).saturating_sub(act);
                         bytes_peak = bytes_peak.max(bytes);
-                        st.finish(base + 1, end);
                     }
                     ActionKind::W => {
                         held -= 1;
                         bytes = bytes.saturating_sub(wgb);
                     }
+                }
+                if let Some(slot) = Self::output_slot(base, op.kind) {
+                    st.finish(slot, end);
                 }
             }
             (rs.pos[r], rs.free_s[r], rs.busy_s[r]) = (idx, free, busy);

@@ -13,8 +13,10 @@ use std::cell::RefCell;
 
 use super::{SimCosts, SimError, SimResult, TimedStep};
 
+mod general;
 mod metrics;
-use crate::ir::{Action, ActionKind, Schedule, Step};
+use crate::deps::{self, Output};
+use crate::ir::{Action, ActionKind, Schedule};
 
 const NONE: u32 = u32::MAX;
 
@@ -51,16 +53,6 @@ pub(super) struct Engine<'a> {
     bytes: Vec<(u64, u64)>,
     /// Overlap factor of pairs.
     overlap: f64,
-}
-
-/// Records the bytes alive after a change at `t`; changes at the same instant (a backward
-/// ending as the next forward starts) collapse into one point.
-#[inline]
-fn push_memory(curve: &mut Vec<(f64, u64)>, t: f64, bytes: u64) {
-    match curve.last_mut() {
-        Some(last) if last.0 == t => last.1 = bytes,
-        _ => curve.push((t, bytes)),
-    }
 }
 
 /// Per rank: the next step, the time it is free, busy seconds, in-flight micro-batches and
@@ -133,93 +125,18 @@ impl<'v> State<'v> {
 }
 
 impl<'a> Engine<'a> {
+    /// The engine for `s` under `costs`, after checking that they fit together.
     pub(super) fn new(s: &'a Schedule, costs: &'a SimCosts) -> Result<Self, SimError> {
-        if s.pp == 0 || s.virtual_stages == 0 {
-            return Err(SimError::InvalidSchedule(
-                "pp and virtual_stages must be at least 1".into(),
-            ));
-        }
-        if s.ranks.len() != s.pp {
-            return Err(SimError::InvalidSchedule(format!(
-                "it has {} rank lists but pp = {}",
-                s.ranks.len(),
-                s.pp
-            )));
-        }
+        check_shape(s)?;
         let num_stages = s.num_stages();
-        let declared =
-            s.pp.checked_mul(s.virtual_stages)
-                .and_then(|x| x.checked_mul(s.num_microbatches));
-        let listed = s.num_actions();
-        if declared.is_none_or(|pairs| pairs > listed) {
-            return Err(SimError::InvalidSchedule(format!(
-                "it lists {listed} actions, fewer than the pp x virtual_stages x \
-                 num_microbatches = {} x {} x {} (stage, micro-batch) pairs it declares \
-                 (a complete schedule lists two actions or more per pair)",
-                s.pp, s.virtual_stages, s.num_microbatches
-            )));
-        }
-        if costs.stages.len() != num_stages {
-            return Err(SimError::CostsLength {
-                what: "stages",
-                expected: num_stages,
-                got: costs.stages.len(),
-            });
-        }
-        if costs.p2p_s.len() != num_stages - 1 {
-            return Err(SimError::CostsLength {
-                what: "p2p_s",
-                expected: num_stages - 1,
-                got: costs.p2p_s.len(),
-            });
-        }
-        let bad = |x: f64| !x.is_finite() || x < 0.0;
-        let dur: Vec<[f64; 4]> = costs
-            .stages
-            .iter()
-            .map(|c| {
-                [
-                    c.forward_s,
-                    c.backward_s,
-                    c.backward_input_s,
-                    c.backward_weight_s,
-                ]
-            })
-            .collect();
-        if let Some(k) = dur.iter().position(|d| d.iter().any(|&x| bad(x))) {
-            return Err(SimError::InvalidCost(format!(
-                "stage {k} has a negative or non-finite time ({:?})",
-                costs.stages[k]
-            )));
-        }
-        if let Some(k) = costs.p2p_s.iter().position(|&x| bad(x)) {
-            return Err(SimError::InvalidCost(format!(
-                "p2p time between stages {k} and {} is {}",
-                k + 1,
-                costs.p2p_s[k]
-            )));
-        }
+        let dur = durations(costs, num_stages)?;
         let overlap = costs.overlap_factor.unwrap_or(0.0);
         if !(0.0..=1.0).contains(&overlap) {
             return Err(SimError::InvalidCost(format!(
                 "overlap factor {overlap} is outside [0, 1]"
             )));
         }
-        let rank: Vec<usize> = (0..num_stages).map(|k| s.rank_of(k)).collect();
-        let comm_prev = (0..num_stages)
-            .map(|k| match k {
-                0 => 0.0,
-                _ if rank[k - 1] == rank[k] => 0.0,
-                _ => costs.p2p_s[k - 1],
-            })
-            .collect();
-        let comm_next = (0..num_stages)
-            .map(|k| match k {
-                _ if k + 1 == num_stages => 0.0,
-                _ if rank[k + 1] == rank[k] => 0.0,
-                _ => costs.p2p_s[k],
-            })
-            .collect();
+        let (comm_prev, comm_next) = hops(s, &costs.p2p_s);
         Ok(Engine {
             s,
             m: s.num_microbatches,
@@ -291,9 +208,10 @@ impl<'a> Engine<'a> {
         self.ready_at(a.kind, s, self.slot(s, a.microbatch as usize), done)
     }
 
-    /// When an action of `kind` on stage `s` whose `F` slot is `base` can start on its inputs,
-    /// or the slot it waits for.
-    #[inline]
+    /// When an action of `kind` on stage `s` whose `F` slot is `base` can start on its inputs
+    /// ([`deps::inputs`]: each one's end, plus the hop when it comes from another rank), or
+    /// the slot of the first input not yet done.
+    #[inline(always)]
     fn ready_at(
         &self,
         kind: ActionKind,
@@ -301,251 +219,150 @@ impl<'a> Engine<'a> {
         base: usize,
         done: &[f64],
     ) -> Result<f64, usize> {
-        match kind {
-            ActionKind::F if s == 0 => Ok(0.0),
-            ActionKind::F => {
-                let t = done[base - 2];
-                if t.is_nan() {
-                    Err(base - 2)
-                } else {
-                    Ok(t + self.comm_prev[s])
-                }
+        // the latest input, each plus its hop; 0 for an action without inputs
+        let mut ready: Option<f64> = None;
+        deps::try_for_each_input(kind, s, self.num_stages, |input| {
+            // the input's pair is `input.stage − s` pairs (2 slots each) from the action's
+            let slot = (base + offset(input.output)).wrapping_add(input.stage.wrapping_sub(s) << 1);
+            let t = done[slot];
+            if t.is_nan() {
+                return Err(slot);
             }
-            ActionKind::B | ActionKind::I => {
-                let t = done[base];
-                if t.is_nan() {
-                    return Err(base);
-                }
-                if s + 1 == self.num_stages {
-                    return Ok(t);
-                }
-                let g = done[base + 3];
-                if g.is_nan() {
-                    Err(base + 3)
-                } else {
-                    Ok(t.max(g + self.comm_next[s]))
-                }
-            }
-            ActionKind::W => {
-                let t = done[base + 1];
-                if t.is_nan() {
-                    Err(base + 1)
-                } else {
-                    Ok(t)
-                }
-            }
-        }
-    }
-
-    #[inline]
-    fn in_range(&self, a: Action, rank: usize, idx: usize, step: &Step) -> Result<(), SimError> {
-        if (a.stage as usize) < self.num_stages && (a.microbatch as usize) < self.m {
-            Ok(())
-        } else {
-            Err(self.out_of_range(a, rank, idx, step))
-        }
-    }
-
-    #[cold]
-    fn out_of_range(&self, a: Action, rank: usize, idx: usize, step: &Step) -> SimError {
-        let reason = if a.stage as usize >= self.num_stages {
-            format!("stage {} is outside 0..{}", a.stage, self.num_stages)
-        } else if a.microbatch as usize >= self.m {
-            format!("micro-batch {} is outside 0..{}", a.microbatch, self.m)
-        } else {
-            "is out of range".to_string()
-        };
-        SimError::InvalidAction {
-            rank,
-            step_index: idx,
-            step: step.to_string(),
-            reason,
-        }
-    }
-
-    fn slot_text(&self, slot: usize) -> String {
-        let (pair, backward) = (slot / 2, slot % 2 == 1);
-        let (i, s) = (pair / self.num_stages, pair % self.num_stages);
-        if backward {
-            format!("{s}B{i} (or {s}I{i})")
-        } else {
-            format!("{s}F{i}")
-        }
-    }
-
-    fn run_with<const RECORD: bool>(
-        &self,
-        done: &mut [f64],
-        wait_head: &mut [u32],
-    ) -> Result<SimResult, SimError> {
-        let s = self.s;
-        let pp = s.pp;
-        let mut st = State::new(done, wait_head, pp);
-        let RankState {
-            mut pos,
-            mut free_s,
-            mut busy_s,
-            mut inflight,
-            mut peak_inflight,
-            mut alive,
-            mut peak_bytes,
-        } = RankState::new(pp);
-        let mut timeline: Vec<Vec<TimedStep>> = Vec::new();
-        let mut memory: Vec<Vec<(f64, u64)>> = Vec::new();
-        if RECORD {
-            timeline = s
-                .ranks
-                .iter()
-                .map(|l| Vec::with_capacity(l.len()))
-                .collect();
-            memory = s
-                .ranks
-                .iter()
-                .map(|l| Vec::with_capacity(l.len()))
-                .collect();
-        }
-
-        while let Some(r) = st.ready.pop() {
-            let r = r as usize;
-            let list = &s.ranks[r];
-            let mut free = free_s[r];
-            let mut busy = busy_s[r];
-            while pos[r] < list.len() {
-                let idx = pos[r];
-                let step = list[idx];
-                let (start, end) = match step {
-                    Step::One(a) => {
-                        self.in_range(a, r, idx, &step)?;
-                        let ready = match self.ready_s(a, st.done) {
-                            Ok(t) => t,
-                            Err(slot) => {
-                                st.park(r, slot);
-                                break;
-                            }
-                        };
-                        let d = self.dur[a.stage as usize][a.kind.index()];
-                        let start = ready.max(free);
-                        busy += d;
-                        (start, start + d)
-                    }
-                    Step::Overlapped(a, b) => {
-                        self.in_range(a, r, idx, &step)?;
-                        self.in_range(b, r, idx, &step)?;
-                        let ready = match (self.ready_s(a, st.done), self.ready_s(b, st.done)) {
-                            (Ok(x), Ok(y)) => x.max(y),
-                            (Err(slot), _) | (_, Err(slot)) => {
-                                st.park(r, slot);
-                                break;
-                            }
-                        };
-                        let da = self.dur[a.stage as usize][a.kind.index()];
-                        let db = self.dur[b.stage as usize][b.kind.index()];
-                        let d = da + db - self.overlap * da.min(db);
-                        let start = ready.max(free);
-                        busy += d;
-                        (start, start + d)
-                    }
-                };
-                free = end;
-                pos[r] += 1;
-
-                // In-flight and bytes: increments at the start, decrements at the end.
-                let (first, second) = match step {
-                    Step::One(a) => (a, None),
-                    Step::Overlapped(a, b) => (a, Some(b)),
-                };
-                let mut grew = false;
-                for x in std::iter::once(first).chain(second) {
-                    if x.kind == ActionKind::F {
-                        inflight[r] += 1;
-                        alive[r] += self.bytes[x.stage as usize].0;
-                        grew = true;
-                    }
-                }
-                if grew {
-                    peak_inflight[r] = peak_inflight[r].max(inflight[r]);
-                    peak_bytes[r] = peak_bytes[r].max(alive[r]);
-                    if RECORD {
-                        push_memory(&mut memory[r], start, alive[r]);
-                    }
-                }
-                let mut shrank = false;
-                for x in std::iter::once(first).chain(second) {
-                    let base = self.slot(x.stage as usize, x.microbatch as usize);
-                    match x.kind {
-                        ActionKind::F => st.finish(base, end),
-                        ActionKind::B => {
-                            let (act, _) = self.bytes[x.stage as usize];
-                            inflight[r] -= 1;
-                            alive[r] = alive[r].saturating_sub(act);
-                            shrank = true;
-                            st.finish(base + 1, end);
-                        }
-                        ActionKind::I => {
-                            let (act, wgb) = self.bytes[x.stage as usize];
-                            alive[r] = (alive[r] + wgb).saturating_sub(act);
-                            peak_bytes[r] = peak_bytes[r].max(alive[r]);
-                            shrank = true;
-                            st.finish(base + 1, end);
-                        }
-                        ActionKind::W => {
-                            let (_, wgb) = self.bytes[x.stage as usize];
-                            inflight[r] -= 1;
-                            alive[r] = alive[r].saturating_sub(wgb);
-                            shrank = true;
-                        }
-                    }
-                }
-                if RECORD {
-                    if shrank {
-                        push_memory(&mut memory[r], end, alive[r]);
-                    }
-                    timeline[r].push(TimedStep {
-                        step,
-                        start_s: start,
-                        end_s: end,
-                    });
-                }
-            }
-            free_s[r] = free;
-            busy_s[r] = busy;
-        }
-
-        let stuck: Vec<usize> = (0..pp).filter(|&r| pos[r] < s.ranks[r].len()).collect();
-        if let Some(&first) = stuck.first() {
-            let describe = |r: usize| {
-                (
-                    pos[r],
-                    s.ranks[r][pos[r]].to_string(),
-                    self.slot_text(st.parked_on[r]),
-                )
+            let t = if input.stage == s {
+                t
+            } else {
+                t + self.hop_s(s, input.stage)
             };
-            let (step_index, step, waits_for) = describe(first);
-            let others: Vec<String> = stuck[1..]
-                .iter()
-                .map(|&r| {
-                    let (i, text, w) = describe(r);
-                    format!("; rank {r} at step {i} ({text}) waits for {w}")
-                })
-                .collect();
-            return Err(SimError::Deadlock {
-                rank: first,
-                step_index,
-                step,
-                waits_for,
-                others: others.concat(),
-            });
-        }
-
-        Ok(finish_result(
-            free_s,
-            busy_s,
-            &peak_inflight,
-            peak_bytes,
-            timeline,
-            memory,
-        ))
+            ready = Some(ready.map_or(t, |r| r.max(t)));
+            Ok(())
+        })?;
+        Ok(ready.unwrap_or(0.0))
     }
+
+    /// The send time into stage `s` from the neighbouring stage `from` (0 from `s` itself, and
+    /// between stages on the same rank).
+    #[inline(always)]
+    fn hop_s(&self, s: usize, from: usize) -> f64 {
+        if from < s {
+            self.comm_prev[s]
+        } else if from > s {
+            self.comm_next[s]
+        } else {
+            0.0
+        }
+    }
+
+    /// The slot that the end of an action of `kind` whose `F` slot is `base` fills for the
+    /// actions that wait for it ([`deps::output`]); `None` for a `W`.
+    #[inline(always)]
+    fn output_slot(base: usize, kind: ActionKind) -> Option<usize> {
+        deps::output(kind).map(|o| base + offset(o))
+    }
+}
+
+/// Where a result sits next to its pair's `F` slot: the forward's end in the slot itself, the
+/// backward-input part's in the next.
+#[inline(always)]
+fn offset(output: Output) -> usize {
+    usize::from(output == Output::Backward)
+}
+
+/// Checks that `s` has one list per rank, non-zero sizes and at least as many actions as
+/// (stage, micro-batch) pairs.
+fn check_shape(s: &Schedule) -> Result<(), SimError> {
+    if s.pp == 0 || s.virtual_stages == 0 {
+        return Err(SimError::InvalidSchedule(
+            "pp and virtual_stages must be at least 1".into(),
+        ));
+    }
+    if s.ranks.len() != s.pp {
+        return Err(SimError::InvalidSchedule(format!(
+            "it has {} rank lists but pp = {}",
+            s.ranks.len(),
+            s.pp
+        )));
+    }
+    let declared =
+        s.pp.checked_mul(s.virtual_stages)
+            .and_then(|x| x.checked_mul(s.num_microbatches));
+    let listed = s.num_actions();
+    if declared.is_none_or(|pairs| pairs > listed) {
+        return Err(SimError::InvalidSchedule(format!(
+            "it lists {listed} actions, fewer than the pp x virtual_stages x \
+             num_microbatches = {} x {} x {} (stage, micro-batch) pairs it declares \
+             (a complete schedule lists two actions or more per pair)",
+            s.pp, s.virtual_stages, s.num_microbatches
+        )));
+    }
+    Ok(())
+}
+
+/// Per stage, the durations of `F`, `B`, `I`, `W`, after checking the lengths of `costs`
+/// against `num_stages` and that every time is finite and non-negative.
+fn durations(costs: &SimCosts, num_stages: usize) -> Result<Vec<[f64; 4]>, SimError> {
+    if costs.stages.len() != num_stages {
+        return Err(SimError::CostsLength {
+            what: "stages",
+            expected: num_stages,
+            got: costs.stages.len(),
+        });
+    }
+    if costs.p2p_s.len() != num_stages - 1 {
+        return Err(SimError::CostsLength {
+            what: "p2p_s",
+            expected: num_stages - 1,
+            got: costs.p2p_s.len(),
+        });
+    }
+    let bad = |x: f64| !x.is_finite() || x < 0.0;
+    let dur: Vec<[f64; 4]> = costs
+        .stages
+        .iter()
+        .map(|c| {
+            [
+                c.forward_s,
+                c.backward_s,
+                c.backward_input_s,
+                c.backward_weight_s,
+            ]
+        })
+        .collect();
+    if let Some(k) = dur.iter().position(|d| d.iter().any(|&x| bad(x))) {
+        return Err(SimError::InvalidCost(format!(
+            "stage {k} has a negative or non-finite time ({:?})",
+            costs.stages[k]
+        )));
+    }
+    if let Some(k) = costs.p2p_s.iter().position(|&x| bad(x)) {
+        return Err(SimError::InvalidCost(format!(
+            "p2p time between stages {k} and {} is {}",
+            k + 1,
+            costs.p2p_s[k]
+        )));
+    }
+    Ok(dur)
+}
+
+/// Per stage `k`, the hop time from stage `k−1` and from stage `k+1`: `p2p_s` of the boundary
+/// when the two stages sit on different ranks, 0 otherwise (and past either end).
+fn hops(s: &Schedule, p2p_s: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let num_stages = s.num_stages();
+    let rank: Vec<usize> = (0..num_stages).map(|k| s.rank_of(k)).collect();
+    let comm_prev = (0..num_stages)
+        .map(|k| match k {
+            0 => 0.0,
+            _ if rank[k - 1] == rank[k] => 0.0,
+            _ => p2p_s[k - 1],
+        })
+        .collect();
+    let comm_next = (0..num_stages)
+        .map(|k| match k {
+            _ if k + 1 == num_stages => 0.0,
+            _ if rank[k + 1] == rank[k] => 0.0,
+            _ => p2p_s[k],
+        })
+        .collect();
+    (comm_prev, comm_next)
 }
 
 /// The simulator's answer from each rank's end (free) time, busy time and peaks.

@@ -1,0 +1,358 @@
+//! Evaluating one full configuration: the iteration time with its breakdown and every rank's
+//! peak memory. `autopp estimate` prints this; the planner ranks candidates by it.
+
+mod evaluation;
+mod tail;
+
+use std::sync::Arc;
+
+use autopp_hardware::AnalyticProfile;
+use autopp_models::{LayerCost, Model, ShardSpec};
+use serde::Serialize;
+
+use crate::config::{ParallelConfig, PlanError};
+use crate::memory::RankMemory;
+use crate::plan::PlanAndPrediction;
+use crate::schedule::{self, Schedule, ScheduleSpec, SimResult};
+use crate::stages::StageCost;
+
+use evaluation::Evaluation;
+pub use tail::{dp_comm_time_s, optimizer_time_s, ADAM_BYTES_PER_PARAM};
+
+/// Everything `estimate` knows about one configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Estimate {
+    /// The plan and its prediction, as printed by `--json`.
+    #[serde(flatten)]
+    pub result: PlanAndPrediction,
+    /// Memory per rank by kind.
+    pub memory: Vec<RankMemory>,
+    /// Per-stage costs.
+    pub stages: Vec<StageCost>,
+    /// The schedule that was simulated (shared: the planner reuses one schedule across the
+    /// configurations of the same shape).
+    #[serde(skip)]
+    pub schedule: Arc<Schedule>,
+    /// The simulation.
+    #[serde(skip)]
+    pub simulation: SimResult,
+    /// Exposed data-parallel communication per rank, seconds.
+    pub dp_comm_s: Vec<f64>,
+    /// Optimizer step per rank, seconds.
+    pub optimizer_s: Vec<f64>,
+    /// Things the user should know (e.g. a tensor-parallel group that leaves the node).
+    pub warnings: Vec<String>,
+}
+
+fn positive(flag: &str, value: u64) -> Result<(), PlanError> {
+    if value == 0 {
+        Err(PlanError::invalid(flag, "must be at least 1"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Rejects configurations that cannot run, naming the flag and the fix.
+pub fn check_config(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+) -> Result<(), PlanError> {
+    let d = &c.degrees;
+    for (flag, value) in [
+        ("--tp", d.tp),
+        ("--pp", d.pp),
+        ("--dp", d.dp),
+        ("--cp", d.cp),
+        ("--virtual", d.virtual_stages),
+        ("--mbs", c.micro_batch_size),
+        ("--global-batch", c.global_batch_size),
+    ] {
+        positive(flag, value)?;
+    }
+    if c.zero_stage > 3 {
+        return Err(PlanError::invalid("--zero", "must be 0, 1, 2 or 3"));
+    }
+    let gpus = profile.cluster.num_gpus();
+    if c.num_gpus() != gpus {
+        return Err(PlanError::invalid(
+            "--dp",
+            format!(
+                "tp · pp · dp · cp = {} · {} · {} · {} = {} but --gpus is {gpus}: the degrees must multiply to the GPU count",
+                d.tp, d.pp, d.dp, d.cp, c.num_gpus()
+            ),
+        ));
+    }
+    let per_step = d.dp * c.micro_batch_size;
+    if !c.global_batch_size.is_multiple_of(per_step) {
+        return Err(PlanError::invalid(
+            "--global-batch",
+            format!(
+                "{} is not divisible by dp · mbs = {} · {} = {per_step}: use a multiple of {per_step}",
+                c.global_batch_size, d.dp, c.micro_batch_size
+            ),
+        ));
+    }
+    if let Some(heads) = model.num_attention_heads() {
+        if heads % d.tp != 0 {
+            return Err(PlanError::invalid(
+                "--tp",
+                format!(
+                    "{} does not divide the model's {heads} attention heads: use a divisor of {heads}",
+                    d.tp
+                ),
+            ));
+        }
+    } else if d.tp > 1 || d.cp > 1 || c.sequence_parallel {
+        return Err(PlanError::invalid(
+            if d.tp > 1 { "--tp" } else if d.cp > 1 { "--cp" } else { "--sequence-parallel" },
+            "a layer-list model has no attention heads to shard: use --tp 1 --cp 1 without --sequence-parallel",
+        ));
+    }
+    if c.sequence_parallel && d.tp == 1 {
+        return Err(PlanError::invalid(
+            "--sequence-parallel",
+            "needs --tp of 2 or more (it shards along the tensor-parallel group)",
+        ));
+    }
+    if d.virtual_stages > 1 && c.schedule.fixed_virtual_stages() == Some(1) {
+        return Err(PlanError::invalid(
+            "--virtual",
+            format!(
+                "{} places one stage per rank: use --virtual 1, or a schedule with virtual stages (interleaved-1f1b, looped-bfs, interleaved-zb; zb-v and dualpipe-v with 2)",
+                c.schedule
+            ),
+        ));
+    }
+    if let Some(v) = c.schedule.fixed_virtual_stages().filter(|&v| v > 1) {
+        if d.virtual_stages != v as u64 {
+            return Err(PlanError::invalid(
+                "--virtual",
+                format!(
+                    "{} places exactly {v} stages on each rank: use --virtual {v}, or leave --virtual out",
+                    c.schedule
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Evaluates one configuration of `model` on `profile`'s cluster.
+pub fn evaluate(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+) -> Result<Estimate, PlanError> {
+    check_config(model, profile, c)?;
+    let layers = model.layers(&shard_spec(c))?;
+    evaluate_layers(model, profile, c, &layers)
+}
+
+/// The layer sharding a configuration implies.
+pub fn shard_spec(c: &ParallelConfig) -> ShardSpec {
+    ShardSpec {
+        micro_batch_size: c.micro_batch_size,
+        tp: c.degrees.tp,
+        sequence_parallel: c.sequence_parallel,
+        cp: c.degrees.cp,
+        dtype_bytes: c.settings.precision.bytes(),
+        flash_attention: c.settings.flash_attention,
+        vocab_pad_multiple: c.settings.runtime.vocab_pad_multiple,
+    }
+}
+
+/// [`evaluate`] for a configuration already checked with [`check_config`], given the model's
+/// layers under [`shard_spec`]`(c)` (the planner caches them across configurations).
+pub fn evaluate_layers(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: &[LayerCost],
+) -> Result<Estimate, PlanError> {
+    evaluate_layers_with(model, profile, c, layers, Detail::Full)
+}
+
+/// How much of an [`Estimate`] to compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Everything, including the breakdown's separation of pipeline sends from the bubble (a
+    /// second simulation without sends).
+    Full,
+    /// The numbers of [`Detail::Full`] — iteration time, breakdown, memory — without recording
+    /// the timeline ([`SimResult::timeline`] and [`SimResult::memory`] are empty): what the
+    /// planner's answers need.
+    Breakdown,
+    /// Iteration time and memory only (one simulation, no timeline recorded): the breakdown
+    /// counts send time as bubble. The search uses this for candidates and re-evaluates its
+    /// answers in full.
+    TimeAndMemory,
+}
+
+/// [`evaluate_layers`] with a choice of [`Detail`].
+pub fn evaluate_layers_with(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: &[LayerCost],
+    detail: Detail,
+) -> Result<Estimate, PlanError> {
+    let sched = Arc::new(schedule_for(c)?);
+    let flops = model.model_flops_per_sequence()?;
+    evaluate_scheduled(model, profile, c, layers, detail, sched, flops)
+}
+
+/// The schedule a configuration runs: its kind, pipeline ranks, stages per rank and
+/// micro-batches.
+pub fn schedule_for(c: &ParallelConfig) -> Result<Schedule, PlanError> {
+    Ok(schedule::generate(&schedule_spec(c))?)
+}
+
+/// What `c` asks of the schedule generator: its kind, ranks, stages per rank, micro-batches
+/// and group size.
+pub fn schedule_spec(c: &ParallelConfig) -> ScheduleSpec {
+    ScheduleSpec {
+        kind: c.schedule,
+        pp: c.degrees.pp as usize,
+        virtual_stages: c.degrees.virtual_stages as usize,
+        num_microbatches: c.num_microbatches() as usize,
+        group_size: c.group_size.map(|g| g as usize),
+    }
+}
+
+/// [`evaluate_layers_with`] given the configuration's schedule, [`schedule_for`]`(c)`, and the
+/// model's FLOPs per sequence, [`Model::model_flops_per_sequence`] (the planner computes both
+/// once per search and shares them).
+pub fn evaluate_scheduled(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: &[LayerCost],
+    detail: Detail,
+    sched: Arc<Schedule>,
+    model_flops_per_sequence: f64,
+) -> Result<Estimate, PlanError> {
+    let evaluation = Evaluation::new(model, profile, c, layers, &sched)?;
+    let warnings = evaluation.warnings();
+    let stages = evaluation.stage_costs()?;
+    let pipeline = evaluation.simulate(&stages.costs, detail)?;
+    let ranks = evaluation.ranks(&stages.costs, &pipeline.sim);
+    let breakdown = evaluation.breakdown(&stages.costs, &pipeline, &ranks);
+    let predicted = evaluation.predicted(
+        &pipeline,
+        breakdown,
+        &ranks.memory,
+        model_flops_per_sequence,
+    );
+    let plan = evaluation.plan(&stages, &pipeline.sim, &ranks.memory);
+    Ok(Estimate {
+        result: PlanAndPrediction { plan, predicted },
+        memory: ranks.memory,
+        stages: stages.costs,
+        schedule: sched,
+        simulation: pipeline.sim,
+        dp_comm_s: ranks.dp_comm_s,
+        optimizer_s: ranks.optimizer_s,
+        warnings,
+    })
+}
+
+/// Bytes of one micro-batch's keys and values a context-parallel rank passes around its ring
+/// per layer (0 without context parallelism or for layer lists).
+pub(crate) fn cp_kv_bytes(model: &Model, c: &ParallelConfig) -> u64 {
+    let d = &c.degrees;
+    match model {
+        Model::Transformer(t) if d.cp > 1 => {
+            let tokens = c.micro_batch_size * t.seq_length / d.cp;
+            2 * tokens * t.kv_width() * c.settings.precision.bytes() / d.tp
+        }
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::EvalSettings;
+    use crate::degrees::Degrees;
+    use autopp_hardware::{hardware, Cluster, Precision};
+    use autopp_models::Recompute;
+
+    fn setup(gpus: u64, tp: u64, pp: u64) -> (Model, AnalyticProfile, ParallelConfig) {
+        let model = autopp_models::load_str(
+            r#"{"name": "m", "num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16,
+                "vocab_size": 32000, "seq_length": 2048}"#,
+            "test",
+        )
+        .unwrap();
+        let c = Cluster::new(hardware::gpu("a100-80g").unwrap(), gpus, 8, Some(50.0)).unwrap();
+        let profile = AnalyticProfile::new(c, Precision::Fp16).unwrap();
+        let degrees = Degrees {
+            tp,
+            pp,
+            dp: gpus / (tp * pp),
+            cp: 1,
+            virtual_stages: 1,
+        };
+        let config = ParallelConfig::new(degrees, 1, 64)
+            .with_recompute(Recompute::Full)
+            .with_settings(EvalSettings {
+                precision: Precision::Fp16,
+                memory_reserve_bytes: 0,
+                flash_attention: false,
+                ..EvalSettings::default()
+            });
+        (model, profile, config)
+    }
+
+    fn time(m: &Model, p: &AnalyticProfile, c: &ParallelConfig) -> Estimate {
+        evaluate(m, p, c).unwrap()
+    }
+
+    #[test]
+    fn overlapped_gradient_reduction_hides_behind_the_backward() {
+        let (m, p, mut c) = setup(32, 1, 1);
+        let plain = time(&m, &p, &c).dp_comm_s[0];
+        c.settings.runtime.overlap_grad_reduce = true;
+        let hidden = time(&m, &p, &c).dp_comm_s[0];
+        assert!(hidden < plain, "{hidden} vs {plain}");
+        // 16-bit gradients halve the traffic
+        c.settings.runtime.overlap_grad_reduce = false;
+        c.settings.runtime.fp32_main_grads = false;
+        let half = time(&m, &p, &c).dp_comm_s[0];
+        assert!(
+            (half - plain / 2.0).abs() < 0.05 * plain,
+            "{half} vs {plain}"
+        );
+    }
+
+    #[test]
+    fn deepspeed_pipeline_sends_cost_more() {
+        let (m, p, mut c) = setup(32, 8, 4);
+        let megatron = time(&m, &p, &c).result.predicted;
+        c.settings.runtime.pp_scatter_gather = false;
+        c.settings.runtime.pp_blocking_sends = true;
+        let deepspeed = time(&m, &p, &c).result.predicted;
+        assert!(deepspeed.iteration_time_s > megatron.iteration_time_s);
+        assert!(deepspeed.breakdown_s.pp_comm > megatron.breakdown_s.pp_comm);
+        let b = deepspeed.breakdown_s;
+        let sum = b.compute + b.bubble + b.tp_comm + b.pp_comm + b.dp_comm + b.optimizer;
+        assert!((sum - deepspeed.iteration_time_s).abs() < 1e-9 * sum);
+    }
+
+    /// ZeRO-3 gathers each layer's weights twice and reduce-scatters its gradients every
+    /// micro-batch (1.5× an all-reduce); with the compute fully hidden behind it, the exposed
+    /// time is at most that traffic.
+    #[test]
+    fn zero3_traffic_overlaps_compute() {
+        let (m, mut p, mut c) = setup(32, 1, 1);
+        c.zero_stage = 3;
+        p.efficiency.comm_overlap = 0.0;
+        let serial = time(&m, &p, &c).dp_comm_s[0];
+        p.efficiency.comm_overlap = 1.0;
+        let overlapped = time(&m, &p, &c).dp_comm_s[0];
+        assert!(overlapped < serial);
+        let m_count = c.num_microbatches() as f64;
+        assert!(serial > m_count * 1e-3);
+    }
+}

@@ -1,0 +1,292 @@
+//! Launch files from a plan: the training script's arguments for Megatron-LM, torchtitan or
+//! DeepSpeed, the framework's own config files, and launcher scripts (torchrun on one node,
+//! Slurm `sbatch` on many).
+//!
+//! [`emit`] reads a plan file through [`PlanView`] (one place that knows the plan file's
+//! types), refuses what the framework cannot run with the reason ([`Refusal`]), and returns
+//! every file's text; writing them is the caller's. The flag names, rules and versions are
+//! those of `docs/frameworks.md` and the framework references it cites; the repository's
+//! `tests/launch/` feeds the emitted files to the frameworks' own code.
+
+mod deepspeed;
+mod megatron;
+mod scripts;
+mod torchtitan;
+pub mod view;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use autopp_hardware::Precision;
+use autopp_schedule::ScheduleKind;
+use serde::Serialize;
+
+use crate::framework::Framework;
+use crate::planfile::PlanFile;
+pub use torchtitan::Era as TorchtitanEra;
+pub use view::{PlanView, RecomputePlan, Stage};
+
+/// The Megatron-LM the arguments are written for (flag names and rules read from its code).
+pub const MEGATRON_VERSION: &str = "Megatron-LM main d98e8a64 (Megatron-Core 0.16.1)";
+/// The torchtitan release the arguments are written for (the one on PyPI).
+pub const TORCHTITAN_VERSION: &str = "torchtitan 0.3.0";
+/// The DeepSpeed release the config is written for.
+pub const DEEPSPEED_VERSION: &str = "DeepSpeed 0.19.8";
+
+/// What `autopp launch` emits for one framework.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Launch {
+    /// The framework.
+    pub framework: Framework,
+    /// The framework version the files are written for.
+    pub framework_version: String,
+    /// The training script's argument vector (for torchtitan including `--module`/`--config`).
+    pub args: Vec<String>,
+    /// Every file by name: `launch.sh`, `sbatch.sh` and, where they apply, `ds_config.json`,
+    /// `autopp_pipeline.py` and `pipeline_schedule.csv`.
+    pub files: BTreeMap<String, String>,
+}
+
+/// Why a framework cannot run a plan. Each message says what the framework does instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A layer-list model: no framework can build it from a plan.
+    LayerList(String),
+    /// The GPUs do not fill whole nodes, so no launcher starts the same count on each.
+    NotWholeNodes {
+        /// GPUs used.
+        gpus: u64,
+        /// GPUs per node.
+        gpus_per_node: u64,
+    },
+    /// A zero-bubble (split-backward) schedule for Megatron-LM.
+    ZeroBubble(ScheduleKind),
+    /// A V-placed schedule, which a Megatron-LM layout cannot express.
+    VPlacement(ScheduleKind),
+    /// A schedule the framework does not run.
+    Schedule(Framework, ScheduleKind),
+    /// A ZeRO stage the framework does not combine with this plan.
+    ZeroStage(Framework, u8),
+    /// A recompute the framework cannot express.
+    Recompute(Framework, String),
+    /// Context parallelism the framework does not run.
+    ContextParallel(Framework),
+    /// A precision the framework does not train in.
+    Precision(Framework, Precision),
+    /// A model the framework has no definition for.
+    Model(Framework, String),
+    /// Micro-batching or interleaving the framework's schedule rejects.
+    Microbatches(Framework, String),
+    /// A sequence length the framework's context parallelism rejects.
+    SequenceLength(Framework, String),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::LayerList(name) => write!(
+                f,
+                "{name} is a layer list; launch files need a transformer (embedding, layers, head) the framework can build"
+            ),
+            Refusal::NotWholeNodes { gpus, gpus_per_node } => write!(
+                f,
+                "the plan's {gpus} GPUs do not fill whole nodes of {gpus_per_node}; launchers start the same number of processes on every node"
+            ),
+            Refusal::ZeroBubble(k) => write!(
+                f,
+                "Megatron-LM has no zero-bubble schedule: {k} splits the backward into input and weight passes, which Megatron-LM's 1F1B and interleaved 1F1B never do; re-plan with --framework megatron"
+            ),
+            Refusal::VPlacement(k) => write!(
+                f,
+                "{k} places stages in a V (rank r holds stages r and 2pp-1-r) but a Megatron-LM layout is looped (rank r holds r, r+pp, ...), so --pipeline-model-parallel-layout cannot express it; re-plan with --framework megatron"
+            ),
+            Refusal::Schedule(fw, k) => write!(
+                f,
+                "{} does not run {k}; it runs {}; re-plan with --framework {fw}",
+                name(*fw),
+                runs(*fw)
+            ),
+            Refusal::ZeroStage(fw, z) => write!(f, "ZeRO stage {z}: {}", zero_rule(*fw)),
+            Refusal::Recompute(fw, why) => write!(f, "{} cannot recompute as planned: {why}", name(*fw)),
+            Refusal::ContextParallel(fw) => write!(
+                f,
+                "{} does not run context parallelism beside its pipeline; re-plan with --framework {fw}",
+                name(*fw)
+            ),
+            Refusal::Precision(fw, p) => write!(
+                f,
+                "{} does not train in {} mixed precision (only bf16); re-plan with --precision bf16",
+                name(*fw),
+                match p {
+                    Precision::Bf16 => "bf16",
+                    Precision::Fp16 => "fp16",
+                }
+            ),
+            Refusal::Model(fw, why)
+            | Refusal::Microbatches(fw, why)
+            | Refusal::SequenceLength(fw, why) => write!(f, "{}: {why}", name(*fw)),
+        }
+    }
+}
+
+/// The framework's name as its users know it.
+fn name(fw: Framework) -> &'static str {
+    match fw {
+        Framework::Megatron => "Megatron-LM",
+        Framework::Torchtitan => "torchtitan",
+        Framework::Deepspeed => "DeepSpeed",
+        Framework::Any => "any",
+    }
+}
+
+/// The schedules a framework runs, for a refusal (torchtitan: PyTorch's named schedules and,
+/// through a CSV action table, any other schedule autopp generates).
+fn runs(fw: Framework) -> &'static str {
+    match fw {
+        Framework::Megatron => "1f1b and interleaved-1f1b",
+        Framework::Torchtitan => "every schedule autopp generates",
+        Framework::Deepspeed => "1f1b only (its TrainSchedule, one stage per rank)",
+        Framework::Any => "everything",
+    }
+}
+
+/// What the framework does about ZeRO beside a pipeline.
+fn zero_rule(fw: Framework) -> &'static str {
+    match fw {
+        Framework::Megatron => {
+            "Megatron-LM shards only the optimizer states (--use-distributed-optimizer, ZeRO 1); re-plan with --framework megatron"
+        }
+        Framework::Deepspeed => {
+            "DeepSpeed's pipeline engine asserts ZeRO stage < 2 (\"ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism\"); re-plan with --framework deepspeed"
+        }
+        Framework::Torchtitan => {
+            "torchtitan shards with FSDP2, which shards gradients with the optimizer states (ZeRO 2, or 3 when parameters are resharded); it has no ZeRO 1; re-plan with --framework torchtitan"
+        }
+        Framework::Any => "",
+    }
+}
+
+/// Why no launch files were made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchError {
+    /// The framework cannot run the plan.
+    #[error("--framework {framework}: {refusal}")]
+    Refused {
+        /// The framework asked for.
+        framework: Framework,
+        /// Why it cannot.
+        refusal: Refusal,
+    },
+    /// The plan file or the request is inconsistent; `field` names the field or flag.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// The field or flag at fault.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl From<Refusal> for LaunchError {
+    fn from(refusal: Refusal) -> Self {
+        // the framework is filled in by `emit`; a refusal raised while reading the plan holds
+        // for every framework
+        LaunchError::Refused {
+            framework: Framework::Any,
+            refusal,
+        }
+    }
+}
+
+/// What an emitter hands to the launcher scripts.
+#[derive(Debug, Clone, Default)]
+struct Entry {
+    /// How torchrun starts the training: a script path (may use shell variables) or
+    /// `-m MODULE`.
+    program: Vec<String>,
+    /// The training script's arguments, from the plan.
+    args: Vec<String>,
+    /// Arguments a run needs that the plan does not decide (data, tokenizer, steps), as
+    /// defaults of the scripts' `RUN_ARGS`.
+    run_args: Vec<String>,
+    /// Environment variables set on purpose: name, value, why.
+    env: Vec<(&'static str, String, String)>,
+    /// Comment lines for the scripts' headers.
+    notes: Vec<String>,
+    /// The framework's own files (config, schedule table, module arguments): name and text.
+    files: Vec<(String, String)>,
+}
+
+/// The launch files of `file` for `framework`, or why it cannot run them.
+pub fn emit(file: &PlanFile, framework: Framework) -> Result<Launch, LaunchError> {
+    let version = match framework {
+        Framework::Megatron => MEGATRON_VERSION,
+        Framework::Torchtitan => TORCHTITAN_VERSION,
+        Framework::Deepspeed => DEEPSPEED_VERSION,
+        Framework::Any => {
+            return Err(LaunchError::Invalid {
+                field: "--framework".into(),
+                message: "name the framework to launch: megatron, torchtitan or deepspeed".into(),
+            })
+        }
+    };
+    let refused = |refusal| LaunchError::Refused { framework, refusal };
+    let view = view_for(file, framework)?;
+    if view.gpus > view.gpus_per_node && view.gpus % view.gpus_per_node != 0 {
+        return Err(refused(Refusal::NotWholeNodes {
+            gpus: view.gpus,
+            gpus_per_node: view.gpus_per_node,
+        }));
+    }
+    let entry = match framework {
+        Framework::Megatron => megatron::emit(&view),
+        Framework::Torchtitan => torchtitan::emit(&view),
+        _ => deepspeed::emit(&view),
+    }
+    .map_err(refused)?;
+    let mut files: BTreeMap<String, String> = entry.files.iter().cloned().collect();
+    files.insert(
+        "launch.sh".into(),
+        scripts::launch_sh(&view, framework, &entry),
+    );
+    files.insert(
+        "sbatch.sh".into(),
+        scripts::sbatch_sh(&view, framework, &entry),
+    );
+    Ok(Launch {
+        framework,
+        framework_version: version.to_string(),
+        args: entry.args,
+        files,
+    })
+}
+
+/// torchtitan's arguments for `file` in the configuration era `era` (`emit` writes
+/// [`TorchtitanEra::Release03`], the PyPI release's).
+pub fn torchtitan_args(file: &PlanFile, era: TorchtitanEra) -> Result<Vec<String>, LaunchError> {
+    let framework = Framework::Torchtitan;
+    let view = view_for(file, framework)?;
+    let entry = torchtitan::emit_for(&view, era)
+        .map_err(|refusal| LaunchError::Refused { framework, refusal })?;
+    Ok(entry.args)
+}
+
+/// The plan file's view, its refusals attributed to `framework`.
+fn view_for(file: &PlanFile, framework: Framework) -> Result<PlanView, LaunchError> {
+    PlanView::new(file).map_err(|e| match e {
+        LaunchError::Refused { refusal, .. } => LaunchError::Refused { framework, refusal },
+        other => other,
+    })
+}
+
+/// `args` as shell words, one flag with its values per line (as the scripts write them).
+pub fn shell_lines(args: &[String]) -> Vec<String> {
+    let words: Vec<String> = args.iter().map(|a| scripts::quote(a)).collect();
+    scripts::arg_lines(&words)
+}
+
+/// `--flag value` as two arguments.
+fn flag(args: &mut Vec<String>, name: &str, value: impl fmt::Display) {
+    args.push(name.to_string());
+    args.push(value.to_string());
+}

@@ -1,0 +1,362 @@
+//! The search's phases, one method each, in the order [`super::search`] runs them: enumerate
+//! and tabulate, scan, shortlist, simulate, try other splits, refine, answer, and say what more
+//! memory would buy.
+
+use std::collections::{HashMap, HashSet};
+
+use autopp_hardware::AnalyticProfile;
+use autopp_models::Model;
+use rayon::prelude::*;
+
+use super::errors::{no_candidates, nothing_fits};
+use super::evaluator::{Evaluator, ScheduleShape};
+use super::memo::Memo;
+use super::score::{lower_bound_s, solve_partial};
+use super::table::{group_of, layer_tables, GroupKey, LayerTable};
+use super::{
+    key_of, rank_cmp, refine, scan, shape_of, space, time_of, Key, Scored, SearchOptions,
+    GIVE_UP_FACTOR, PARTIAL_SOLVED, PARTIAL_SOLVED_MAX_PP, PER_KIND, SECOND_TIER, UNFIT_TRIED,
+};
+use crate::config::PlanError;
+use crate::estimate::{Detail, Estimate};
+use crate::schedule::{split, ScheduleKind};
+
+/// A shortlisted candidate with its fastest fitting simulation so far (`None`: none fits).
+pub(super) type Simulated<'s> = (Option<Estimate>, &'s Scored);
+
+/// One search: its inputs, the configurations, their layer tables and the caches every phase
+/// shares.
+pub(super) struct Search<'a> {
+    model: &'a Model,
+    profile: &'a AnalyticProfile,
+    opts: &'a SearchOptions,
+    eval: Evaluator<'a>,
+    /// Every configuration of the space, in [`Key`] order.
+    pub keys: Vec<Key>,
+    tables: HashMap<GroupKey, LayerTable>,
+    /// In-flight micro-batches per rank of each schedule shape, computed when first needed.
+    inflight: Memo<ScheduleShape, Option<Vec<u32>>>,
+    /// The same from generated schedules, by their (truncated) length.
+    generated: Memo<ScheduleShape, Option<Vec<u32>>>,
+    /// Candidates the shortlist holds besides each kind's quota.
+    shortlist: usize,
+    /// Candidates simulated exactly so far.
+    pub simulated: usize,
+}
+
+impl<'a> Search<'a> {
+    /// Enumerates the space and builds one layer table per layer sharding.
+    pub fn new(
+        model: &'a Model,
+        profile: &'a AnalyticProfile,
+        opts: &'a SearchOptions,
+    ) -> Result<Self, PlanError> {
+        let eval = Evaluator::new(model, profile, opts);
+        let gpus = profile.cluster.num_gpus();
+        if opts.global_batch_size == 0 {
+            return Err(PlanError::invalid("--global-batch", "must be at least 1"));
+        }
+        let keys = space::enumerate(
+            model,
+            gpus,
+            opts.global_batch_size,
+            &opts.limits,
+            &opts.fixed,
+        );
+        if keys.is_empty() {
+            return Err(no_candidates(model, gpus, opts));
+        }
+        let tables = layer_tables(model, profile, opts, &keys)?;
+        Ok(Search {
+            model,
+            profile,
+            opts,
+            eval,
+            keys,
+            tables,
+            inflight: Memo::default(),
+            generated: Memo::default(),
+            shortlist: (4 * opts.top_k).max(24),
+            simulated: 0,
+        })
+    }
+
+    /// The in-flight micro-batches per rank of a key's schedule (`None`: no such schedule).
+    fn inflight_of(&self, key: &Key) -> Option<Vec<u32>> {
+        let shape = shape_of(key, self.opts);
+        self.inflight.get_or(shape, || {
+            let (kind, pp, v, m) = shape;
+            // generated schedules by their (truncated) length: many m truncate to the same one
+            let generate = |len: u64| {
+                self.generated.get_or((kind, pp, v, len), || {
+                    kind.generated_peak_inflight(pp, v, len)
+                })
+            };
+            kind.peak_inflight_with(pp, v, m, &generate)
+        })
+    }
+
+    fn table(&self, key: &Key) -> &LayerTable {
+        &self.tables[&group_of(key)]
+    }
+
+    /// Scores keys by the split DP and closed form, in lower-bound order, until no later key
+    /// can enter the shortlist. The lower bound: the work spread perfectly over the ranks,
+    /// plus the fill of perfectly even stages.
+    pub fn scan(&self, progress: &(dyn Fn(usize, usize) + Sync)) -> Vec<Scored> {
+        let mut bounded: Vec<(f64, Key)> = self
+            .keys
+            .iter()
+            .filter_map(|k| {
+                let table = self.tables.get(&group_of(k))?;
+                Some((lower_bound_s(k, table, self.opts), *k))
+            })
+            .collect();
+        bounded.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        scan::Scan {
+            model: self.model,
+            profile: self.profile,
+            opts: self.opts,
+            tables: &self.tables,
+            inflight_of: &|k: &Key| self.inflight_of(k),
+            shortlist: self.shortlist,
+        }
+        .run(&bounded, progress)
+    }
+
+    /// The candidates to simulate: the overall best by closed form, then each schedule kind's
+    /// best not already in (the closed form's error depends on the kind).
+    pub fn shortlist<'s>(&self, scored: &'s [Scored]) -> Result<Vec<&'s Scored>, PlanError> {
+        let mut fitting: Vec<&Scored> = scored.iter().filter(|s| s.fits).collect();
+        fitting.sort_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)));
+        if fitting.is_empty() {
+            return Err(self.nothing_fits());
+        }
+        let mut chosen: Vec<&Scored> = fitting.iter().take(self.shortlist).copied().collect();
+        let mut per_kind_count: HashMap<ScheduleKind, usize> = HashMap::new();
+        for s in &chosen {
+            *per_kind_count.entry(s.key.schedule).or_default() += 1;
+        }
+        for s in fitting.iter().skip(self.shortlist) {
+            let count = per_kind_count.entry(s.key.schedule).or_default();
+            if *count < PER_KIND {
+                *count += 1;
+                chosen.push(s);
+            }
+        }
+        Ok(chosen)
+    }
+
+    /// Simulates the shortlist exactly, each configuration with its DP split (or the even split
+    /// when only that is allowed), fastest first. The fastest few partial-recompute candidates
+    /// near the front (by closed form) also get the integer program: their split and recompute
+    /// counts chosen jointly, under each rank's whole budget, replace the DP's when they
+    /// simulate faster. Solves run beside the simulations.
+    pub fn simulate<'s>(&mut self, chosen: &[&'s Scored]) -> Vec<Simulated<'s>> {
+        let front_s = chosen
+            .iter()
+            .map(|s| s.approx_s)
+            .fold(f64::INFINITY, f64::min)
+            * GIVE_UP_FACTOR;
+        let to_solve: Vec<usize> = chosen
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.key.partial_recompute && s.key.degrees.pp <= PARTIAL_SOLVED_MAX_PP)
+            .take(PARTIAL_SOLVED)
+            .filter(|(_, s)| s.approx_s <= front_s)
+            .map(|(i, _)| i)
+            .collect();
+        // (candidate, solve its integer program): the solves, which take longest, first
+        let tasks: Vec<(usize, bool)> = to_solve
+            .iter()
+            .map(|&i| (i, true))
+            .chain((0..chosen.len()).map(|i| (i, false)))
+            .collect();
+        let this = &*self;
+        let results: Vec<(usize, Option<Estimate>)> = tasks
+            .par_iter()
+            // one task per split: simulations and solves differ in length by 100×
+            .with_max_len(1)
+            .map(|&(i, solve)| (i, this.simulate_one(chosen[i], solve)))
+            .collect();
+        self.simulated += results.len();
+        let mut tiered: Vec<Simulated<'s>> = chosen.iter().map(|s| (None, *s)).collect();
+        for (i, e) in results {
+            let slot = &mut tiered[i].0;
+            if e.as_ref()
+                .is_some_and(|e| slot.as_ref().is_none_or(|d| time_of(e) < time_of(d)))
+            {
+                *slot = e;
+            }
+        }
+        tiered.sort_by(|a, b| {
+            let t = |x: &Option<Estimate>| x.as_ref().map_or(f64::INFINITY, time_of);
+            t(&a.0).total_cmp(&t(&b.0)).then(a.1.key.cmp(&b.1.key))
+        });
+        tiered
+    }
+
+    /// One candidate simulated with its DP split, or with the integer program's split and
+    /// recompute counts (`solve`); `None` when it does not fit.
+    fn simulate_one(&self, s: &Scored, solve: bool) -> Option<Estimate> {
+        let (eval, table) = (&self.eval, self.table(&s.key));
+        let e = if solve {
+            self.inflight_of(&s.key)
+                .and_then(|q| solve_partial(self.profile, self.opts, &s.key, table, &q))
+                .and_then(|(split, layers)| {
+                    eval.time_and_memory(&s.key, table, Some(split), Some(layers))
+                })
+        } else if s.key.partial_recompute {
+            let layers = s.recompute_layers.clone();
+            eval.time_and_memory(&s.key, table, Some(s.split.clone()), layers)
+        } else {
+            let split = (!self.opts.even_split_only).then(|| s.split.clone());
+            eval.time_and_memory(&s.key, table, split, None)
+        };
+        e.filter(|e| e.result.predicted.fits)
+    }
+
+    /// For the fastest few, the even split and the split that isolates embedding and head as
+    /// well (unless only the even split is allowed); every candidate's fastest fitting split,
+    /// in the planner's order.
+    pub fn other_splits(
+        &mut self,
+        mut tiered: Vec<Simulated<'_>>,
+    ) -> Result<Vec<Estimate>, PlanError> {
+        if !self.opts.even_split_only {
+            let this = &*self;
+            let extra: Vec<Option<Estimate>> = tiered
+                .par_iter()
+                .take(SECOND_TIER)
+                .with_max_len(1)
+                .map(|(first, s)| this.best_other_split(first, s))
+                .collect();
+            self.simulated += 2 * extra.len();
+            for (slot, better) in tiered.iter_mut().zip(extra) {
+                slot.0 = better;
+            }
+        }
+        let mut exact: Vec<Estimate> = tiered.into_iter().filter_map(|(e, _)| e).collect();
+        exact.sort_by(rank_cmp);
+        if exact.is_empty() {
+            return Err(self.nothing_fits());
+        }
+        Ok(exact)
+    }
+
+    /// The fastest fitting of `first` and the candidate's even and end-isolating splits.
+    fn best_other_split(&self, first: &Option<Estimate>, s: &Scored) -> Option<Estimate> {
+        let table = self.table(&s.key);
+        if s.key.partial_recompute {
+            // its split goes with its recompute counts
+            return first.clone();
+        }
+        let even = split::default_split(&table.kinds(), s.split.len()).ok();
+        let mut others: Vec<Vec<usize>> = even.into_iter().collect();
+        if let Some(isolated) = refine::isolate_ends(&table.layers, &s.split) {
+            others.push(isolated);
+        }
+        others.retain(|o| *o != s.split);
+        others.dedup();
+        others
+            .into_iter()
+            .filter_map(|o| self.eval.time_and_memory(&s.key, table, Some(o), None))
+            .chain(first.clone())
+            .filter(|e| e.result.predicted.fits)
+            .min_by(|a, b| time_of(a).total_cmp(&time_of(b)))
+    }
+
+    /// Keeps each configuration's fastest split and refines the leaders' splits by moving
+    /// layers across stage boundaries.
+    pub fn refine(&mut self, mut exact: Vec<Estimate>) -> Vec<Estimate> {
+        let leaders = if self.opts.even_split_only {
+            0
+        } else {
+            exact.len().min(refine::REFINED_LEADERS)
+        };
+        // one leader per configuration: the fastest split of each
+        let mut seen = HashSet::new();
+        exact.retain(|e| seen.insert(key_of(e)));
+        let leaders = leaders.min(exact.len());
+        let this = &*self;
+        let refined: Vec<(Estimate, usize)> = exact[..leaders]
+            .par_iter()
+            .with_max_len(1)
+            .map(|est| refine::refine(&this.eval, est, this.table(&key_of(est))))
+            .collect();
+        for (slot, (better, n)) in exact.iter_mut().zip(refined) {
+            self.simulated += n;
+            *slot = better;
+        }
+        exact.sort_by(rank_cmp);
+        exact
+    }
+
+    /// The best and the next `top_k`, evaluated again in full detail (the breakdown separates
+    /// sends from the bubble).
+    pub fn answers(&self, exact: Vec<Estimate>) -> Result<(Estimate, Vec<Estimate>), PlanError> {
+        let mut exact = exact.into_iter();
+        let best = exact.next().ok_or_else(|| self.nothing_fits())?;
+        let alternatives: Vec<Estimate> = exact.take(self.opts.top_k).collect();
+        let full = |e: &Estimate| -> Result<Estimate, PlanError> {
+            let key = key_of(e);
+            self.eval
+                .again(e, self.table(&key), Detail::Breakdown)
+                .ok_or_else(|| {
+                    PlanError::Schedule(format!("internal: the plan {key:?} no longer evaluates"))
+                })
+        };
+        let mut answers = std::iter::once(&best)
+            .chain(&alternatives)
+            .collect::<Vec<_>>()
+            .par_iter()
+            .with_max_len(1)
+            .map(|e| full(e))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter();
+        let best = answers
+            .next()
+            .ok_or_else(|| PlanError::Schedule("internal: the best plan was lost".into()))?;
+        Ok((best, answers.collect()))
+    }
+
+    /// What more memory would buy: the fastest candidate that does not fit but beats `best`,
+    /// among those within twice the GPU's memory (a bigger GPU, not a fantasy).
+    pub fn fastest_unfit(&self, scored: &[Scored], best: &Estimate) -> Option<Estimate> {
+        let best_time = time_of(best);
+        let capacity = self.profile.cluster.gpu.memory_bytes;
+        let mut unfit: Vec<&Scored> = scored
+            .iter()
+            .filter(|s| !s.fits && s.approx_s < best_time)
+            .collect();
+        unfit.sort_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)));
+        let tried: Vec<Option<Estimate>> = unfit
+            .iter()
+            .take(UNFIT_TRIED)
+            .collect::<Vec<_>>()
+            .par_iter()
+            .with_max_len(1)
+            .map(|s| {
+                let table = self.tables.get(&group_of(&s.key))?;
+                let layers = s.recompute_layers.clone();
+                self.eval
+                    .time_and_memory(&s.key, table, Some(s.split.clone()), layers)
+            })
+            .collect();
+        tried
+            .into_iter()
+            .flatten()
+            .find(|e| {
+                time_of(e) < best_time && e.result.predicted.peak_memory_bytes <= 2 * capacity
+            })
+            .and_then(|e| {
+                self.eval
+                    .again(&e, self.table(&key_of(&e)), Detail::Breakdown)
+            })
+    }
+
+    /// The error when nothing fits: what the leanest configuration needs.
+    fn nothing_fits(&self) -> PlanError {
+        nothing_fits(self.model, self.profile, self.opts, &self.keys)
+    }
+}

@@ -1,0 +1,184 @@
+//! Per-layer costs under every recompute mode, one table per layer sharding (tp, cp,
+//! micro-batch size, sequence parallelism): what every phase of the search reads instead of
+//! expanding the model again.
+
+use std::collections::HashMap;
+
+use autopp_hardware::AnalyticProfile;
+use autopp_models::{LayerCost, LayerKind, Model, Recompute};
+use rayon::prelude::*;
+
+use super::memo::Memo;
+use super::split_dp::{self, LayerSums};
+use super::{config_of, partial, Key, SearchOptions};
+use crate::config::PlanError;
+use crate::estimate::{cp_kv_bytes, shard_spec};
+use crate::stages::{self, StageContext, StageCost};
+
+/// The layer sharding of a key: (tp, cp, micro-batch size, sequence parallelism).
+pub(crate) type GroupKey = (u64, u64, u64, bool);
+
+/// The layer sharding of a key.
+pub(crate) fn group_of(k: &Key) -> GroupKey {
+    (
+        k.degrees.tp,
+        k.degrees.cp,
+        k.micro_batch_size,
+        k.sequence_parallel,
+    )
+}
+
+/// One [`LayerTable`] per layer sharding of `keys`; shardings the model cannot take (e.g. kv
+/// heads vs tp) have none, and their keys no candidates.
+pub(super) fn layer_tables(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    keys: &[Key],
+) -> Result<HashMap<GroupKey, LayerTable>, PlanError> {
+    let mut group_keys: Vec<GroupKey> = keys.iter().map(group_of).collect();
+    group_keys.sort_unstable();
+    group_keys.dedup();
+    group_keys
+        .par_iter()
+        .filter_map(|&g| {
+            let key = keys.iter().find(|k| group_of(k) == g)?;
+            match layer_table(model, profile, opts, key) {
+                Ok(t) => Some(Ok((g, t))),
+                // a sharding the model cannot take (e.g. kv heads vs tp): no candidates there
+                Err(PlanError::Model(_)) => None,
+                Err(e) => Some(Err(e)),
+            }
+        })
+        .collect()
+}
+
+/// Per-layer costs for one layer sharding, under each recompute mode.
+pub(crate) struct LayerTable {
+    /// The layers under this sharding.
+    pub(super) layers: Vec<LayerCost>,
+    /// Per recompute mode (index as in `Recompute::ALL`): per-layer stage costs.
+    pub(super) per_mode: Vec<Vec<StageCost>>,
+    /// Per recompute mode: what fully recomputing one layer changes from that mode (`None` for
+    /// full recompute, and for layer lists that are not embedding, alike layers, head).
+    pub(super) partial: Vec<Option<partial::PartialModel>>,
+    /// Per recompute mode: prefix sums of per-layer F+B seconds, parameters (the fixed part,
+    /// in parameters: [`score`] scales the budgets by the bytes per parameter instead) and
+    /// activation bytes per in-flight micro-batch.
+    pub(super) sums: Vec<LayerSums>,
+    /// [`LayerTable::sums`] for schedules that split the backward: per in-flight pair the
+    /// larger of the activation bytes (F to I) and the weight-gradient bytes (I to W).
+    pub(super) split_sums: Vec<LayerSums>,
+    /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
+    /// unlimited, computed on first use.
+    pub(super) free_bottleneck: Memo<(usize, usize), Option<f64>>,
+    /// Per recompute mode: seconds of all layers for one micro-batch, F+B and F alone.
+    pub(super) total_s: Vec<(f64, f64)>,
+    /// Parameters of all layers.
+    pub(super) params: u64,
+}
+
+impl LayerTable {
+    /// The kinds of the layer list.
+    pub(super) fn kinds(&self) -> Vec<LayerKind> {
+        self.layers.iter().map(|l| l.kind).collect()
+    }
+
+    /// The smallest per-micro-batch bottleneck of any split of the layers into `stages`
+    /// stages under `mode` (index into `Recompute::ALL`), memory unlimited.
+    pub(super) fn free_bottleneck_s(&self, mode: usize, stages: usize) -> Option<f64> {
+        self.free_bottleneck.get_or((mode, stages), || {
+            let sums = &self.sums[mode];
+            split_dp::best_split_with(
+                sums.len(),
+                stages,
+                |_, _, _| true,
+                |_, a, b| sums.time_s(a, b),
+            )
+            .map(|b| b.1)
+        })
+    }
+}
+
+/// The index of `mode` in `Recompute::ALL`.
+pub(super) fn mode_index(mode: Recompute) -> usize {
+    Recompute::ALL.iter().position(|&m| m == mode).unwrap_or(0)
+}
+
+/// Per-layer costs for a key's sharding under every recompute mode.
+fn layer_table(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+) -> Result<LayerTable, PlanError> {
+    let c = config_of(key, opts, None);
+    let layers = model.layers(&shard_spec(&c))?;
+    let d = key.degrees;
+    let layout = d.layout();
+    let cluster = &profile.cluster;
+    let singles: Vec<[usize; 2]> = (0..layers.len()).map(|i| [i, i]).collect();
+    let cp_kv_bytes = cp_kv_bytes(model, &c);
+    let per_mode: Vec<Vec<StageCost>> = Recompute::ALL
+        .iter()
+        .map(|&mode| {
+            let ctx = StageContext {
+                profile,
+                tp: d.tp,
+                tp_link: cluster.group_link(d.tp, layout.tp_stride()),
+                recompute: mode,
+                cp: d.cp,
+                cp_link: cluster.group_link(d.cp, layout.cp_stride()),
+                cp_kv_bytes,
+            };
+            stages::stage_costs(&layers, &singles, &ctx)
+        })
+        .collect();
+    let sums_with = |held: fn(&StageCost) -> u64| -> Vec<LayerSums> {
+        per_mode
+            .iter()
+            .map(|costs: &Vec<StageCost>| {
+                let time: Vec<f64> = costs
+                    .iter()
+                    .map(|c| c.forward_s() + c.backward_s())
+                    .collect();
+                let params: Vec<f64> = costs.iter().map(|c| c.params as f64).collect();
+                let act: Vec<f64> = costs.iter().map(|c| held(c) as f64).collect();
+                LayerSums::new(&time, &params, &act)
+            })
+            .collect()
+    };
+    let sums = sums_with(|c| c.activation_bytes);
+    let split_sums = sums_with(|c| c.activation_bytes.max(c.weight_grad_bytes));
+    let full = mode_index(Recompute::Full);
+    let partial = Recompute::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, &mode)| {
+            if mode == Recompute::Full {
+                None
+            } else {
+                partial::PartialModel::new(&layers, &per_mode[i], &per_mode[full])
+            }
+        })
+        .collect();
+    let total_s = per_mode
+        .iter()
+        .map(|costs| {
+            costs.iter().fold((0.0, 0.0), |(fb, f), c| {
+                (fb + c.forward_s() + c.backward_s(), f + c.forward_s())
+            })
+        })
+        .collect();
+    let params = per_mode[0].iter().map(|c| c.params).sum();
+    Ok(LayerTable {
+        layers,
+        per_mode,
+        partial,
+        sums,
+        split_sums,
+        free_bottleneck: Default::default(),
+        total_s,
+        params,
+    })
+}

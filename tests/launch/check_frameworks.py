@@ -1,0 +1,471 @@
+"""Feeds `autopp launch`'s files to the frameworks' own code, on the CPU.
+
+    python tests/launch/check_frameworks.py MANIFEST.json RESULTS.jsonl
+
+MANIFEST lists cases: {"name", "framework", "dir"}; each dir holds plan.json (the plan file),
+launch.json (`autopp launch --json`) and the emitted files. For every case this script computes,
+with the framework's own functions, which layers each stage holds and on which pipeline rank,
+and compares that with the plan file's ranks, stage by stage. It also checks degrees, batching,
+recompute and precision as the framework reads them. Expectations come from plan.json alone,
+never from the emitter.
+
+Writes one JSON object per case ({"name", "framework", "ok", "checked", "error"}) and a last
+one {"versions": {...}} to RESULTS (one per line; the frameworks log to stdout themselves);
+exits 1 when a case fails.
+"""
+
+import contextlib
+import importlib.metadata
+import importlib.util
+import io
+import json
+import os
+import shlex
+import sys
+import traceback
+import warnings
+
+warnings.filterwarnings("ignore")
+os.environ.setdefault("DS_BUILD_OPS", "0")
+
+
+# ---------------------------------------------------------------- the plan's own split
+
+
+def expected(plan_file):
+    """Per global stage: (rank, has embedding, decoder layer ids, has head), from plan.json."""
+    plan = plan_file["plan"]
+    num_layers = plan_file["model"]["num_layers"]
+    stages = []
+    for r in plan["ranks"]:
+        for first, last in r["stages"]:
+            stages.append((first, last, r["rank"]))
+    stages.sort()
+    out = []
+    for first, last, rank in stages:
+        decoders = [e - 1 for e in range(first, last + 1) if 1 <= e <= num_layers]
+        out.append((rank, first == 0, decoders, last == num_layers + 1))
+    return out
+
+
+def same(what, got, want):
+    if got != want:
+        raise AssertionError(f"{what}: the framework computes {got!r}, the plan says {want!r}")
+
+
+# ---------------------------------------------------------------- Megatron-LM
+
+# pretrain_gpt.py's flags that autopp emits, with their types (Megatron-LM main
+# megatron/training/arguments.py and the dataclass fields it generates flags from)
+MEGATRON_FLAGS = {
+    "--num-layers": int, "--hidden-size": int, "--ffn-hidden-size": int,
+    "--num-attention-heads": int, "--group-query-attention": bool, "--num-query-groups": int,
+    "--seq-length": int, "--max-position-embeddings": int, "--position-embedding-type": str,
+    "--rotary-base": int, "--swiglu": bool, "--normalization": str,
+    "--untie-embeddings-and-output-weights": bool, "--disable-bias-linear": bool,
+    "--add-qkv-bias": bool, "--attention-dropout": float, "--hidden-dropout": float,
+    "--make-vocab-size-divisible-by": int, "--attention-backend": str,
+    "--tensor-model-parallel-size": int, "--pipeline-model-parallel-size": int,
+    "--context-parallel-size": int, "--sequence-parallel": bool,
+    "--pipeline-model-parallel-layout": str, "--num-virtual-stages-per-pipeline-rank": int,
+    "--decoder-first-pipeline-num-layers": int, "--decoder-last-pipeline-num-layers": int,
+    "--micro-batch-size": int, "--global-batch-size": int,
+    "--microbatch-group-size-per-virtual-pipeline-stage": int,
+    "--recompute-granularity": str, "--recompute-method": str, "--recompute-num-layers": int,
+    "--use-distributed-optimizer": bool, "--overlap-grad-reduce": bool, "--bf16": bool,
+    "--fp16": bool, "--accumulate-allreduce-grads-in-fp32": bool, "--clip-grad": float,
+}
+
+
+def parse_megatron(args):
+    """The emitted argument vector as Megatron-LM's argparse reads it (flags as dest names)."""
+    out, i = {}, 0
+    while i < len(args):
+        flag = args[i]
+        if flag not in MEGATRON_FLAGS:
+            raise AssertionError(f"{flag} is not a pretrain_gpt.py flag autopp knows")
+        if flag.replace("--", "").replace("-", "_") in out:
+            raise AssertionError(f"{flag} given twice")
+        kind = MEGATRON_FLAGS[flag]
+        key = flag[2:].replace("-", "_")
+        if kind is bool:
+            out[key] = True
+            i += 1
+        else:
+            out[key] = kind(args[i + 1])
+            i += 2
+    vpp_sources = [k for k in ("pipeline_model_parallel_layout",
+                               "num_virtual_stages_per_pipeline_rank",
+                               "num_layers_per_virtual_pipeline_stage") if k in out]
+    if len(vpp_sources) > 1:
+        raise AssertionError(f"more than one virtual-pipeline source: {vpp_sources}")
+    return out
+
+
+def megatron_config(a, gpus):
+    """TransformerConfig from the arguments, as Megatron-LM's core_transformer_config_from_args."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer.enums import AttnBackend
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    tp, pp, cp = (a["tensor_model_parallel_size"], a["pipeline_model_parallel_size"],
+                  a["context_parallel_size"])
+    if gpus % (tp * pp * cp):
+        raise AssertionError(f"world size {gpus} is not a multiple of tp*pp*cp")
+    dtype = torch.bfloat16 if a.get("bf16") else torch.half if a.get("fp16") else torch.float
+    vpp = a.get("num_virtual_stages_per_pipeline_rank")
+    kw = dict(
+        num_layers=a["num_layers"], hidden_size=a["hidden_size"],
+        ffn_hidden_size=a["ffn_hidden_size"], num_attention_heads=a["num_attention_heads"],
+        num_query_groups=a.get("num_query_groups") if a.get("group_query_attention") else None,
+        gated_linear_unit=a.get("swiglu", False),
+        activation_func=F.silu if a.get("swiglu") else F.gelu,
+        normalization=a.get("normalization", "LayerNorm"),
+        add_bias_linear=not a.get("disable_bias_linear", False),
+        add_qkv_bias=a.get("add_qkv_bias", False),
+        attention_dropout=a.get("attention_dropout", 0.1),
+        hidden_dropout=a.get("hidden_dropout", 0.1),
+        attention_backend=AttnBackend[a.get("attention_backend", "auto")],
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+        context_parallel_size=cp, sequence_parallel=a.get("sequence_parallel", False) and tp > 1,
+        pipeline_model_parallel_layout=a.get("pipeline_model_parallel_layout"),
+        virtual_pipeline_model_parallel_size=vpp if vpp and vpp > 1 else None,
+        num_layers_in_first_pipeline_stage=a.get("decoder_first_pipeline_num_layers"),
+        num_layers_in_last_pipeline_stage=a.get("decoder_last_pipeline_num_layers"),
+        microbatch_group_size_per_vp_stage=a.get(
+            "microbatch_group_size_per_virtual_pipeline_stage"),
+        recompute_granularity=a.get("recompute_granularity"),
+        recompute_method=a.get("recompute_method"),
+        recompute_num_layers=a.get("recompute_num_layers"),
+        bf16=a.get("bf16", False), fp16=a.get("fp16", False),
+        params_dtype=dtype, pipeline_dtype=dtype,
+    )
+    return TransformerConfig(**kw)
+
+
+def megatron_stages(config):
+    """Per global stage (vpp-major): (rank, embedding, decoder ids, loss), from Megatron-Core."""
+    from megatron.core import parallel_state
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    pp = config.pipeline_model_parallel_size
+    layout = config.pipeline_model_parallel_layout
+    if layout is not None:
+        layout.validate_layer_layout(num_layers=config.num_layers, mtp_num_layers=0)
+        vpp = len(layout.layout[0])
+    else:
+        vpp = config.virtual_pipeline_model_parallel_size or 1
+    parallel_state.set_virtual_pipeline_model_parallel_world_size(vpp if vpp > 1 else None)
+    out = []
+    for v in range(vpp):
+        for r in range(pp):
+            vp_stage = v if vpp > 1 else None
+            if layout is not None:
+                ids = layout.get_layer_id_list(LayerType.decoder, vp_stage=vp_stage, pp_rank=r)
+                kinds = layout.layout[r][v]
+                emb, loss = LayerType.embedding in kinds, LayerType.loss in kinds
+            else:
+                n = get_num_layers_to_build(config, vp_stage=vp_stage, pp_rank=r)
+                offset = get_transformer_layer_offset(config, vp_stage=vp_stage, pp_rank=r)
+                ids = list(range(offset, offset + n))
+                emb, loss = (r, v) == (0, 0), (r, v) == (pp - 1, vpp - 1)
+            out.append((r, emb, ids, loss))
+    parallel_state.set_virtual_pipeline_model_parallel_world_size(None)
+    return out, vpp
+
+
+def check_megatron(case, plan_file, launch, files):
+    plan = plan_file["plan"]
+    a = parse_megatron(launch["args"])
+    config = megatron_config(a, plan["gpus"])
+    stages, vpp = megatron_stages(config)
+    same("stages (rank, embedding, decoder layers, loss)", stages, expected(plan_file))
+    same("virtual stages", vpp, plan["virtual_stages"])
+    dp = plan["gpus"] // (config.tensor_model_parallel_size
+                          * config.pipeline_model_parallel_size * config.context_parallel_size)
+    same("dp", dp, plan["dp"])
+    gbs, mbs = a["global_batch_size"], a["micro_batch_size"]
+    if gbs % (mbs * dp):  # validate_args
+        raise AssertionError(f"global batch {gbs} is not divisible by micro batch {mbs} x dp {dp}")
+    m = gbs // (mbs * dp)
+    same("micro-batches", m, plan["num_microbatches"])
+    if vpp > 1:  # schedules.py, forward_backward_pipelining_with_interleaving
+        g = config.microbatch_group_size_per_vp_stage or config.pipeline_model_parallel_size
+        pp = config.pipeline_model_parallel_size
+        if not (pp <= g <= m) or (m % g and m % g < pp):
+            raise AssertionError(f"interleaving: pp={pp} group={g} micro-batches={m}")
+    check_megatron_recompute(config, plan, plan_file["model"]["num_layers"])
+    same("sequence parallel", config.sequence_parallel,
+         plan["sequence_parallel"] and plan["tp"] > 1)
+    same("distributed optimizer", a.get("use_distributed_optimizer", False),
+         plan["zero_stage"] == 1)
+    checked = ["TransformerConfig", "layer layout" if config.pipeline_model_parallel_layout
+               else "even/uneven split"]
+    alt = [l for l in files["launch.sh"].splitlines() if l.startswith("# equivalent: ")]
+    if alt:  # the offered --decoder-first/last form gives the same split
+        args = list(launch["args"])
+        i = args.index("--pipeline-model-parallel-layout")
+        del args[i:i + 2]
+        args += shlex.split(alt[0][len("# equivalent: "):])
+        config2 = megatron_config(parse_megatron(args), plan["gpus"])
+        same("stages with --decoder-first/last", megatron_stages(config2)[0],
+             expected(plan_file))
+        checked.append("decoder-first/last")
+    return checked
+
+
+def check_megatron_recompute(config, plan, num_layers):
+    ranks = plan["ranks"]
+    partial = any(r["recompute"] == "partial" for r in ranks)
+    if partial:
+        same("recompute", (config.recompute_granularity, config.recompute_method),
+             ("full", "block"))
+        n = config.recompute_num_layers
+        for r in ranks:
+            for (first, last), k in zip(r["stages"], r["recompute_num_layers_per_stage"]):
+                layers = sum(1 for e in range(first, last + 1) if 1 <= e <= num_layers)
+                same(f"recomputed layers of stage {first}-{last}", min(n, layers), k)
+        return
+    want = {"none": None, "selective": "selective", "full": "full"}[plan["recompute"]]
+    same("recompute granularity", config.recompute_granularity, want)
+
+
+# ---------------------------------------------------------------- torchtitan
+
+TITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B",
+                   "looped-bfs": "LoopedBFS", "interleaved-zb": "InterleavedZeroBubble",
+                   "zb-v": "ZBVZeroBubble", "dualpipe-v": "DualPipeV"}
+
+
+def titan_contents(names, num_layers):
+    emb = "tok_embeddings" in names
+    head = "norm" in names and "lm_head" in names
+    ids = sorted(int(n.split(".")[1]) for n in names if n.startswith("layers."))
+    unknown = [n for n in names if n not in ("tok_embeddings", "norm", "lm_head")
+               and not n.startswith("layers.")]
+    if unknown or any(i >= num_layers for i in ids):
+        raise AssertionError(f"modules the model does not have: {unknown or ids}")
+    return emb, ids, head
+
+
+def check_torchtitan(case, plan_file, launch, files):
+    from torchtitan.config import ConfigManager
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed import pipeline_parallel as tpp
+
+    plan = plan_file["plan"]
+    if os.getcwd() not in sys.path:  # a config module written beside the launch files
+        sys.path.insert(0, os.getcwd())
+    with contextlib.redirect_stdout(io.StringIO()):
+        c = ConfigManager().parse_args(list(launch["args"]))
+    p, t = c.parallelism, c.training
+    dims = ParallelDims.from_config(p, plan["gpus"])  # validates the mesh
+    same("(dp, tp, pp, cp)", (dims.dp_replicate * dims.dp_shard, dims.tp, dims.pp, dims.cp),
+         (plan["dp"], plan["tp"], plan["pp"], plan["cp"]))
+    model = c.model_spec.model
+    same("layers", len(model.layers), plan_file["model"]["num_layers"])
+    same("hidden size", model.dim, plan_file["model"]["hidden_size"])
+    same("vocabulary", model.vocab_size, plan_file["model"]["vocab_size"])
+    same("sequence length", t.seq_len, plan_file["model"]["seq_length"])
+    dp = dims.dp_replicate * dims.dp_shard  # Trainer: the "batch" mesh
+    if t.global_batch_size % (t.local_batch_size * dp):
+        raise AssertionError("global batch is not a multiple of local batch x dp")
+    accumulation = t.global_batch_size // (t.local_batch_size * dp)
+    if dims.pp > 1:
+        same("micro-batches", t.local_batch_size // p.pipeline_parallel_microbatch_size,
+             plan["num_microbatches"])
+        same("micro-batch size", p.pipeline_parallel_microbatch_size, plan["micro_batch_size"])
+        same("gradient accumulation", accumulation, 1)
+        checked = check_titan_pipeline(plan_file, c, dims, files, tpp)
+    else:
+        same("gradient accumulation", accumulation, plan["num_microbatches"])
+        fqns = tpp._generate_llm_fqn_per_model_part(1, len(model.layers), 1, 1)
+        emb, ids, head = titan_contents(fqns[0], len(model.layers))
+        same("stages", [(0, emb, ids, head)], expected(plan_file))
+        checked = ["ConfigManager", "ParallelDims", "single stage"]
+    ac = c.activation_checkpoint
+    ac = type(ac).__qualname__.split(".")[0] if ac is not None else "none"
+    want = {"none": "none", "selective": "SelectiveAC", "full": "FullAC"}[plan["recompute"]]
+    same("activation checkpointing", ac, want)
+    return checked
+
+
+def check_titan_pipeline(plan_file, c, dims, files, tpp):
+    import torch
+    import torch.distributed.pipelining.schedules as S
+    from types import SimpleNamespace
+
+    plan, p = plan_file["plan"], c.parallelism
+    meta = tpp._get_pipeline_metadata(dims, p, c.model_spec.model)
+    fqns = p.module_fqns_per_model_part or tpp._generate_llm_fqn_per_model_part(*meta)
+    n, pp = len(fqns), dims.pp
+    rank_of = {}
+    for r in range(pp):
+        for s in tpp._get_pp_rank_to_stage_indices_mapping(r, pp, p.pipeline_parallel_schedule, n):
+            rank_of[s] = r
+    got = []
+    for s, names in enumerate(fqns):
+        emb, ids, head = titan_contents(names, len(c.model_spec.model.layers))
+        got.append((rank_of[s], emb, ids, head))
+    same("stages (rank, embedding, layers, head)", got, expected(plan_file))
+    m = c.training.local_batch_size // p.pipeline_parallel_microbatch_size
+
+    def stages_of(rank):
+        idx = tpp._get_pp_rank_to_stage_indices_mapping(rank, pp, p.pipeline_parallel_schedule, n)
+        return [SimpleNamespace(num_stages=n, group_size=pp, group_rank=rank, stage_index=i,
+                                is_first=i == 0, is_last=i == n - 1,
+                                submod=torch.nn.Linear(1, 1)) for i in idx]
+
+    if p.pipeline_parallel_schedule_csv:
+        csv = os.path.basename(p.pipeline_parallel_schedule_csv)
+        path = os.path.join(os.getcwd(), csv)
+        same("CSV file", csv in files, True)
+        sched = S._PipelineScheduleRuntime(stages_of(0), n_microbatches=m, loss_fn=lambda *a: 0)
+        sched._load_csv(path)  # validates the order, then lowers it to sends and receives
+        to_rank = sched.stage_index_to_group_rank
+        same("CSV stage placement", to_rank, {s: r for s, r in rank_of.items()})
+        # PyTorch's dry run of the compute and point-to-point actions: raises on a deadlock
+        comms = S._add_send_recv(dict(sched.pipeline_order), lambda s: to_rank[s], n)
+        S._simulate_comms_compute(comms, lambda s: to_rank[s], n)
+        return ["ConfigManager", "ParallelDims", "module_fqns", "CSV schedule (lowered, simulated)"]
+    same("schedule", p.pipeline_parallel_schedule, TITAN_SCHEDULES[plan["schedule"]])
+    cls = S.get_schedule_class(p.pipeline_parallel_schedule)
+    for r in range(pp):
+        st = stages_of(r)
+        if issubclass(cls, S.PipelineScheduleSingle):
+            same("stages per rank", len(st), 1)
+            cls(st[0], n_microbatches=m, loss_fn=lambda *a: 0)
+        else:
+            cls(st, n_microbatches=m, loss_fn=lambda *a: 0)
+    return ["ConfigManager", "ParallelDims", "module_fqns", f"{cls.__name__} on every rank"]
+
+
+# ---------------------------------------------------------------- DeepSpeed
+
+
+class DataParallelMpu:
+    """The `mpu` DeepSpeedConfig asks for the data-parallel size."""
+
+    def __init__(self, dp):
+        self.dp = dp
+
+    def get_data_parallel_world_size(self):
+        return self.dp
+
+
+def init_deepspeed():
+    """A one-process gloo world, so that DeepSpeedConfig reads the data-parallel size from the
+    mpu (without one it takes a world size of 1)."""
+    import deepspeed
+    import deepspeed.comm.torch  # noqa: F401 - the module, not `torch`, which comm also binds
+
+    # the CPU shared-memory all-reduce op would be compiled on first use; one process needs none
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    if not deepspeed.comm.is_initialized():
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("DS_PORT", "29533"))
+        with contextlib.redirect_stdout(io.StringIO()):
+            deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False,
+                                       verbose=False)
+
+
+def check_deepspeed(case, plan_file, launch, files):
+    import torch.nn as nn
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from deepspeed.runtime.pipe.module import LayerSpec
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
+    plan = plan_file["plan"]
+    init_deepspeed()
+    args = launch["args"]
+    config_path = os.path.join(os.getcwd(), args[args.index("--deepspeed_config") + 1])
+    ds = DeepSpeedConfig(config_path, mpu=DataParallelMpu(plan["dp"]))  # asserts the batch rule
+    same("(batch, micro, accumulation)",
+         (ds.train_batch_size, ds.train_micro_batch_size_per_gpu, ds.gradient_accumulation_steps),
+         (plan["global_batch_size"], plan["micro_batch_size"], plan["num_microbatches"]))
+    if ds.zero_optimization_stage >= 2:  # PipelineEngine's assertion
+        raise AssertionError("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism")
+    same("ZeRO stage", ds.zero_optimization_stage, plan["zero_stage"])
+    same("precision", "bf16" if ds.bfloat16_config.enabled else "fp16" if ds.float16_config.enabled
+         else "fp32", plan_file["settings"]["precision"])
+    spec = importlib.util.spec_from_file_location("autopp_pipeline", "autopp_pipeline.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    kwargs, topo = mod.PIPELINE_MODULE_ARGS, mod.TOPOLOGY
+    same("world size of the topology",
+         PipeModelDataParallelTopology(**topo).world_size(), plan["gpus"])
+    same("num_stages", kwargs["num_stages"], plan["pp"])
+    classes = {n: type(n, (nn.Module,), {}) for n in set(mod.LAYERS)}
+    # DeepSpeed's own partitioning ("uniform", "type:"), or the plan's boundaries ("autopp")
+    module = mod.PlannedPipelineModule.__new__(mod.PlannedPipelineModule)
+    nn.Module.__init__(module)
+    module.num_stages, module.global_rank, module.loss_fn = plan["pp"], 0, None
+    module._topo = PipeModelDataParallelTopology(**topo)
+    module._layer_specs = [LayerSpec(classes[n]) for n in mod.LAYERS]
+    with contextlib.redirect_stdout(io.StringIO()):
+        module._partition_layers(method=kwargs["partition_method"])
+    parts = [int(x) for x in module.parts]
+    same("parts", parts, mod.PARTS)
+    num_layers = plan_file["model"]["num_layers"]
+    got = []
+    for s in range(plan["pp"]):
+        entries = range(parts[s], parts[s + 1])
+        got.append((s, 0 in entries, [e - 1 for e in entries if 1 <= e <= num_layers],
+                    num_layers + 1 in entries))
+    same("stages (stage, embedding, layers, head)", got, expected(plan_file))
+    interval = 1 if plan["recompute"] == "full" else 0
+    same("activation_checkpoint_interval", kwargs["activation_checkpoint_interval"], interval)
+    return ["DeepSpeedConfig (batch rule)", f"PipelineModule._partition_layers "
+            f"({kwargs['partition_method']})"]
+
+
+# ---------------------------------------------------------------- driver
+
+CHECKS = {"megatron": check_megatron, "torchtitan": check_torchtitan,
+          "deepspeed": check_deepspeed}
+
+
+def versions():
+    import megatron.core.package_info as mc
+    return {"megatron-core": mc.__version__,
+            "torchtitan": importlib.metadata.version("torchtitan"),
+            "deepspeed": importlib.metadata.version("deepspeed"),
+            "torch": importlib.metadata.version("torch")}
+
+
+def main(manifest_path, results_path):
+    with open(manifest_path) as f:
+        cases = json.load(f)
+    out = open(results_path, "w")
+    failed = 0
+    home = os.getcwd()
+    for case in cases:
+        os.chdir(case["dir"])
+        result = {"name": case["name"], "framework": case["framework"]}
+        try:
+            with open("plan.json") as f:
+                plan_file = json.load(f)
+            with open("launch.json") as f:
+                launch = json.load(f)
+            result["checked"] = CHECKS[case["framework"]](case, plan_file, launch,
+                                                          launch["files"])
+            result["ok"] = True
+        except Exception as e:  # noqa: BLE001 - every failure is reported per case
+            failed += 1
+            result["ok"] = False
+            result["error"] = f"{type(e).__name__}: {e}"
+            result["trace"] = traceback.format_exc(limit=4)
+        finally:
+            os.chdir(home)
+        out.write(json.dumps(result) + "\n")
+        out.flush()
+    out.write(json.dumps({"versions": versions()}) + "\n")
+    out.close()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
