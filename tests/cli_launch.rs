@@ -208,8 +208,9 @@ fn what_else_a_framework_cannot_run_is_refused_with_the_reason() {
         &gpt3,
         &["--framework", "torchtitan"],
         &[
-            "defines no model shaped like gpt3-175b",
-            "--module/--config",
+            "builds Llama-family decoders only",
+            "gpt3-175b has a plain (not SwiGLU) MLP, biases, LayerNorm, learned positions",
+            "--framework megatron or deepspeed",
         ],
     );
     let uneven = plan(

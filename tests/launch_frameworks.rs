@@ -48,6 +48,8 @@ const CASES: &[Case] = &[
     Case { name: "llama3-8b-8-no-pipeline", plan: "llama3-8b --gpus 8 --framework torchtitan --fix tp=1,pp=1,dp=8,zero_stage=3,recompute=full", frameworks: &["torchtitan"] },
     Case { name: "llama3-70b-128-cp2", plan: "llama3-70b --gpus 128 --framework torchtitan --fix tp=8,pp=2,dp=4,cp=2,virtual_stages=2,schedule=interleaved-1f1b,zero_stage=2", frameworks: &["torchtitan"] },
     Case { name: "llama3-8b-64-interleaved-zb", plan: "llama3-8b --gpus 64 --framework torchtitan --fix tp=2,pp=4,dp=8,virtual_stages=2,schedule=interleaved-zb,zero_stage=0,sequence_parallel=false", frameworks: &["torchtitan"] },
+    Case { name: "llama2-70b-64-torchtitan", plan: "llama2-70b --gpus 64 --framework torchtitan", frameworks: &["torchtitan"] },
+    Case { name: "llama2-13b-16-torchtitan", plan: "tests/launch/llama2-13b.json --gpus 16 --framework torchtitan", frameworks: &["torchtitan"] },
     Case { name: "bloom-176b-384-deepspeed", plan: "bloom-176b --gpus 384 --gpu a100-80g --framework deepspeed", frameworks: &["deepspeed", "megatron"] },
     Case { name: "llama3-70b-64-deepspeed", plan: "llama3-70b --gpus 64 --framework deepspeed", frameworks: &["deepspeed", "megatron"] },
     Case { name: "gpt3-175b-1024-deepspeed", plan: "gpt3-175b --gpus 1024 --gpu a100-80g --framework deepspeed --fix tp=8,pp=16,dp=8,schedule=1f1b,zero_stage=1", frameworks: &["deepspeed", "megatron"] },
@@ -101,10 +103,19 @@ fn emit_cases(root: &Path) -> Vec<Value> {
     for case in CASES {
         let plan = root.join(format!("{}.json", case.name));
         let plan_s = plan.to_str().expect("UTF-8 path");
-        let mut args: Vec<&str> = vec!["plan"];
-        args.extend(case.plan.split_whitespace());
-        args.extend(["--out", plan_s]);
-        run(&args);
+        let mut args: Vec<String> = vec!["plan".into()];
+        // a model file of the repository's is named relative to it
+        args.extend(case.plan.split_whitespace().map(|w| {
+            match w.ends_with(".json") {
+                true => Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join(w)
+                    .display()
+                    .to_string(),
+                false => w.to_string(),
+            }
+        }));
+        args.extend(["--out".to_string(), plan_s.to_string()]);
+        run(&args.iter().map(String::as_str).collect::<Vec<_>>());
         for fw in case.frameworks {
             let dir = root.join(format!("{}-{fw}", case.name));
             let dir_s = dir.to_str().expect("UTF-8 path");
