@@ -141,6 +141,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     if let Some(s) = args.seq_len {
         model = model.with_seq_length(s).context("--seq-len")?;
     }
+    // a model the framework cannot run is refused before the search, not after it
+    autopp_planner::launch::check_model(&model, args.precision, args.framework)?;
     let cluster = args.cluster.build(args.gpus)?;
     let opts = args.options(&model, &cluster)?;
     let profile = cost_profile(

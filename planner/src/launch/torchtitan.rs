@@ -233,7 +233,7 @@ pub(super) fn llama_family(model: &TransformerSpec) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "{TITAN} builds Llama-family decoders only (SwiGLU, RMSNorm, rotary positions, no biases, untied LM head), and {} has {}; re-plan with --framework megatron or deepspeed",
+        "0.3.0 builds Llama-family decoders only (SwiGLU, RMSNorm, rotary positions, no biases, untied LM head), and {} has {}; re-plan with --framework megatron or deepspeed",
         model.name,
         differs.join(", ")
     ))
@@ -370,7 +370,7 @@ fn check(view: &PlanView) -> Result<(), Refusal> {
         return Err(Refusal::Model(
             FW,
             format!(
-                "its tensor parallelism splits whole key/value heads, and tp = {} does not divide {}'s {kv}; re-plan with --framework torchtitan",
+                "splits whole key/value heads over its tensor-parallel ranks, and tp = {} does not divide {}'s {kv}; re-plan with --framework torchtitan",
                 view.tp, view.model.name
             ),
         ));
