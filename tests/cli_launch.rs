@@ -621,4 +621,21 @@ fn plan_for_a_framework_refuses_up_front_what_it_cannot_run() {
         Some(0),
         "{file}"
     );
+    // a plan made for any framework with tp = 8 over 4 key/value heads: torchtitan refuses it
+    let any = plan(
+        dir.path(),
+        "kv4-tp8",
+        &format!(
+            "{} --gpus 64 --fix tp=8,pp=2,dp=4,schedule=1f1b,zero_stage=2",
+            kv4.display()
+        ),
+    );
+    fails(
+        &any,
+        &["--framework", "torchtitan"],
+        &[
+            "torchtitan splits whole key/value heads",
+            "tp = 8 does not divide kv4's 4",
+        ],
+    );
 }
