@@ -621,6 +621,22 @@ fn plan_for_a_framework_refuses_up_front_what_it_cannot_run() {
         Some(0),
         "{file}"
     );
+    let pinned = autopp(&[
+        "plan",
+        kv4.to_str().expect("UTF-8"),
+        "--gpus",
+        "64",
+        "--framework",
+        "torchtitan",
+        "--fix",
+        "tp=8",
+    ]);
+    let err = String::from_utf8_lossy(&pinned.stderr);
+    assert_eq!(pinned.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--fix tp=8: torchtitan splits whole key/value heads"),
+        "{err}"
+    );
     // a plan made for any framework with tp = 8 over 4 key/value heads: torchtitan refuses it
     let any = plan(
         dir.path(),

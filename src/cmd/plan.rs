@@ -116,6 +116,15 @@ impl PlanArgs {
         let mut opts = SearchOptions::new(framework, global_batch_size, cluster.gpus_per_node);
         opts.limits.schedules = framework.schedules_to_search(self.schedules.as_deref())?;
         framework.check_pins(&fixed)?;
+        if let (Some(tp), Model::Transformer(t)) = (fixed.degrees.tp, model) {
+            if framework.tp_splits_whole_kv_heads() && !t.kv_heads().is_multiple_of(tp) {
+                bail!(
+                    "--fix tp={tp}: {framework} splits whole key/value heads over its tensor-parallel ranks, and {tp} does not divide {}'s {}",
+                    t.name,
+                    t.kv_heads()
+                );
+            }
+        }
         opts.fixed = fixed;
         if let Some(max_tp) = self.max_tp {
             opts.limits.max_tp = max_tp;
