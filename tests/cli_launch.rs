@@ -559,36 +559,33 @@ fn plans_made_for_a_framework_always_emit_for_it() {
     }
 }
 
+/// `autopp plan ARGS` (whitespace-separated) exits 2 with one line of stderr containing `needle`.
+fn plan_refused(args: &str, needle: &str) {
+    let mut argv = vec!["plan"];
+    argv.extend(args.split_whitespace());
+    let out = autopp(&argv);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args}: {err}");
+    assert!(
+        err.contains(needle),
+        "{args}: expected `{needle}` in: {err}"
+    );
+}
+
 #[test]
 fn plan_for_a_framework_refuses_up_front_what_it_cannot_run() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let fp16 = autopp(&[
-        "plan",
-        "llama3-8b",
-        "--gpus",
-        "8",
-        "--precision",
-        "fp16",
-        "--framework",
-        "torchtitan",
-    ]);
-    let err = String::from_utf8_lossy(&fp16.stderr);
-    assert_eq!(fp16.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.contains("torchtitan does not train in fp16"), "{err}");
+    plan_refused(
+        "llama3-8b --gpus 8 --precision fp16 --framework torchtitan",
+        "torchtitan does not train in fp16",
+    );
     let model = layer_list_model(dir.path());
     for fw in FRAMEWORKS {
-        let run = autopp(&[
-            "plan",
-            model.to_str().expect("UTF-8"),
-            "--gpus",
-            "8",
-            "--framework",
-            fw,
-        ]);
-        let err = String::from_utf8_lossy(&run.stderr);
-        assert_eq!(run.status.code(), Some(2), "{fw}: {err}");
-        assert!(err.contains("my-net is a layer list"), "{fw}: {err}");
+        plan_refused(
+            &format!("{} --gpus 8 --framework {fw}", model.display()),
+            "my-net is a layer list",
+        );
     }
     // a model whose key/value heads tp=8 does not divide: torchtitan's search keeps tp | 4
     let kv4 = dir.path().join("kv4.json");
@@ -621,21 +618,12 @@ fn plan_for_a_framework_refuses_up_front_what_it_cannot_run() {
         Some(0),
         "{file}"
     );
-    let pinned = autopp(&[
-        "plan",
-        kv4.to_str().expect("UTF-8"),
-        "--gpus",
-        "64",
-        "--framework",
-        "torchtitan",
-        "--fix",
-        "tp=8",
-    ]);
-    let err = String::from_utf8_lossy(&pinned.stderr);
-    assert_eq!(pinned.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("--fix tp=8: torchtitan splits whole key/value heads"),
-        "{err}"
+    plan_refused(
+        &format!(
+            "{} --gpus 64 --framework torchtitan --fix tp=8",
+            kv4.display()
+        ),
+        "--fix tp=8: torchtitan splits whole key/value heads",
     );
     // a plan made for any framework with tp = 8 over 4 key/value heads: torchtitan refuses it
     let any = plan(
