@@ -5,7 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{autopp, stdout};
+use common::{autopp, plan_and_emit, refuses_preset, stdout, Emitted, FRAMEWORKS};
 use serde_json::Value;
 
 /// `autopp plan ARGS --out DIR/NAME.json`; returns the plan file's path.
@@ -208,8 +208,9 @@ fn what_else_a_framework_cannot_run_is_refused_with_the_reason() {
         &gpt3,
         &["--framework", "torchtitan"],
         &[
-            "defines no model shaped like gpt3-175b",
-            "--module/--config",
+            "builds Llama-family decoders only",
+            "gpt3-175b has a plain (not SwiGLU) MLP, biases, LayerNorm, learned positions",
+            "--framework megatron or deepspeed",
         ],
     );
     let uneven = plan(
@@ -278,10 +279,9 @@ fn micro_batching_a_framework_would_not_run_is_refused() {
     );
 }
 
-#[test]
-fn a_layer_list_model_is_refused_by_every_framework() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let model = dir.path().join("net.json");
+/// A layer-list model file `DIR/net.json` named my-net.
+fn layer_list_model(dir: &Path) -> PathBuf {
+    let model = dir.join("net.json");
     std::fs::write(
         &model,
         r#"{"name": "my-net", "seq_length": 1024, "global_batch_size": 64, "layers": [
@@ -289,6 +289,13 @@ fn a_layer_list_model_is_refused_by_every_framework() {
              "activation_bytes": 3.0e7, "output_bytes": 2097152}]}"#,
     )
     .expect("write");
+    model
+}
+
+#[test]
+fn a_layer_list_model_is_refused_by_every_framework() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = layer_list_model(dir.path());
     let p = plan(
         dir.path(),
         "layers",
@@ -501,25 +508,34 @@ fn plan_emit_writes_the_plan_and_its_launch_files_in_one_step() {
 fn plans_made_for_a_framework_always_emit_for_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut emitted = 0;
-    let llama3 = ["llama3-8b", "llama3-70b", "llama3-405b"];
-    let others = [
-        "gpt3-175b",
-        "bloom-176b",
-        "llama2-70b",
-        "opt-175b",
-        "mt-nlg-530b",
-    ];
-    for fw in ["megatron", "torchtitan", "deepspeed"] {
-        let models: Vec<&str> = match fw {
-            // torchtitan defines only Llama 3 (the others are refused by model: tested above)
-            "torchtitan" => llama3.to_vec(),
-            _ => llama3.iter().chain(&others).copied().collect(),
-        };
-        for model in models {
-            for gpus in ["8", "64", "512", "4096"] {
-                if (model, gpus, fw) == ("llama3-405b", "512", "megatron") {
-                    continue; // the search takes minutes here (a planner issue, not a launch one)
+    for preset in autopp_models::presets() {
+        for fw in FRAMEWORKS {
+            let out = dir.path().join(format!("{}-{fw}", preset.name));
+            match plan_and_emit(preset.name, fw, &out) {
+                Emitted::Files => {
+                    assert!(!refuses_preset(fw, preset.name), "{} for {fw}", preset.name);
+                    emitted += 1;
                 }
+                Emitted::Refused(why) => {
+                    assert!(
+                        refuses_preset(fw, preset.name),
+                        "{} for {fw}: {why}",
+                        preset.name
+                    );
+                    assert!(
+                        why.contains("builds Llama-family decoders only")
+                            && why.contains(&format!("and {} has", preset.name)),
+                        "{why}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(emitted >= 20, "{emitted} plans emitted");
+    // more GPU counts for the models every framework runs
+    for model in ["llama3-8b", "llama3-70b", "llama2-70b"] {
+        for fw in FRAMEWORKS {
+            for gpus in ["16", "512", "4096"] {
                 let out = dir.path().join(format!("{model}-{gpus}-{fw}"));
                 let run = autopp(&[
                     "plan",
@@ -538,9 +554,92 @@ fn plans_made_for_a_framework_always_emit_for_it() {
                     continue;
                 }
                 assert!(run.status.success(), "{model} on {gpus} for {fw}: {err}");
-                emitted += 1;
             }
         }
     }
-    assert!(emitted >= 40, "{emitted} plans emitted");
+}
+
+/// `autopp plan ARGS` (whitespace-separated) exits 2 with one line of stderr containing `needle`.
+fn plan_refused(args: &str, needle: &str) {
+    let mut argv = vec!["plan"];
+    argv.extend(args.split_whitespace());
+    let out = autopp(&argv);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args}: {err}");
+    assert!(
+        err.contains(needle),
+        "{args}: expected `{needle}` in: {err}"
+    );
+}
+
+#[test]
+fn plan_for_a_framework_refuses_up_front_what_it_cannot_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    plan_refused(
+        "llama3-8b --gpus 8 --precision fp16 --framework torchtitan",
+        "torchtitan does not train in fp16",
+    );
+    let model = layer_list_model(dir.path());
+    for fw in FRAMEWORKS {
+        plan_refused(
+            &format!("{} --gpus 8 --framework {fw}", model.display()),
+            "my-net is a layer list",
+        );
+    }
+    // a model whose key/value heads tp=8 does not divide: torchtitan's search keeps tp | 4
+    let kv4 = dir.path().join("kv4.json");
+    std::fs::write(
+        &kv4,
+        r#"{"name": "kv4", "num_layers": 16, "hidden_size": 4096, "num_attention_heads": 32,
+            "num_kv_heads": 4, "ffn_hidden_size": 11008, "vocab_size": 32000, "seq_length": 4096,
+            "global_batch_size": 256, "gated_mlp": true, "tied_embeddings": false, "bias": false,
+            "norm": "rmsnorm", "position_embedding": "none", "dropout": false}"#,
+    )
+    .expect("write");
+    let out = dir.path().join("kv4-titan");
+    stdout(&[
+        "plan",
+        kv4.to_str().expect("UTF-8"),
+        "--gpus",
+        "64",
+        "--framework",
+        "torchtitan",
+        "--emit",
+        "torchtitan",
+        "--out",
+        out.to_str().expect("UTF-8"),
+    ]);
+    let file: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("plan.json")).expect("plan.json"))
+            .expect("JSON");
+    assert_eq!(
+        file["plan"]["tp"].as_u64().map(|t| 4 % t),
+        Some(0),
+        "{file}"
+    );
+    plan_refused(
+        &format!(
+            "{} --gpus 64 --framework torchtitan --fix tp=8",
+            kv4.display()
+        ),
+        "--fix tp=8: torchtitan splits whole key/value heads",
+    );
+    // a plan made for any framework with tp = 8 over 4 key/value heads: torchtitan refuses it
+    let any = plan(
+        dir.path(),
+        "kv4-tp8",
+        &format!(
+            "{} --gpus 64 --fix tp=8,pp=2,dp=4,schedule=1f1b,zero_stage=2",
+            kv4.display()
+        ),
+    );
+    fails(
+        &any,
+        &["--framework", "torchtitan"],
+        &[
+            "torchtitan splits whole key/value heads",
+            "tp = 8 does not divide kv4's 4",
+        ],
+    );
 }

@@ -5,6 +5,9 @@
 //! `tests/launch/check_frameworks.py`, which compares every framework's layer assignment with
 //! the plan's, stage by stage.
 //!
+//! Every bundled preset is also planned for every framework (`plan --framework X --emit X`):
+//! each plan either passes the same check or was refused up front in one line.
+//!
 //! The Python environment (several GB) lives outside the clone: `scripts/python-env.sh` makes
 //! it at `${AUTOPP_VENV:-~/.cache/autopp/venv}`. When `AUTOPP_VENV` is set or `CI` is, a missing
 //! environment fails the test; otherwise the test says why it skips.
@@ -14,7 +17,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::autopp;
+use common::{autopp, plan_and_emit, preset_gpus, refuses_preset, Emitted, FRAMEWORKS};
 use serde_json::Value;
 
 /// One plan: a name, `autopp plan`'s arguments, the frameworks that must run it.
@@ -43,11 +46,13 @@ const CASES: &[Case] = &[
     Case { name: "llama3-70b-128-zb-v", plan: "llama3-70b --gpus 128 --framework torchtitan --fix tp=8,pp=4,dp=4,virtual_stages=2,micro_batch_size=1,schedule=zb-v,zero_stage=2", frameworks: &["torchtitan"] },
     Case { name: "llama3-70b-256-dualpipe-v", plan: "llama3-70b --gpus 256 --framework torchtitan --fix tp=8,pp=4,dp=8,schedule=dualpipe-v,zero_stage=2,micro_batch_size=1", frameworks: &["torchtitan"] },
     Case { name: "llama3-8b-64-looped-bfs", plan: "llama3-8b --gpus 64 --global-batch 128 --framework torchtitan --fix tp=2,pp=4,dp=8,virtual_stages=2,schedule=looped-bfs,zero_stage=2,micro_batch_size=1", frameworks: &["torchtitan"] },
-    Case { name: "llama3-70b-512-zb-h1", plan: "llama3-70b --gpus 512 --fix tp=8,pp=8,dp=8,schedule=zb-h1,zero_stage=2,recompute=full", frameworks: &["torchtitan"] },
-    Case { name: "llama3-70b-64-zb-h2", plan: "llama3-70b --gpus 64 --fix tp=8,pp=4,dp=2,schedule=zb-h2,zero_stage=2", frameworks: &["torchtitan"] },
+    Case { name: "llama3-70b-512-zb-h1", plan: "llama3-70b --gpus 512 --framework torchtitan --fix tp=8,pp=8,dp=8,schedule=zb-h1,zero_stage=2,recompute=full", frameworks: &["torchtitan"] },
+    Case { name: "llama3-70b-64-zb-h2", plan: "llama3-70b --gpus 64 --framework torchtitan --fix tp=8,pp=4,dp=2,schedule=zb-h2,zero_stage=2", frameworks: &["torchtitan"] },
     Case { name: "llama3-8b-8-no-pipeline", plan: "llama3-8b --gpus 8 --framework torchtitan --fix tp=1,pp=1,dp=8,zero_stage=3,recompute=full", frameworks: &["torchtitan"] },
     Case { name: "llama3-70b-128-cp2", plan: "llama3-70b --gpus 128 --framework torchtitan --fix tp=8,pp=2,dp=4,cp=2,virtual_stages=2,schedule=interleaved-1f1b,zero_stage=2", frameworks: &["torchtitan"] },
     Case { name: "llama3-8b-64-interleaved-zb", plan: "llama3-8b --gpus 64 --framework torchtitan --fix tp=2,pp=4,dp=8,virtual_stages=2,schedule=interleaved-zb,zero_stage=0,sequence_parallel=false", frameworks: &["torchtitan"] },
+    Case { name: "llama2-70b-64-torchtitan", plan: "llama2-70b --gpus 64 --framework torchtitan", frameworks: &["torchtitan"] },
+    Case { name: "llama2-13b-16-torchtitan", plan: "tests/launch/llama2-13b.json --gpus 16 --framework torchtitan", frameworks: &["torchtitan"] },
     Case { name: "bloom-176b-384-deepspeed", plan: "bloom-176b --gpus 384 --gpu a100-80g --framework deepspeed", frameworks: &["deepspeed", "megatron"] },
     Case { name: "llama3-70b-64-deepspeed", plan: "llama3-70b --gpus 64 --framework deepspeed", frameworks: &["deepspeed", "megatron"] },
     Case { name: "gpt3-175b-1024-deepspeed", plan: "gpt3-175b --gpus 1024 --gpu a100-80g --framework deepspeed --fix tp=8,pp=16,dp=8,schedule=1f1b,zero_stage=1", frameworks: &["deepspeed", "megatron"] },
@@ -101,10 +106,19 @@ fn emit_cases(root: &Path) -> Vec<Value> {
     for case in CASES {
         let plan = root.join(format!("{}.json", case.name));
         let plan_s = plan.to_str().expect("UTF-8 path");
-        let mut args: Vec<&str> = vec!["plan"];
-        args.extend(case.plan.split_whitespace());
-        args.extend(["--out", plan_s]);
-        run(&args);
+        let mut args: Vec<String> = vec!["plan".into()];
+        // a model file of the repository's is named relative to it
+        args.extend(case.plan.split_whitespace().map(|w| {
+            match w.ends_with(".json") {
+                true => Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join(w)
+                    .display()
+                    .to_string(),
+                false => w.to_string(),
+            }
+        }));
+        args.extend(["--out".to_string(), plan_s.to_string()]);
+        run(&args.iter().map(String::as_str).collect::<Vec<_>>());
         for fw in case.frameworks {
             let dir = root.join(format!("{}-{fw}", case.name));
             let dir_s = dir.to_str().expect("UTF-8 path");
@@ -121,6 +135,37 @@ fn emit_cases(root: &Path) -> Vec<Value> {
             std::fs::copy(&plan, dir.join("plan.json")).expect("copy plan.json");
             manifest.push(serde_json::json!({
                 "name": case.name, "framework": fw, "dir": dir_s,
+            }));
+        }
+    }
+    manifest
+}
+
+/// Every bundled preset × every framework, as `plan PRESET --framework X --emit X` makes them:
+/// the files of each plan that is not refused up front (a refusal is one line, exit 2, and
+/// only where the framework cannot run the model at all), with launch.json beside them.
+fn emit_preset_matrix(root: &Path) -> Vec<Value> {
+    let mut manifest = Vec::new();
+    for preset in autopp_models::presets() {
+        for fw in FRAMEWORKS {
+            let dir = root.join(format!("preset-{}-{fw}", preset.name));
+            let refused = plan_and_emit(preset.name, fw, &dir) != Emitted::Files;
+            assert_eq!(
+                refused,
+                refuses_preset(fw, preset.name),
+                "{} for {fw}",
+                preset.name
+            );
+            if refused {
+                continue;
+            }
+            let plan = dir.join("plan.json");
+            let json = run(&["launch", plan.to_str().expect("UTF-8 path"), "--json"]);
+            std::fs::write(dir.join("launch.json"), json).expect("write launch.json");
+            manifest.push(serde_json::json!({
+                "name": format!("preset-{}-{}", preset.name, preset_gpus(preset.name)),
+                "framework": fw,
+                "dir": dir.to_str(),
             }));
         }
     }
@@ -163,6 +208,7 @@ fn the_frameworks_accept_the_launch_files_and_compute_the_plans_split() {
     let Some(python) = python() else { return };
     let root = tempfile::tempdir().expect("tempdir");
     let mut manifest = emit_cases(root.path());
+    manifest.extend(emit_preset_matrix(root.path()));
     let checked = manifest.len();
     manifest.extend(negative_controls(root.path()));
     let manifest_path = root.path().join("manifest.json");

@@ -1,6 +1,7 @@
 //! Snapshot tests (`insta`) of `autopp launch --json` — the arguments and every file — for five
 //! plans: Megatron-LM with an even split and with an uneven layout (and its decoder-first/last
-//! equivalent), torchtitan with a CSV action table and with a V schedule, DeepSpeed with a
+//! equivalent), torchtitan with a CSV action table, with a V schedule and with autopp's config
+//! module for a shape torchtitan ships no config for, DeepSpeed with a
 //! `type:` partition. The plans pin every choice and Megatron's even split, so only a change to
 //! the emitters moves them (`cargo insta review`, or `INSTA_UPDATE=always` and `git diff`).
 
@@ -44,6 +45,14 @@ fn torchtitan_launch_files() {
         "torchtitan_llama3_8b_64_zb_h2_csv",
         launch(
             "llama3-8b --gpus 64 --global-batch 64 --fix tp=2,pp=4,dp=8,virtual_stages=1,micro_batch_size=1,schedule=zb-h2,recompute=none,zero_stage=2,sequence_parallel=true",
+            "torchtitan"
+        )
+    );
+    // Llama 2 70B: torchtitan ships no config of its shape, so autopp_torchtitan.py builds it
+    insta::assert_snapshot!(
+        "torchtitan_llama2_70b_64_custom_config",
+        launch(
+            "llama2-70b --gpus 64 --global-batch 16 --framework torchtitan --fix tp=8,pp=4,dp=2,virtual_stages=1,micro_batch_size=1,schedule=zb-h1,recompute=full,zero_stage=2,sequence_parallel=true",
             "torchtitan"
         )
     );

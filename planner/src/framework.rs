@@ -21,7 +21,8 @@ pub enum Framework {
     Any,
     /// Megatron-LM (Megatron-Core 0.13, 2025).
     Megatron,
-    /// torchtitan (2025, PyTorch 2.8 `torch.distributed.pipelining` with FSDP2).
+    /// torchtitan (2025, PyTorch 2.8 `torch.distributed.pipelining` with FSDP2; schedules
+    /// PyTorch does not name run from a CSV action table).
     Torchtitan,
     /// DeepSpeed's pipeline engine (`deepspeed.pipe`, DeepSpeed 0.16).
     Deepspeed,
@@ -72,6 +73,10 @@ impl Framework {
                 "interleaved-zb",
                 "zb-v",
                 "dualpipe-v",
+                // PyTorch names no ZB-H1/ZB-H2 class; torchtitan runs autopp's action table
+                // through `pipeline_parallel_schedule_csv` (`_PipelineScheduleRuntime`)
+                "zb-h1",
+                "zb-h2",
             ],
             Framework::Deepspeed => &["1f1b"],
         };
@@ -188,6 +193,13 @@ impl Framework {
         !matches!(self, Framework::Deepspeed)
     }
 
+    /// Whether the framework's tensor parallelism splits whole key/value heads, so that tp must
+    /// divide them (torchtitan's `Decoder.Config.update_from_config` raises otherwise), rather
+    /// than replicating a key/value head on several GPUs as autopp models it.
+    pub fn tp_splits_whole_kv_heads(self) -> bool {
+        matches!(self, Framework::Torchtitan)
+    }
+
     /// Whether the framework runs context parallelism beside pipeline parallelism.
     pub fn context_parallel(self) -> bool {
         !matches!(self, Framework::Deepspeed)
@@ -259,6 +271,11 @@ mod tests {
             [ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B]
         );
         assert_eq!(Framework::Deepspeed.schedules(), [ScheduleKind::OneFOneB]);
+        // torchtitan runs every schedule autopp generates: PyTorch's classes, or the CSV table
+        assert_eq!(
+            Framework::Torchtitan.schedules(),
+            ScheduleKind::ALL.to_vec()
+        );
         assert_eq!(Framework::Any.schedules(), ScheduleKind::ALL.to_vec());
         assert!(Framework::Deepspeed.zero_stages().iter().all(|&z| z <= 1));
         assert!(!Framework::Deepspeed.uneven_layouts());

@@ -164,3 +164,49 @@ fn deepspeed_names_the_partition_that_reproduces_the_split() {
     let l = launch::emit(&file, Framework::Deepspeed).expect("emits");
     assert!(l.files["autopp_pipeline.py"].contains("\"partition_method\": \"autopp\""));
 }
+
+#[test]
+fn torchtitan_writes_a_config_module_for_shapes_it_does_not_ship_and_puts_it_on_pythonpath() {
+    let mut c = config(ScheduleKind::OneFOneB, 1, None);
+    c.zero_stage = 2;
+    for (preset, function) in [
+        ("llama3-70b", "llama3_70b"),
+        ("llama3-405b", "llama3_405b_bf16"),
+        ("llama2-70b", "autopp_model"),
+    ] {
+        let file = plan_file(preset, 64, c.clone());
+        let l = launch::emit(&file, Framework::Torchtitan).expect(preset);
+        assert_eq!(value(&l.args, "--config"), Some(function), "{preset}");
+        let ours = function != "llama3_70b";
+        assert_eq!(
+            l.files.contains_key("autopp_torchtitan.py"),
+            ours,
+            "{preset}"
+        );
+        for script in ["launch.sh", "sbatch.sh"] {
+            let text = &l.files[script];
+            assert_eq!(
+                text.contains("export PYTHONPATH=\"$PLAN_DIR${PYTHONPATH:+:$PYTHONPATH}\""),
+                ours,
+                "{preset} {script}: {text}"
+            );
+            assert!(text.contains("export PYTORCH_CUDA_ALLOC_CONF="));
+        }
+    }
+    // llama2-70b: the plan's sizes, the FFN width as is, Llama 2's RoPE base
+    let file = plan_file("llama2-70b", 64, c);
+    let l = launch::emit(&file, Framework::Torchtitan).expect("llama2-70b");
+    let module = &l.files["autopp_torchtitan.py"];
+    for line in [
+        "N_LAYERS = 80\n",
+        "DIM = 8192\n",
+        "N_KV_HEADS = 8\n",
+        "FFN_HIDDEN_DIM = 28672\n",
+        "VOCAB_SIZE = 32000\n",
+        "ROPE_THETA = 10000\n",
+        "NORM_EPS = 1e-5\n",
+        "NAME = \"llama2-70b\"\n",
+    ] {
+        assert!(module.contains(line), "{line} in {module}");
+    }
+}

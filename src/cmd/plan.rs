@@ -116,6 +116,15 @@ impl PlanArgs {
         let mut opts = SearchOptions::new(framework, global_batch_size, cluster.gpus_per_node);
         opts.limits.schedules = framework.schedules_to_search(self.schedules.as_deref())?;
         framework.check_pins(&fixed)?;
+        if let (Some(tp), Model::Transformer(t)) = (fixed.degrees.tp, model) {
+            if framework.tp_splits_whole_kv_heads() && !t.kv_heads().is_multiple_of(tp) {
+                bail!(
+                    "--fix tp={tp}: {framework} splits whole key/value heads over its tensor-parallel ranks, and {tp} does not divide {}'s {}",
+                    t.name,
+                    t.kv_heads()
+                );
+            }
+        }
         opts.fixed = fixed;
         if let Some(max_tp) = self.max_tp {
             opts.limits.max_tp = max_tp;
@@ -141,6 +150,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     if let Some(s) = args.seq_len {
         model = model.with_seq_length(s).context("--seq-len")?;
     }
+    // a model the framework cannot run is refused before the search, not after it
+    autopp_planner::launch::check_model(&model, args.precision, args.framework)?;
     let cluster = args.cluster.build(args.gpus)?;
     let opts = args.options(&model, &cluster)?;
     let profile = cost_profile(

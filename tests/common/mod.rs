@@ -23,3 +23,78 @@ pub fn stdout(args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
+
+/// The frameworks `plan --framework` and `autopp launch` emit for.
+pub const FRAMEWORKS: [&str; 3] = ["megatron", "torchtitan", "deepspeed"];
+
+/// GPUs to plan the bundled preset `name` on: enough to fit it, few enough that the search
+/// takes about a second (8 below 20 B parameters, 64 below 100 B, 512 below 300 B, else 1024;
+/// Megatron's search for Llama 3 405B on 512 takes minutes).
+pub fn preset_gpus(name: &str) -> u64 {
+    let params = autopp_models::presets::preset(name)
+        .and_then(|p| p.load().ok())
+        .map_or(0, |m| m.num_params());
+    match params {
+        p if p < 20_000_000_000 => 8,
+        p if p < 100_000_000_000 => 64,
+        p if p < 300_000_000_000 => 512,
+        _ => 1024,
+    }
+}
+
+/// What `plan PRESET --gpus N --framework FW --emit FW --out DIR` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Emitted {
+    /// The plan and its launch files are in DIR.
+    Files,
+    /// Refused up front: exit 2, one line naming the framework and why, no DIR.
+    Refused(String),
+}
+
+/// Plans the bundled preset `preset` for `framework` and emits its launch files into `dir`,
+/// asserting that it either wrote them (plan.json, launch.sh, sbatch.sh) or refused in one
+/// line with exit 2 naming `--framework FRAMEWORK` and writing nothing.
+pub fn plan_and_emit(preset: &str, framework: &str, dir: &std::path::Path) -> Emitted {
+    let gpus = preset_gpus(preset).to_string();
+    let out = autopp(&[
+        "plan",
+        preset,
+        "--gpus",
+        &gpus,
+        "--framework",
+        framework,
+        "--emit",
+        framework,
+        "--out",
+        dir.to_str().expect("UTF-8 path"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
+    if out.status.success() {
+        for name in ["plan.json", "launch.sh", "sbatch.sh"] {
+            assert!(dir.join(name).is_file(), "{preset} for {framework}: {name}");
+        }
+        return Emitted::Files;
+    }
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{preset} for {framework}: {err}"
+    );
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "{preset} for {framework}: one line: {err}"
+    );
+    assert!(
+        err.contains(&format!("--framework {framework}: ")),
+        "{preset} for {framework}: names the framework: {err}"
+    );
+    assert!(!dir.exists(), "{preset} for {framework}: nothing written");
+    Emitted::Refused(err)
+}
+
+/// Whether `framework` refuses the bundled preset `preset` whatever the plan: torchtitan builds
+/// Llama-family decoders only.
+pub fn refuses_preset(framework: &str, preset: &str) -> bool {
+    framework == "torchtitan" && !preset.starts_with("llama")
+}

@@ -251,14 +251,49 @@ def titan_contents(names, num_layers):
     return emb, ids, head
 
 
+def llama_params(m):
+    """Parameters of the plan's Llama-family model (SwiGLU, RMSNorm, no biases, untied head),
+    counted from plan.json's sizes: embedding, layers, final norm and LM head."""
+    h, a, v = m["hidden_size"], m["num_attention_heads"], m["vocab_size"]
+    g, f = m.get("num_kv_heads") or a, m.get("ffn_hidden_size") or 4 * h
+    layer = h * (h + 2 * g * (h // a)) + h * h + 3 * h * f + 2 * h
+    return v * h + m["num_layers"] * layer + h + v * h
+
+
+def check_titan_model(m, c):
+    """The config torchtitan loads builds the plan's model: its sizes, RoPE base and norm eps,
+    and, built on the meta device by torchtitan's own classes, the plan's parameter count."""
+    import torch
+
+    model = c.model_spec.model
+    model.update_from_config(config=c)  # the Trainer's checks: tp | heads, seq_len <= RoPE's
+    attention, ffn = model.layers[0].attention, model.layers[0].feed_forward
+    same("(layers, hidden, heads, kv heads, ffn, vocabulary)",
+         (len(model.layers), model.dim, attention.n_heads, attention.n_kv_heads or attention.n_heads,
+          ffn.w1.out_features, model.vocab_size),
+         (m["num_layers"], m["hidden_size"], m["num_attention_heads"],
+          m.get("num_kv_heads") or m["num_attention_heads"],
+          m.get("ffn_hidden_size") or 4 * m["hidden_size"], m["vocab_size"]))
+    llama3 = m["name"].startswith("llama3") or m["vocab_size"] == 128256
+    same("RoPE base", attention.rope.theta, 500000 if llama3 else 10000)
+    same("norm eps", (model.norm.eps, model.layers[0].attention_norm.eps), (1e-5, 1e-5))
+    same("loss vocabulary", c.loss.loss_fn.global_vocab_size, m["vocab_size"])
+    with torch.device("meta"):
+        built = model.build()
+    same("parameters (built on the meta device)", sum(p.numel() for p in built.parameters()),
+         llama_params(m))
+
+
 def check_torchtitan(case, plan_file, launch, files):
     from torchtitan.config import ConfigManager
     from torchtitan.distributed import ParallelDims
     from torchtitan.distributed import pipeline_parallel as tpp
 
     plan = plan_file["plan"]
-    if os.getcwd() not in sys.path:  # a config module written beside the launch files
-        sys.path.insert(0, os.getcwd())
+    # a config module written beside the launch files: this case's, not an earlier case's
+    sys.path.insert(0, os.getcwd())
+    for name in [n for n in sys.modules if n.split(".")[0] == "autopp_torchtitan"]:
+        del sys.modules[name]
     with contextlib.redirect_stdout(io.StringIO()):
         c = ConfigManager().parse_args(list(launch["args"]))
     p, t = c.parallelism, c.training
@@ -266,9 +301,7 @@ def check_torchtitan(case, plan_file, launch, files):
     same("(dp, tp, pp, cp)", (dims.dp_replicate * dims.dp_shard, dims.tp, dims.pp, dims.cp),
          (plan["dp"], plan["tp"], plan["pp"], plan["cp"]))
     model = c.model_spec.model
-    same("layers", len(model.layers), plan_file["model"]["num_layers"])
-    same("hidden size", model.dim, plan_file["model"]["hidden_size"])
-    same("vocabulary", model.vocab_size, plan_file["model"]["vocab_size"])
+    check_titan_model(plan_file["model"], c)
     same("sequence length", t.seq_len, plan_file["model"]["seq_length"])
     dp = dims.dp_replicate * dims.dp_shard  # Trainer: the "batch" mesh
     if t.global_batch_size % (t.local_batch_size * dp):
@@ -286,6 +319,7 @@ def check_torchtitan(case, plan_file, launch, files):
         emb, ids, head = titan_contents(fqns[0], len(model.layers))
         same("stages", [(0, emb, ids, head)], expected(plan_file))
         checked = ["ConfigManager", "ParallelDims", "single stage"]
+    checked.insert(1, f"{c.model_spec.flavor} built on meta")
     ac = c.activation_checkpoint
     ac = type(ac).__qualname__.split(".")[0] if ac is not None else "none"
     want = {"none": "none", "selective": "SelectiveAC", "full": "FullAC"}[plan["recompute"]]

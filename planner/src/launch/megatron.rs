@@ -144,8 +144,8 @@ fn model_args(view: &PlanView, args: &mut Vec<String>) {
             // a model without position parameters: rotary embeddings, Megatron-LM's choice
             // for them (it has no ALiBi)
             flag(args, "--position-embedding-type", "rope");
-            if m.name.starts_with("llama3") {
-                flag(args, "--rotary-base", 500000);
+            if view.rope_theta() != 10_000 {
+                flag(args, "--rotary-base", view.rope_theta());
             }
         }
     }

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use autopp_hardware::Precision;
+use autopp_models::Model;
 use autopp_schedule::ScheduleKind;
 use serde::Serialize;
 
@@ -73,7 +74,8 @@ pub enum Refusal {
     ContextParallel(Framework),
     /// A precision the framework does not train in.
     Precision(Framework, Precision),
-    /// A model the framework has no definition for.
+    /// A model the framework cannot build or split; the text follows the framework's name
+    /// (`torchtitan 0.3.0 builds …`).
     Model(Framework, String),
     /// Micro-batching or interleaving the framework's schedule rejects.
     Microbatches(Framework, String),
@@ -122,8 +124,8 @@ impl fmt::Display for Refusal {
                     Precision::Fp16 => "fp16",
                 }
             ),
-            Refusal::Model(fw, why)
-            | Refusal::Microbatches(fw, why)
+            Refusal::Model(fw, why) => write!(f, "{} {why}", name(*fw)),
+            Refusal::Microbatches(fw, why)
             | Refusal::SequenceLength(fw, why) => write!(f, "{}: {why}", name(*fw)),
         }
     }
@@ -259,6 +261,32 @@ pub fn emit(file: &PlanFile, framework: Framework) -> Result<Launch, LaunchError
         args: entry.args,
         files,
     })
+}
+
+/// Refuses, before a search made for `framework` (`plan --framework`), a model or precision the
+/// framework cannot run whatever the plan, so that a plan made for a framework always emits
+/// for it: a layer list (every framework), a model torchtitan's Llama 3 classes cannot build,
+/// a precision other than bf16 for torchtitan.
+pub fn check_model(
+    model: &Model,
+    precision: Precision,
+    framework: Framework,
+) -> Result<(), LaunchError> {
+    let refused = |refusal| Err(LaunchError::Refused { framework, refusal });
+    let transformer = match (framework, model) {
+        (Framework::Any, _) => return Ok(()),
+        (_, Model::Layers(l)) => return refused(Refusal::LayerList(l.name.clone())),
+        (_, Model::Transformer(t)) => t,
+    };
+    if framework == Framework::Torchtitan {
+        if let Err(why) = torchtitan::llama_family(transformer) {
+            return refused(Refusal::Model(framework, why));
+        }
+        if precision != Precision::Bf16 {
+            return refused(Refusal::Precision(framework, precision));
+        }
+    }
+    Ok(())
 }
 
 /// torchtitan's arguments for `file` in the configuration era `era` (`emit` writes

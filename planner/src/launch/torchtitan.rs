@@ -9,7 +9,7 @@
 //! configuration eras before and after it (`../shared/reference/torchtitan-deepspeed.md`).
 
 use autopp_hardware::Precision;
-use autopp_models::{Recompute, TransformerSpec};
+use autopp_models::{Norm, PositionEmbedding, Recompute, TransformerSpec};
 use autopp_schedule::{generate, ScheduleKind, ScheduleSpec, Step};
 
 use super::view::{PlanView, RecomputePlan};
@@ -39,6 +39,15 @@ struct Config {
     function: &'static str,
     /// layers, hidden, heads, key/value heads, FFN, vocabulary
     shape: [u64; 6],
+}
+
+/// The config function a launch selects, and the module to write beside the launch files when
+/// torchtitan does not ship it.
+struct Selected {
+    module: &'static str,
+    function: &'static str,
+    /// The text of [`CONFIG_MODULE`], when the function is autopp's.
+    file: Option<String>,
 }
 
 /// File name of the config module written when torchtitan's own config does not fit the plan.
@@ -103,7 +112,7 @@ pub(super) fn emit(view: &PlanView) -> Result<Entry, Refusal> {
 
 /// The entry for `view` in the configuration era `era`.
 pub(super) fn emit_for(view: &PlanView, era: Era) -> Result<Entry, Refusal> {
-    let config = config_for(&view.model)?;
+    let config = config_for(view)?;
     check(view)?;
     let mut args = vec![
         "--module".to_string(),
@@ -119,8 +128,8 @@ pub(super) fn emit_for(view: &PlanView, era: Era) -> Result<Entry, Refusal> {
         "as torchtitan's run_train.sh: less fragmentation, which autopp's memory model assumes"
             .to_string(),
     )];
-    if config.module == "autopp_torchtitan" {
-        files.push((CONFIG_MODULE.to_string(), LLAMA3_405B_BF16.to_string()));
+    if let Some(text) = &config.file {
+        files.push((CONFIG_MODULE.to_string(), text.clone()));
         env.push((
             "PYTHONPATH",
             "$PLAN_DIR${PYTHONPATH:+:$PYTHONPATH}".to_string(),
@@ -159,19 +168,17 @@ pub(super) fn emit_for(view: &PlanView, era: Era) -> Result<Entry, Refusal> {
         program: vec!["-m".into(), "torchtitan.train".into()],
         args,
         run_args: vec!["--training.steps".into(), "20".into()],
-        env: vec![(
-            "PYTORCH_CUDA_ALLOC_CONF",
-            "expandable_segments:True".to_string(),
-            "as torchtitan's run_train.sh: less fragmentation, which autopp's memory model assumes"
-                .to_string(),
-        )],
+        env,
         notes,
         files,
     })
 }
 
-/// The config function that defines the plan's model.
-fn config_for(model: &TransformerSpec) -> Result<&'static Config, Refusal> {
+/// The config function that defines the plan's model: torchtitan's own when it ships the
+/// plan's shape, else [`CUSTOM_FUNCTION`] in a [`CONFIG_MODULE`] built from the plan's sizes.
+fn config_for(view: &PlanView) -> Result<Selected, Refusal> {
+    let model = &view.model;
+    llama_family(model).map_err(|why| Refusal::Model(FW, why))?;
     let shape = [
         model.num_layers,
         model.hidden_size,
@@ -180,19 +187,172 @@ fn config_for(model: &TransformerSpec) -> Result<&'static Config, Refusal> {
         model.ffn(),
         model.vocab_size,
     ];
-    let llama = model.gated_mlp && !model.bias && !model.tied_embeddings;
-    CONFIGS
-        .iter()
-        .find(|c| llama && c.shape == shape)
-        .ok_or_else(|| {
-            Refusal::Model(
-                FW,
-                format!(
-                    "{TITAN} defines no model shaped like {} (its Llama 3 configs are llama3_8b, llama3_70b and llama3_405b); add a config function for it and pass its --module/--config",
-                    model.name
-                ),
-            )
-        })
+    // torchtitan's Llama 3 configs use RoPE base 500,000 (with Llama 3.1's frequency scaling)
+    let shipped = (view.rope_theta() == LLAMA3_ROPE_THETA)
+        .then(|| CONFIGS.iter().find(|c| c.shape == shape))
+        .flatten();
+    Ok(match shipped {
+        Some(c) => Selected {
+            module: c.module,
+            function: c.function,
+            file: (c.module == CUSTOM_MODULE).then(|| LLAMA3_405B_BF16.to_string()),
+        },
+        None => Selected {
+            module: CUSTOM_MODULE,
+            function: CUSTOM_FUNCTION,
+            file: Some(custom_module(view)),
+        },
+    })
+}
+
+/// Why torchtitan's Llama 3 model classes cannot build `model`, or `Ok` when they can: a
+/// decoder with SwiGLU, RMSNorm, rotary positions (no position parameters), no biases, whole
+/// heads per key/value head, and an LM head of its own (torchtitan ties weights only without
+/// a pipeline).
+pub(super) fn llama_family(model: &TransformerSpec) -> Result<(), String> {
+    let mut differs = Vec::new();
+    if !model.gated_mlp {
+        differs.push("a plain (not SwiGLU) MLP");
+    }
+    if model.bias || model.has_qkv_bias() {
+        differs.push("biases");
+    }
+    if model.norm != Norm::Rmsnorm {
+        differs.push("LayerNorm");
+    }
+    if model.position_embedding != PositionEmbedding::None {
+        differs.push("learned positions");
+    }
+    if model.tied_embeddings {
+        differs.push("a tied LM head");
+    }
+    if !model.num_attention_heads.is_multiple_of(model.kv_heads()) {
+        differs.push("heads that do not group evenly over the key/value heads");
+    }
+    if differs.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "0.3.0 builds Llama-family decoders only (SwiGLU, RMSNorm, rotary positions, no biases, untied LM head), and {} has {}; re-plan with --framework megatron or deepspeed",
+        model.name,
+        differs.join(", ")
+    ))
+}
+
+/// The module name of [`CONFIG_MODULE`].
+const CUSTOM_MODULE: &str = "autopp_torchtitan";
+
+/// The config function autopp writes for a model torchtitan ships no config for.
+const CUSTOM_FUNCTION: &str = "autopp_model";
+
+/// RoPE base of torchtitan's Llama 3 configs.
+const LLAMA3_ROPE_THETA: u64 = 500_000;
+
+/// [`CONFIG_MODULE`] for a Llama-family model torchtitan ships no config for: the model built
+/// with torchtitan's own Llama 3 classes from the plan's sizes (the FFN width passed as is,
+/// not through `compute_ffn_hidden_dim`), in `llama3_8b`'s recipe.
+fn custom_module(view: &PlanView) -> String {
+    let m = &view.model;
+    let theta = view.rope_theta();
+    // Llama 3.1's frequency scaling goes with Llama 3's base, as in torchtitan's configs
+    let scaling = if theta == LLAMA3_ROPE_THETA {
+        "llama"
+    } else {
+        "none"
+    };
+    format!(
+        r#""""torchtitan config for autopp's plan: {name}, which torchtitan ships no config for.
+
+Written by `autopp launch --framework torchtitan` for {TITAN}. The model is built with
+torchtitan's own Llama 3 classes (`_build_llama3_layers`, `Llama3Model.Config`) from the plan's
+sizes, the FFN width passed as is; the recipe (optimizer, data, checkpointing) is llama3_8b's,
+and the launch's flags set what the plan decides. Point --hf_assets_path at the model's
+tokenizer. Select it with `--module {CUSTOM_MODULE} --config {CUSTOM_FUNCTION}` (this directory
+on PYTHONPATH).
+"""
+
+import dataclasses
+
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.llama3 import (
+    _build_llama3_layers,
+    _EMBEDDING_INIT,
+    _NORM_INIT,
+    _output_linear_init,
+    model_registry,
+)
+from torchtitan.models.llama3.config_registry import llama3_8b
+from torchtitan.models.llama3.model import Llama3Model
+
+# the plan's model
+NAME = {quoted}
+N_LAYERS = {layers}
+DIM = {dim}
+N_HEADS = {heads}
+N_KV_HEADS = {kv_heads}
+FFN_HIDDEN_DIM = {ffn}
+VOCAB_SIZE = {vocab}
+SEQ_LEN = {seq}
+ROPE_THETA = {theta}
+ROPE_SCALING = "{scaling}"
+NORM_EPS = {eps:e}
+
+
+def model_config(attn_backend="flex"):
+    """The plan's model as torchtitan's Llama3Model.Config."""
+    layers = _build_llama3_layers(
+        n_layers=N_LAYERS,
+        dim=DIM,
+        n_heads=N_HEADS,
+        n_kv_heads=N_KV_HEADS,
+        hidden_dim=FFN_HIDDEN_DIM,
+        rope=ComplexRoPE.Config(
+            dim=DIM // N_HEADS,
+            max_seq_len=SEQ_LEN,
+            theta=ROPE_THETA,
+            scaling=ROPE_SCALING,
+        ),
+        fuse_qkv=True,
+        attn_backend=attn_backend,
+    )
+    for layer in layers:
+        layer.attention_norm.eps = NORM_EPS
+        layer.ffn_norm.eps = NORM_EPS
+    return Llama3Model.Config(
+        dim=DIM,
+        vocab_size=VOCAB_SIZE,
+        tok_embeddings=Embedding.Config(
+            num_embeddings=VOCAB_SIZE, embedding_dim=DIM, param_init=_EMBEDDING_INIT
+        ),
+        norm=RMSNorm.Config(normalized_shape=DIM, eps=NORM_EPS, param_init=_NORM_INIT),
+        lm_head=Linear.Config(
+            in_features=DIM, out_features=VOCAB_SIZE, param_init=_output_linear_init(DIM)
+        ),
+        layers=layers,
+    )
+
+
+def {CUSTOM_FUNCTION}():
+    """llama3_8b's recipe with the plan's model."""
+    config = llama3_8b()
+    config.model_spec = dataclasses.replace(
+        model_registry("8B"), flavor=NAME, model=model_config()
+    )
+    config.loss.loss_fn.global_vocab_size = VOCAB_SIZE
+    return config
+"#,
+        // a JSON string is a Python string literal; the docstring gets the name without quotes
+        quoted = serde_json::Value::from(m.name.as_str()),
+        name = m.name.replace(['"', '\\'], "_"),
+        layers = m.num_layers,
+        dim = m.hidden_size,
+        heads = m.num_attention_heads,
+        kv_heads = m.kv_heads(),
+        ffn = m.ffn(),
+        vocab = m.vocab_size,
+        seq = m.seq_length,
+        eps = view.norm_eps(),
+    )
 }
 
 const TITAN: &str = "torchtitan 0.3.0";
@@ -204,6 +364,16 @@ fn check(view: &PlanView) -> Result<(), Refusal> {
     }
     if view.zero_stage == 1 {
         return Err(Refusal::ZeroStage(FW, 1));
+    }
+    let kv = view.model.kv_heads();
+    if !kv.is_multiple_of(view.tp) {
+        return Err(Refusal::Model(
+            FW,
+            format!(
+                "splits whole key/value heads over its tensor-parallel ranks, and tp = {} does not divide {}'s {kv}; re-plan with --framework torchtitan",
+                view.tp, view.model.name
+            ),
+        ));
     }
     let seq = view.model.seq_length;
     if view.cp > 1 && !seq.is_multiple_of(2 * view.cp) {

@@ -205,6 +205,24 @@ impl PlanView {
         mine
     }
 
+    /// The rotary-embedding base θ (dimensionless) the plan's model trains with: 500,000 for
+    /// Llama 3 (its name or its 128,256-token vocabulary), else 10,000 (Llama 2 and the RoPE
+    /// paper's; Megatron-LM's and torchtitan's default). The model file does not name it.
+    pub fn rope_theta(&self) -> u64 {
+        let m = &self.model;
+        if m.name.starts_with("llama3") || m.vocab_size == 128_256 {
+            500_000
+        } else {
+            10_000
+        }
+    }
+
+    /// The RMSNorm/LayerNorm ε (dimensionless): 1e-5, Llama 2's and Llama 3's, and the default
+    /// of Megatron-LM's `--norm-epsilon` and torchtitan's `RMSNorm.Config`.
+    pub fn norm_eps(&self) -> f64 {
+        1e-5
+    }
+
     /// Whether every stage holds the same number of transformer layers (the split each
     /// framework makes by default when the count divides).
     pub fn is_even(&self) -> bool {

@@ -84,6 +84,11 @@ pub fn enumerate(
     fixed: &Fixed,
 ) -> Vec<Key> {
     let heads = model.num_attention_heads();
+    // a framework whose tensor parallelism splits whole key/value heads needs tp to divide them
+    let kv_heads = match model {
+        Model::Transformer(t) if limits.framework.tp_splits_whole_kv_heads() => Some(t.kv_heads()),
+        _ => None,
+    };
     let body_layers = match model {
         Model::Transformer(t) => t.num_layers,
         Model::Layers(l) => l.layers.len() as u64,
@@ -105,6 +110,7 @@ pub fn enumerate(
                     // tensor-parallel groups tile nodes: t divides the node size or fills nodes
                     && (limits.gpus_per_node.is_multiple_of(t) || t.is_multiple_of(limits.gpus_per_node))
                     && heads.is_none_or(|h| h % t == 0)
+                    && kv_heads.is_none_or(|g| g % t == 0)
                     && (heads.is_some() || t == 1)
             })
             .collect(),
