@@ -13,7 +13,7 @@ use autopp_planner::PlanFile;
 use autopp_schedule::{PipelinePlan, ScheduleKind, ScheduleSpec};
 use clap::Args;
 
-use super::common::{load_model, secs, write_atomic};
+use super::common::{load_model_at, secs, write_atomic};
 
 /// Train a small model (such as tiny-gpt) on the CPU with a pipeline schedule: one thread per
 /// rank, real activations and gradients between them, AdamW; report losses, step times, the
@@ -221,12 +221,15 @@ fn run_mpi(_cfg: &ExecConfig, _on_step: &mut dyn FnMut(StepSummary)) -> Result<O
 /// The configuration the flags or the plan file describe.
 fn config(args: &ExecArgs) -> Result<ExecConfig> {
     let (model, pipeline) = match &args.plan {
-        Some(path) => from_plan_file(path, args.json)?,
+        Some(path) => {
+            let (model, pipeline) = from_plan_file(path, args.json)?;
+            let model: Model = match args.seq_len {
+                Some(s) => model.with_seq_length(s).context("--seq-len")?,
+                None => model,
+            };
+            (model, pipeline)
+        }
         None => from_flags(args)?,
-    };
-    let model: Model = match args.seq_len {
-        Some(s) => model.with_seq_length(s).context("--seq-len")?,
-        None => model,
     };
     let mut cfg = ExecConfig::from_plan(&model, &pipeline)?;
     cfg.steps = args.steps;
@@ -286,7 +289,7 @@ fn from_flags(args: &ExecArgs) -> Result<(Model, PipelinePlan)> {
         micro_batch_size: mbs,
         split: args.split.clone(),
     };
-    Ok((load_model(name)?, pipeline))
+    Ok((load_model_at(name, args.seq_len)?, pipeline))
 }
 
 /// Keeps panics of rank threads off stderr: the run reports them as its one error line.
