@@ -40,7 +40,8 @@ pub struct ExecArgs {
     /// Data-parallel replicas of the pipeline [default: 1].
     #[arg(long, value_name = "D")]
     pub dp: Option<usize>,
-    /// Stages per rank (interleaved-1f1b and looped-bfs) [default: 1].
+    /// Stages per rank (interleaved and V schedules) [default: 2 for zb-v and dualpipe-v, 1
+    /// otherwise].
     #[arg(long = "virtual", value_name = "V")]
     pub virtual_stages: Option<usize>,
     /// Micro-batches per step per replica.
@@ -281,7 +282,7 @@ fn from_flags(args: &ExecArgs) -> Result<(Model, PipelinePlan)> {
         spec: ScheduleSpec {
             kind,
             pp,
-            virtual_stages: args.virtual_stages.unwrap_or(1),
+            virtual_stages: args.virtual_stages.unwrap_or(kind.default_virtual_stages()),
             num_microbatches: m,
             group_size: args.group_size,
         },
