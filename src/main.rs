@@ -123,6 +123,9 @@ fn main() {
         eprintln!("error: {}", cmd::common::error_line(&e));
         std::process::exit(2);
     }
+    for line in cmd::common::take_notes() {
+        eprintln!("note: {line}");
+    }
 }
 
 #[cfg(test)]

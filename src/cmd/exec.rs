@@ -259,10 +259,10 @@ fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan)> {
         );
     }
     if c.recompute != Recompute::None && !quiet {
-        eprintln!(
-            "note: exec keeps every activation; the plan's recompute mode ({}) is not applied",
+        super::common::note(format!(
+            "exec keeps every activation; the plan's recompute mode ({}) is not applied",
             c.recompute
-        );
+        ));
     }
     Ok((file.model()?, file.pipeline()?))
 }

@@ -97,6 +97,13 @@ impl PlanArgs {
     /// What to search: the framework's defaults with these flags' limits, pins and settings.
     fn options(&self, model: &Model, cluster: &Cluster) -> Result<SearchOptions> {
         let global_batch_size = global_batch(model, self.global_batch)?;
+        let gpus = cluster.num_gpus();
+        if global_batch_size / gpus.max(1) > search::MAX_SEQUENCES_PER_GPU {
+            bail!(
+                "--global-batch: {global_batch_size} sequences on {gpus} GPUs is more than {} per GPU, the most the search takes on; use a smaller batch or more GPUs",
+                search::MAX_SEQUENCES_PER_GPU
+            );
+        }
         let memory_reserve_bytes = reserve_bytes(self.memory_reserve_gib)?;
         for (flag, v) in [
             ("--max-mbs", self.max_mbs),

@@ -37,6 +37,10 @@ use crate::SpecField;
 /// The most (stage, micro-batch) pairs a generated schedule may have (`p·v·m`).
 pub const MAX_STAGE_MICROBATCHES: usize = 1 << 24;
 
+/// The most pipeline ranks a schedule may have: the simulator and the pictures hold per-rank
+/// state for every pair of ranks, and no model has more layers to spread (GPT-3: 96).
+pub const MAX_PP: usize = 1024;
+
 /// Parameters for [`generate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScheduleSpec {
@@ -216,13 +220,23 @@ pub enum ScheduleError {
         /// [`MAX_STAGE_MICROBATCHES`].
         max: usize,
     },
+    /// More ranks than [`MAX_PP`].
+    #[error("pp must be at most {max} (got {pp})")]
+    TooManyRanks {
+        /// `p`.
+        pp: usize,
+        /// [`MAX_PP`].
+        max: usize,
+    },
 }
 
 impl ScheduleError {
     /// The input at fault (the CLI names it by its flag).
     pub fn field(&self) -> SpecField {
         match self {
-            ScheduleError::ZeroPp | ScheduleError::NeedsTwoRanks { .. } => SpecField::Pp,
+            ScheduleError::ZeroPp
+            | ScheduleError::NeedsTwoRanks { .. }
+            | ScheduleError::TooManyRanks { .. } => SpecField::Pp,
             ScheduleError::ZeroVirtual
             | ScheduleError::VirtualNotSupported { .. }
             | ScheduleError::VirtualMustBeTwo { .. }
@@ -312,6 +326,9 @@ fn validate_common(spec: &ScheduleSpec) -> Result<(), ScheduleError> {
     let (p, v, m) = (spec.pp, spec.virtual_stages, spec.num_microbatches);
     if p == 0 {
         return Err(ScheduleError::ZeroPp);
+    }
+    if p > MAX_PP {
+        return Err(ScheduleError::TooManyRanks { pp: p, max: MAX_PP });
     }
     if m == 0 {
         return Err(ScheduleError::ZeroMicrobatches);
