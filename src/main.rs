@@ -25,30 +25,53 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Find the fastest plan that fits, explain it, and list the alternatives.
+    #[command(before_help = cmd::help::PLAN)]
     Plan(cmd::plan::PlanArgs),
     /// Write a plan's launch files for Megatron-LM, torchtitan or DeepSpeed.
+    #[command(before_help = cmd::help::LAUNCH)]
     Launch(cmd::launch::LaunchArgs),
     /// Predict time and memory of one parallel configuration.
+    #[command(before_help = cmd::help::ESTIMATE)]
     Estimate(cmd::estimate::EstimateArgs),
     /// Generate, check, simulate and draw a pipeline schedule.
+    #[command(before_help = cmd::help::SCHEDULE)]
     Schedule(cmd::schedule::ScheduleArgs),
     /// Compare predictions with published, measured training runs.
+    #[command(before_help = cmd::help::VALIDATE)]
     Validate(cmd::validate::ValidateArgs),
     /// Train a small model for real with a pipeline schedule, one thread per rank.
+    #[command(before_help = cmd::help::EXEC)]
     Exec(cmd::exec::ExecArgs),
     /// Time every layer of a small model on this CPU and write a measured profile.
+    #[command(before_help = cmd::help::PROFILE)]
     Profile(cmd::profile::ProfileArgs),
     /// List the bundled model presets.
+    #[command(before_help = cmd::help::CATALOG)]
     Models {
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// List the GPU kinds in the hardware catalog.
+    #[command(before_help = cmd::help::CATALOG)]
     Gpus {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Print a shell completion script to stdout.
+    #[command(before_help = cmd::help::COMPLETIONS)]
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout, or write one page per command into a directory.
+    #[command(before_help = cmd::help::MAN)]
+    Man {
+        /// A directory for autopp.1 and autopp-COMMAND.1 instead of stdout.
+        #[arg(long, value_name = "DIR")]
+        out: Option<String>,
     },
 }
 
@@ -93,9 +116,47 @@ fn main() {
         Command::Profile(args) => cmd::profile::run(args),
         Command::Models { json } => cmd::catalog::models(*json),
         Command::Gpus { json } => cmd::catalog::gpus(*json),
+        Command::Completions { shell } => cmd::help::completions::<Cli>(*shell),
+        Command::Man { out } => cmd::help::man::<Cli>(out.as_deref()),
     };
     if let Err(e) = result {
         eprintln!("error: {}", cmd::common::error_line(&e));
         std::process::exit(2);
+    }
+    for line in cmd::common::take_notes() {
+        eprintln!("note: {line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every example a `--help` opens with parses (files it names need not exist).
+    #[test]
+    fn help_examples_parse() {
+        use cmd::help::*;
+        for block in [
+            PLAN,
+            LAUNCH,
+            ESTIMATE,
+            SCHEDULE,
+            VALIDATE,
+            EXEC,
+            PROFILE,
+            CATALOG,
+            COMPLETIONS,
+            MAN,
+        ] {
+            for line in block.lines().skip(1) {
+                let command = line.trim().split(" > ").next().unwrap_or_default();
+                let command = command.split(" && ").next().unwrap_or_default();
+                let words: Vec<&str> = command.split_whitespace().collect();
+                assert!(words.len() >= 2, "{line}");
+                if let Err(e) = Cli::try_parse_from(&words) {
+                    panic!("{line}: {e}");
+                }
+            }
+        }
     }
 }

@@ -347,3 +347,25 @@ fn the_cuda_backend_over_nccl_runs_or_says_why_not() {
         None => fails_with(&args, "--backend cuda: "),
     }
 }
+
+#[test]
+fn v_schedules_default_to_two_stages_per_rank() {
+    for kind in ["zb-v", "dualpipe-v"] {
+        let line =
+            format!("exec tiny-gpt --pp 2 --microbatches 4 --mbs 1 --schedule {kind} --json");
+        let mut args: Vec<&str> = line.split(' ').collect();
+        args.extend(SMALL);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&args)).unwrap();
+        assert_eq!(v["losses"].as_array().unwrap().len(), 3, "{kind}: {v}");
+    }
+}
+
+#[test]
+fn interleaved_zb_takes_micro_batch_counts_pytorch_takes() {
+    // 6 micro-batches on 4 ranks: one round of 6 in PyTorch's ScheduleInterleavedZeroBubble
+    let line =
+        "exec tiny-gpt --pp 4 --virtual 2 --microbatches 6 --mbs 1 --schedule interleaved-zb";
+    let mut args: Vec<&str> = line.split(' ').collect();
+    args.extend(SMALL);
+    stdout(&args);
+}

@@ -258,3 +258,25 @@ fn partial_recompute_is_planned_explained_and_round_trips() {
     );
     assert_eq!(again["plan"]["ranks"], planned["plan"]["ranks"]);
 }
+
+#[test]
+fn alternatives_that_run_identically_are_listed_once() {
+    // one micro-batch on one rank: gpipe and 1f1b are the same run
+    let args = "plan tiny-gpt --gpus 8 --fix pp=1 --global-batch 8 --top 10 --json";
+    let out = autopp(&args.split(' ').collect::<Vec<_>>(), None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut seen = Vec::new();
+    for e in std::iter::once(&json).chain(json["alternatives"].as_array().unwrap()) {
+        let mut plan = e["plan"].clone();
+        plan["schedule"] = serde_json::Value::Null;
+        let key = (plan, e["predicted"].clone());
+        assert!(!seen.contains(&key), "listed twice: {key:?}");
+        seen.push(key);
+    }
+    assert!(seen.len() >= 5, "{json}");
+}

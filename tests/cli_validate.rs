@@ -105,8 +105,70 @@ fn bad_input_is_one_line_with_the_position() {
     std::fs::write(&bad, "[{\"id\": \"a\", \"kind\": \"per_layer_time_ms\",\n").unwrap();
     fails_with(&["validate", p], &[p, "line"]);
     fails_with(&["validate", "no/such/file.json"], &["no/such/file.json"]);
+    // a wrong field and an unknown one are named by their path
+    let runs: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(RUNS))
+            .unwrap(),
+    )
+    .unwrap();
+    let mut wrong = runs.clone();
+    wrong[12]["tp"] = serde_json::json!("eight");
+    std::fs::write(&bad, wrong.to_string()).unwrap();
+    fails_with(
+        &["validate", p],
+        &[p, "runs[12].tp: must be a whole number"],
+    );
+    let mut unknown = runs.clone();
+    unknown[3]["tpp"] = serde_json::json!(2);
+    std::fs::write(&bad, unknown.to_string()).unwrap();
+    fails_with(&["validate", p], &["runs[3].tpp: unknown field `tpp`"]);
+    for (text, needle) in [("", "EOF"), ("\u{1}\u{2}", "line 1"), ("[[[[", "line 1")] {
+        std::fs::write(&bad, text).unwrap();
+        fails_with(&["validate", p], &[p, needle]);
+    }
+    std::fs::write(&bad, "[".repeat(1 << 20)).unwrap();
+    fails_with(&["validate", p], &[p]);
     let unwritable = "no/such/dir/bands.json";
     fails_with(&["validate", RUNS, "--bands", unwritable], &[unwritable]);
+}
+
+#[test]
+fn numbers_are_read_where_strings_were_expected_and_the_other_way_round() {
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(RUNS))
+        .unwrap();
+    let mut runs: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let with_memory = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|r| r["peak_memory_per_gpu_gb"].is_string())
+        .unwrap();
+    let gb = runs[with_memory]["peak_memory_per_gpu_gb"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let number: f64 = gb
+        .trim_end_matches(|c: char| c.is_alphabetic())
+        .trim()
+        .parse()
+        .unwrap();
+    runs[with_memory]["peak_memory_per_gpu_gb"] = serde_json::json!(number);
+    let tp = runs[with_memory]["tp"].as_u64().unwrap();
+    runs[with_memory]["tp"] = serde_json::json!(tp.to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.json");
+    std::fs::write(&path, runs.to_string()).unwrap();
+    let out = autopp(&["validate", path.to_str().unwrap(), "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let original = autopp(&["validate", RUNS, "--json"]);
+    assert_eq!(
+        out.stdout, original.stdout,
+        "the same runs, written with other types"
+    );
 }
 
 #[test]

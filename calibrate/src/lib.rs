@@ -28,6 +28,7 @@
 pub mod band;
 pub mod experts;
 pub mod fit;
+pub mod lenient;
 pub mod mapping;
 pub mod report;
 pub mod rows;
@@ -49,7 +50,8 @@ use rows::PublishedRow;
 /// Why a published-runs file cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ValidateError {
-    /// Malformed JSON or a field of the wrong type; the message has the line and column.
+    /// Malformed JSON, an unknown field or a field of the wrong type; the message has the
+    /// field's path (`runs[12].tp`).
     #[error("{origin}: {message}")]
     Json {
         /// The file.

@@ -1,11 +1,14 @@
 //! The published-runs file: one JSON array of measured training runs, in the format of the
 //! project's `validation/published-runs.json` (a copy of `shared/data/published-runs`).
 //!
-//! Only the fields validation reads are declared; the others (sources, verification notes,
-//! derived figures) are kept in the file for people and ignored here. A field of the wrong type
-//! is an error that names the file, the line and the column.
+//! Every field is declared: those validation reads with their types, the others (sources,
+//! verification notes, derived figures) kept for people as any JSON. Numbers may be written as
+//! numbers or strings ([`crate::lenient`]). An unknown field or a field of the wrong type is an
+//! error that names the file and the field's path (`runs[12].tp`).
 
 use serde::Deserialize;
+
+use crate::lenient::{opt_f64, opt_memory, opt_u64};
 
 use super::ValidateError;
 
@@ -21,6 +24,7 @@ pub enum RowKind {
 
 /// One published, measured run. Sizes are the model's; degrees are the run's.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PublishedRow {
     /// Unique row id, e.g. `megatron2021_t1_1.7B`.
     pub id: String,
@@ -33,46 +37,46 @@ pub struct PublishedRow {
     #[serde(default)]
     pub model_name: Option<String>,
     /// Transformer layers.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub num_layers: Option<u64>,
     /// Hidden size.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub hidden_size: Option<u64>,
     /// Attention heads.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub num_attention_heads: Option<u64>,
     /// Key/value heads (`null`: as many as attention heads).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub num_kv_heads: Option<u64>,
     /// FFN hidden size (`null`: `4·hidden_size`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub ffn_hidden_size: Option<u64>,
     /// Sequence length in tokens.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub seq_length: Option<u64>,
     /// Vocabulary size (unpadded).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub vocab_size: Option<u64>,
     /// Global batch in sequences.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub global_batch_size: Option<u64>,
     /// Micro-batch size in sequences.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub micro_batch_size: Option<u64>,
     /// Tensor-parallel degree.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub tp: Option<u64>,
     /// Pipeline-parallel degree.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub pp: Option<u64>,
     /// Data-parallel degree.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub dp: Option<u64>,
     /// Context-parallel degree.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub cp: Option<u64>,
     /// Virtual pipeline stages (model chunks) per rank.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub virtual_pipeline_stages: Option<u64>,
     /// Pipeline schedule as the source names it.
     #[serde(default)]
@@ -93,10 +97,10 @@ pub struct PublishedRow {
     #[serde(default)]
     pub gpu_type: Option<String>,
     /// GPUs in the run.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub num_gpus: Option<u64>,
     /// GPUs per node.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_u64")]
     pub gpus_per_node: Option<u64>,
     /// Network between nodes, as the source describes it.
     #[serde(default)]
@@ -108,16 +112,17 @@ pub struct PublishedRow {
     #[serde(default)]
     pub result_status: Option<String>,
     /// Reported TFLOP/s per GPU under `tflops_definition`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_f64")]
     pub tflops_per_gpu: Option<f64>,
     /// How the source counts FLOPs.
     #[serde(default)]
     pub tflops_definition: Option<String>,
     /// Seconds per iteration (measured or derived; see `derived_fields`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_f64")]
     pub seconds_per_iteration: Option<f64>,
-    /// Peak memory per GPU as the source prints it, e.g. `"47GB"` (PyTorch's peak / 2^30).
-    #[serde(default)]
+    /// Peak memory per GPU as the source prints it, e.g. `"47GB"` (PyTorch's peak / 2^30), or
+    /// a number of GiB (`82.4`).
+    #[serde(default, deserialize_with = "opt_memory")]
     pub peak_memory_per_gpu_gb: Option<String>,
     /// `high`, `medium` or `low`.
     #[serde(default)]
@@ -131,13 +136,78 @@ pub struct PublishedRow {
     /// Free text; per-layer rows carry their times here.
     #[serde(default)]
     pub notes: Option<String>,
+    // The fields below document the row for people; validation does not read them, but they
+    // are declared so that a misspelt field is an error rather than silently ignored.
+    /// Kept for people (`aggregate_pflops`); not read.
+    #[serde(default)]
+    pub aggregate_pflops: Option<serde_json::Value>,
+    /// Kept for people (`ep`); not read.
+    #[serde(default)]
+    pub ep: Option<serde_json::Value>,
+    /// Kept for people (`global_batch_tokens`); not read.
+    #[serde(default)]
+    pub global_batch_tokens: Option<serde_json::Value>,
+    /// Kept for people (`gpu_memory_gb`); not read.
+    #[serde(default)]
+    pub gpu_memory_gb: Option<serde_json::Value>,
+    /// Kept for people (`hfu_percent`); not read.
+    #[serde(default)]
+    pub hfu_percent: Option<serde_json::Value>,
+    /// Kept for people (`intra_node_interconnect`); not read.
+    #[serde(default)]
+    pub intra_node_interconnect: Option<serde_json::Value>,
+    /// Kept for people (`mfu_percent`); not read.
+    #[serde(default)]
+    pub mfu_percent: Option<serde_json::Value>,
+    /// Kept for people (`num_parameters`); not read.
+    #[serde(default)]
+    pub num_parameters: Option<serde_json::Value>,
+    /// Kept for people (`peak_tflops_per_gpu_assumed`); not read.
+    #[serde(default)]
+    pub peak_tflops_per_gpu_assumed: Option<serde_json::Value>,
+    /// Kept for people (`percent_of_peak`); not read.
+    #[serde(default)]
+    pub percent_of_peak: Option<serde_json::Value>,
+    /// Kept for people (`samples_per_sec`); not read.
+    #[serde(default)]
+    pub samples_per_sec: Option<serde_json::Value>,
+    /// Kept for people (`source`); not read.
+    #[serde(default)]
+    pub source: Option<serde_json::Value>,
+    /// Kept for people (`source_locator`); not read.
+    #[serde(default)]
+    pub source_locator: Option<serde_json::Value>,
+    /// Kept for people (`tokens_per_sec_per_gpu`); not read.
+    #[serde(default)]
+    pub tokens_per_sec_per_gpu: Option<serde_json::Value>,
+    /// Kept for people (`tokens_per_sec_total`); not read.
+    #[serde(default)]
+    pub tokens_per_sec_total: Option<serde_json::Value>,
+    /// Kept for people (`verification`); not read.
+    #[serde(default)]
+    pub verification: Option<serde_json::Value>,
 }
 
 /// Parses a published-runs file; `origin` names it in errors (with line and column).
 pub fn parse_rows(text: &str, origin: &str) -> Result<Vec<PublishedRow>, ValidateError> {
-    let rows: Vec<PublishedRow> = serde_json::from_str(text).map_err(|e| ValidateError::Json {
-        origin: origin.to_string(),
-        message: e.to_string(),
+    let de = &mut serde_json::Deserializer::from_str(text);
+    let rows: Vec<PublishedRow> = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        // serde lists every field after an unknown one; the path and the name are enough
+        let inner = e.into_inner().to_string();
+        let inner = match inner.split_once(", expected one of") {
+            Some((head, _)) => format!("{head}: not a field of a published run"),
+            None => inner,
+        };
+        let message = if path == "." || path.is_empty() {
+            format!("{inner} (a published-runs file is a JSON array of runs)")
+        } else {
+            format!("runs{path}: {inner}")
+        };
+        ValidateError::Json {
+            origin: origin.to_string(),
+            message,
+        }
     })?;
     let mut seen = std::collections::HashSet::new();
     for (i, r) in rows.iter().enumerate() {
@@ -179,6 +249,32 @@ pub fn ms_after(text: &str, label: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_name_the_field_path() {
+        let two = r#"[{"id": "a", "kind": "per_layer_time_ms", "source_group": "g"},
+                      {"id": "b", "kind": "per_layer_time_ms", "source_group": "g", "tp": "x"}]"#;
+        let e = parse_rows(two, "f.json").unwrap_err().to_string();
+        assert!(
+            e.starts_with("f.json: runs[1].tp: must be a whole number"),
+            "{e}"
+        );
+        let typo = r#"[{"id": "a", "kind": "per_layer_time_ms", "source_group": "g", "tpp": 2}]"#;
+        let e = parse_rows(typo, "f.json").unwrap_err().to_string();
+        assert!(e.contains("runs[0].tpp: unknown field `tpp`"), "{e}");
+        let e = parse_rows("{}", "f.json").unwrap_err().to_string();
+        assert!(e.contains("a JSON array of runs"), "{e}");
+        let memory = r#"[{"id": "a", "kind": "per_layer_time_ms", "source_group": "g",
+                          "peak_memory_per_gpu_gb": 82.4}]"#;
+        let rows = parse_rows(memory, "f.json").unwrap();
+        assert_eq!(
+            rows[0]
+                .peak_memory_per_gpu_gb
+                .as_deref()
+                .and_then(parse_gib),
+            Some(82.4)
+        );
+    }
 
     #[test]
     fn gib_strings() {

@@ -39,6 +39,10 @@ use crate::{ModelError, TransformerSpec};
 /// Sequence length for a BLOOM config, which records none: BLOOM was trained at 2048.
 pub const DEFAULT_BLOOM_SEQ_LENGTH: u64 = 2048;
 
+/// The keys that give a mixture-of-experts config's expert count (Mixtral and gpt-oss, Qwen3-MoE,
+/// DeepSeek-V3).
+const MOE_KEYS: [&str; 3] = ["num_local_experts", "num_experts", "n_routed_experts"];
+
 /// A Hugging Face model family autopp reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HfFamily {
@@ -122,6 +126,17 @@ fn supported() -> String {
 
 /// The family of a Hugging Face config.
 pub fn family(config: &Map<String, Value>) -> Result<HfFamily, ModelError> {
+    // a mixture of experts says so before its family does: what it lacks is experts
+    for key in MOE_KEYS {
+        if let Some(n) = config.get(key).and_then(Value::as_u64).filter(|&n| n > 1) {
+            return Err(ModelError::invalid(
+                key,
+                &format!(
+                    "= {n}: a mixture-of-experts model; autopp does not model experts (expert parallelism, routed FFNs) yet, only dense decoder-only transformers"
+                ),
+            ));
+        }
+    }
     if let Some(value) = config.get("model_type") {
         let Some(name) = value.as_str() else {
             return Err(ModelError::invalid(

@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 pub mod custom;
+pub mod defaults;
 pub mod hf;
 mod json;
 pub mod layer;
@@ -43,6 +44,7 @@ pub mod presets;
 pub mod transformer;
 
 pub use custom::{CustomLayer, LayerListSpec};
+pub use defaults::Defaulted;
 pub use layer::{
     ActivationBytes, Collective, CollectiveKind, LayerCost, LayerKind, Op, Recompute, ShardSpec,
 };

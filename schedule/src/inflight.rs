@@ -8,7 +8,7 @@
 //! `m / m_small` when some rank held every one of its `v·m_small` (stage, micro-batch) pairs.
 //! A test checks both against full generation, for every kind.
 
-use crate::generators::{check_spec, generate, ScheduleSpec};
+use crate::generators::{check_spec, generate, rounds_group_size, ScheduleSpec};
 use crate::ir::ScheduleKind;
 
 impl ScheduleKind {
@@ -101,7 +101,8 @@ impl ScheduleKind {
                 split_backward_peak(m, warmup, r + r.min(extra))
             }),
             (ScheduleKind::InterleavedZb, _) => {
-                Box::new(|r| split_backward_peak(v * m, (v - 1) * pp + pp - r - 1, r))
+                let g = rounds_group_size(pp as usize, m as usize).unwrap_or(pp as usize) as u64;
+                Box::new(move |r| split_backward_peak(v * m, (v - 1) * g + pp - r - 1, r))
             }
             (ScheduleKind::ZbV | ScheduleKind::DualPipeV, _) => return None,
         };
@@ -114,13 +115,15 @@ impl ScheduleKind {
     /// `zb-h2`; 2 for `zb-v` and `dualpipe-v`), otherwise `2..=max_v` (with one stage per rank
     /// they are `1f1b`); none where the kind rejects `pp` and `m` — the zero-bubble kinds and
     /// any interleaving need `pp ≥ 2`, `dualpipe-v` `m ≥ 2·pp`, `interleaved-1f1b` and
-    /// `interleaved-zb` `m` a multiple of `pp` (and `m ≥ pp` for the former).
+    /// `interleaved-1f1b` `m` a multiple of `pp` and `m ≥ pp`, `interleaved-zb` `m` a multiple
+    /// of PyTorch's `max(1, ⌊m/pp⌋)` rounds.
     ///
     /// ```
     /// use autopp_schedule::ScheduleKind;
     ///
     /// assert_eq!(ScheduleKind::LoopedBfs.virtual_stage_options(4, 8, 3), [2, 3]);
-    /// assert_eq!(ScheduleKind::InterleavedZb.virtual_stage_options(4, 6, 3), Vec::<u64>::new());
+    /// assert_eq!(ScheduleKind::InterleavedZb.virtual_stage_options(4, 6, 3), [2, 3]);
+    /// assert_eq!(ScheduleKind::InterleavedZb.virtual_stage_options(4, 9, 3), Vec::<u64>::new());
     /// assert_eq!(ScheduleKind::ZbV.virtual_stage_options(4, 8, 3), [2]);
     /// ```
     pub fn virtual_stage_options(self, pp: u64, m: u64, max_v: u64) -> Vec<u64> {
@@ -139,7 +142,9 @@ impl ScheduleKind {
             ScheduleKind::DualPipeV => fixed(2, pp >= 2 && m >= 2 * pp),
             ScheduleKind::Interleaved1F1B => several(pp >= 2 && m.is_multiple_of(pp) && m >= pp),
             ScheduleKind::LoopedBfs => several(pp >= 2),
-            ScheduleKind::InterleavedZb => several(pp >= 2 && m.is_multiple_of(pp)),
+            ScheduleKind::InterleavedZb => {
+                several(pp >= 2 && rounds_group_size(pp as usize, m as usize).is_some())
+            }
         }
     }
 }

@@ -33,7 +33,8 @@ pub mod trace;
 
 pub use checker::{check, CheckError};
 pub use generators::{
-    check_spec, generate, resolve_group_size, ScheduleError, ScheduleSpec, MAX_STAGE_MICROBATCHES,
+    check_spec, generate, resolve_group_size, ScheduleError, ScheduleSpec, MAX_PP,
+    MAX_STAGE_MICROBATCHES,
 };
 pub use ir::{
     parse_steps, Action, ActionKind, ParseStepError, Placement, Schedule, ScheduleKind, Step,

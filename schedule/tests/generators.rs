@@ -246,7 +246,7 @@ fn group_size_rules() {
 #[test]
 fn rejections_name_the_field() {
     use SpecField::{GroupSize, NumMicrobatches, Pp, VirtualStages};
-    let cases: [(ScheduleSpec, SpecField, &str); 8] = [
+    let cases: [(ScheduleSpec, SpecField, &str); 9] = [
         (
             spec(ScheduleKind::Gpipe, 0, 1, 4),
             Pp,
@@ -283,9 +283,14 @@ fn rejections_name_the_field() {
             "group_size",
         ),
         (
-            spec(ScheduleKind::LoopedBfs, 4096, 64, 1024),
+            spec(ScheduleKind::LoopedBfs, 1024, 64, 1024),
             NumMicrobatches,
             "above the limit",
+        ),
+        (
+            spec(ScheduleKind::ZbV, 100_000, 2, 8),
+            Pp,
+            "pp must be at most 1024",
         ),
     ];
     for (sp, field, needle) in cases {

@@ -311,9 +311,9 @@ fn rejections_state_the_rule() {
             ScheduleKind::InterleavedZb,
             4,
             2,
-            6,
+            9,
             NumMicrobatches,
-            "a multiple of pp",
+            "max(1, floor(num_microbatches / pp)) equal rounds",
         ),
     ];
     for (kind, p, v, m, field, needle) in cases {
@@ -322,10 +322,23 @@ fn rejections_state_the_rule() {
         let e = e.to_string();
         assert!(e.contains(needle), "{kind} p={p} v={v} m={m}: {e}");
     }
-    let e = generate(&ScheduleSpec::new(ScheduleKind::InterleavedZb, 4, 6).with_virtual_stages(2))
+    let e = generate(&ScheduleSpec::new(ScheduleKind::InterleavedZb, 4, 9).with_virtual_stages(2))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("try 8"), "{e}");
+    assert!(e.contains("try 10"), "{e}");
+    // what PyTorch's ScheduleInterleavedZeroBubble accepts runs: fewer micro-batches than
+    // ranks, and counts that are not multiples of pp
+    for m in [1, 3, 5, 6, 7, 10] {
+        schedule(ScheduleKind::InterleavedZb, 4, 2, m);
+    }
+    // and every accepted count on small pipelines passes the checker
+    for p in 1..=6 {
+        for v in 2..=3 {
+            for m in (1..=24).filter(|&m| m % (m / p).max(1) == 0) {
+                schedule(ScheduleKind::InterleavedZb, p, v, m);
+            }
+        }
+    }
     // The smallest accepted inputs run.
     schedule(ScheduleKind::DualPipeV, 4, 2, 8);
     schedule(ScheduleKind::ZbV, 2, 2, 1);

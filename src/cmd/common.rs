@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use autopp_executor::ExecError;
 use autopp_hardware::{hardware, Cluster};
-use autopp_models::Model;
+use autopp_models::{Defaulted, Model};
 use autopp_planner::PlanError;
 use autopp_schedule::{ScheduleError, SpecField, SplitError};
 use clap::Args;
@@ -46,6 +46,58 @@ impl ClusterArgs {
 /// Loads a model by preset name or path.
 pub fn load_model(name_or_path: &str) -> Result<Model> {
     Ok(autopp_models::load(name_or_path)?)
+}
+
+/// Notes for the user (a default chosen, a setting not applied), printed on stderr only when
+/// the command succeeds, so that a failure stays one line.
+static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Keeps `line` to print as `note: line` if the command succeeds.
+pub fn note(line: String) {
+    if let Ok(mut notes) = NOTES.lock() {
+        notes.push(line);
+    }
+}
+
+/// The notes kept so far, emptied.
+pub fn take_notes() -> Vec<String> {
+    NOTES
+        .lock()
+        .map(|mut notes| std::mem::take(&mut *notes))
+        .unwrap_or_default()
+}
+
+/// Loads a model at `--seq-len` tokens, or at its own length capped at
+/// [`MAX_DEFAULT_SEQ_LENGTH`](autopp_models::defaults::MAX_DEFAULT_SEQ_LENGTH) with a note on
+/// a note saying so and how to change it.
+pub fn load_model_at(name_or_path: &str, seq_len: Option<u64>) -> Result<Model> {
+    let (model, defaulted) = load_model(name_or_path)?
+        .at_seq_length(seq_len)
+        .context("--seq-len")?;
+    if let Some(own) = defaulted.seq_length_capped_from {
+        note(format!(
+            "training at {} tokens per sequence, not the model's {}-token maximum context; change it with --seq-len",
+            thousands(model.seq_length() as f64),
+            thousands(own as f64)
+        ));
+    }
+    Ok(model)
+}
+
+/// The global batch in sequences: `--global-batch`, else the model's, else about 4M tokens
+/// with a note saying so and how to change it.
+pub fn global_batch(model: &Model, flag: Option<u64>) -> Result<u64> {
+    let mut defaulted = Defaulted::default();
+    let g = model
+        .global_batch_or_default(flag, &mut defaulted)
+        .map_err(|_| anyhow::anyhow!("--global-batch: must be at least 1"))?;
+    if defaulted.global_batch.is_some() {
+        note(format!(
+            "global batch {g} sequences ({} tokens), as the model names none; change it with --global-batch",
+            thousands((g.saturating_mul(model.seq_length())) as f64)
+        ));
+    }
+    Ok(g)
 }
 
 /// `--memory-reserve-gib` in bytes; an error unless it is zero or a positive number.

@@ -14,7 +14,9 @@ use autopp_planner::{
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
-use super::common::{gib, load_model, reserve_bytes, secs, thousands, ClusterArgs};
+use super::common::{
+    gib, global_batch, load_model_at, reserve_bytes, secs, thousands, ClusterArgs,
+};
 
 /// Predict the iteration time and per-GPU memory of one parallel configuration.
 ///
@@ -29,7 +31,7 @@ pub struct EstimateArgs {
     /// A plan file from `autopp plan --out`: evaluates exactly that plan (model, cluster,
     /// configuration and split); configuration flags are not allowed with it.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
-        "model", "gpus", "tp", "pp", "dp", "cp", "mbs", "global_batch", "virtual_stages",
+        "model", "gpus", "tp", "pp", "dp", "cp", "mbs", "global_batch", "seq_len", "virtual_stages",
         "schedule", "group_size", "recompute", "sequence_parallel", "zero_stage", "split",
         "precision", "memory_reserve_gib", "no_flash_attention", "gpu", "gpus_per_node",
         "nic_gbps", "cluster",
@@ -53,9 +55,12 @@ pub struct EstimateArgs {
     /// Micro-batch size in sequences.
     #[arg(long, default_value_t = 1, value_name = "B")]
     pub mbs: u64,
-    /// Global batch in sequences [default: the model's published batch].
+    /// Global batch in sequences [default: the model's published batch, else about 4M tokens].
     #[arg(long, value_name = "G")]
     pub global_batch: Option<u64>,
+    /// Sequence length in tokens [default: the model's, at most 8192].
+    #[arg(long, value_name = "S")]
+    pub seq_len: Option<u64>,
     /// Stages (model chunks) per pipeline rank; more than 1 needs an interleaved or V schedule
     /// [default: 2 for zb-v and dualpipe-v, 1 otherwise].
     #[arg(long = "virtual", value_name = "V")]
@@ -135,10 +140,7 @@ impl EstimateArgs {
             },
             None => Degrees::filling(gpus, self.tp, self.pp, self.cp, virtual_stages)?,
         };
-        let global_batch_size = match self.global_batch.or(model.default_global_batch()) {
-            Some(g) => g,
-            None => bail!("--global-batch: the model names no default batch; give one"),
-        };
+        let global_batch_size = global_batch(model, self.global_batch)?;
         let settings = EvalSettings {
             precision: self.precision,
             memory_reserve_bytes: reserve_bytes(self.memory_reserve_gib)?,
@@ -165,7 +167,7 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
             (file.model()?, file.cluster.clone(), file.config()?)
         }
         (None, Some(name)) => {
-            let model = load_model(name)?;
+            let model = load_model_at(name, args.seq_len)?;
             let cluster = args.cluster.build(args.gpus)?;
             let config = args.config(&model, cluster.num_gpus())?;
             (model, cluster, config)

@@ -13,7 +13,7 @@ use autopp_planner::PlanFile;
 use autopp_schedule::{PipelinePlan, ScheduleKind, ScheduleSpec};
 use clap::Args;
 
-use super::common::{load_model, secs, write_atomic};
+use super::common::{load_model_at, secs, write_atomic};
 
 /// Train a small model (such as tiny-gpt) on the CPU with a pipeline schedule: one thread per
 /// rank, real activations and gradients between them, AdamW; report losses, step times, the
@@ -40,7 +40,8 @@ pub struct ExecArgs {
     /// Data-parallel replicas of the pipeline [default: 1].
     #[arg(long, value_name = "D")]
     pub dp: Option<usize>,
-    /// Stages per rank (interleaved-1f1b and looped-bfs) [default: 1].
+    /// Stages per rank (interleaved and V schedules) [default: 2 for zb-v and dualpipe-v, 1
+    /// otherwise].
     #[arg(long = "virtual", value_name = "V")]
     pub virtual_stages: Option<usize>,
     /// Micro-batches per step per replica.
@@ -221,12 +222,15 @@ fn run_mpi(_cfg: &ExecConfig, _on_step: &mut dyn FnMut(StepSummary)) -> Result<O
 /// The configuration the flags or the plan file describe.
 fn config(args: &ExecArgs) -> Result<ExecConfig> {
     let (model, pipeline) = match &args.plan {
-        Some(path) => from_plan_file(path, args.json)?,
+        Some(path) => {
+            let (model, pipeline) = from_plan_file(path, args.json)?;
+            let model: Model = match args.seq_len {
+                Some(s) => model.with_seq_length(s).context("--seq-len")?,
+                None => model,
+            };
+            (model, pipeline)
+        }
         None => from_flags(args)?,
-    };
-    let model: Model = match args.seq_len {
-        Some(s) => model.with_seq_length(s).context("--seq-len")?,
-        None => model,
     };
     let mut cfg = ExecConfig::from_plan(&model, &pipeline)?;
     cfg.steps = args.steps;
@@ -255,10 +259,10 @@ fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan)> {
         );
     }
     if c.recompute != Recompute::None && !quiet {
-        eprintln!(
-            "note: exec keeps every activation; the plan's recompute mode ({}) is not applied",
+        super::common::note(format!(
+            "exec keeps every activation; the plan's recompute mode ({}) is not applied",
             c.recompute
-        );
+        ));
     }
     Ok((file.model()?, file.pipeline()?))
 }
@@ -278,7 +282,7 @@ fn from_flags(args: &ExecArgs) -> Result<(Model, PipelinePlan)> {
         spec: ScheduleSpec {
             kind,
             pp,
-            virtual_stages: args.virtual_stages.unwrap_or(1),
+            virtual_stages: args.virtual_stages.unwrap_or(kind.default_virtual_stages()),
             num_microbatches: m,
             group_size: args.group_size,
         },
@@ -286,7 +290,7 @@ fn from_flags(args: &ExecArgs) -> Result<(Model, PipelinePlan)> {
         micro_batch_size: mbs,
         split: args.split.clone(),
     };
-    Ok((load_model(name)?, pipeline))
+    Ok((load_model_at(name, args.seq_len)?, pipeline))
 }
 
 /// Keeps panics of rank threads off stderr: the run reports them as its one error line.

@@ -3,6 +3,7 @@ pub mod catalog;
 pub mod common;
 pub mod estimate;
 pub mod exec;
+pub mod help;
 pub mod launch;
 pub mod plan;
 pub mod profile;

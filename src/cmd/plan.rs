@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use autopp_hardware::{AnalyticProfile, Cluster, Precision};
 use autopp_models::Model;
 use autopp_planner::search::{self, explain, SearchOptions, SearchResult};
@@ -12,7 +12,9 @@ use autopp_planner::{cost_profile, Fixed, Framework, PlanFile};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
-use super::common::{gib, load_model, reserve_bytes, secs, thousands, write_atomic, ClusterArgs};
+use super::common::{
+    gib, global_batch, load_model_at, reserve_bytes, secs, thousands, write_atomic, ClusterArgs,
+};
 use super::estimate;
 
 /// Find the fastest plan that fits: degrees, schedule, micro-batching, recompute, sharding and
@@ -29,10 +31,10 @@ pub struct PlanArgs {
     pub gpus: Option<u64>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Global batch in sequences [default: the model's published batch].
+    /// Global batch in sequences [default: the model's published batch, else about 4M tokens].
     #[arg(long, value_name = "G")]
     pub global_batch: Option<u64>,
-    /// Sequence length in tokens [default: the model's].
+    /// Sequence length in tokens [default: the model's, at most 8192].
     #[arg(long, value_name = "S")]
     pub seq_len: Option<u64>,
     /// Schedules to consider, comma-separated [default: all: gpipe, 1f1b, interleaved-1f1b,
@@ -94,11 +96,14 @@ pub struct PlanArgs {
 impl PlanArgs {
     /// What to search: the framework's defaults with these flags' limits, pins and settings.
     fn options(&self, model: &Model, cluster: &Cluster) -> Result<SearchOptions> {
-        let global_batch_size = match self.global_batch.or(model.default_global_batch()) {
-            Some(g) if g > 0 => g,
-            Some(_) => bail!("--global-batch: must be at least 1"),
-            None => bail!("--global-batch: the model names no default batch; give one"),
-        };
+        let global_batch_size = global_batch(model, self.global_batch)?;
+        let gpus = cluster.num_gpus();
+        if global_batch_size / gpus.max(1) > search::MAX_SEQUENCES_PER_GPU {
+            bail!(
+                "--global-batch: {global_batch_size} sequences on {gpus} GPUs is more than {} per GPU, the most the search takes on; use a smaller batch or more GPUs",
+                search::MAX_SEQUENCES_PER_GPU
+            );
+        }
         let memory_reserve_bytes = reserve_bytes(self.memory_reserve_gib)?;
         for (flag, v) in [
             ("--max-mbs", self.max_mbs),
@@ -146,10 +151,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         framework: super::launch::plan_framework(args.framework, args.emit),
         ..args.clone()
     };
-    let mut model = load_model(&args.model)?;
-    if let Some(s) = args.seq_len {
-        model = model.with_seq_length(s).context("--seq-len")?;
-    }
+    let model = load_model_at(&args.model, args.seq_len)?;
     // a model the framework cannot run is refused before the search, not after it
     autopp_planner::launch::check_model(&model, args.precision, args.framework)?;
     let cluster = args.cluster.build(args.gpus)?;

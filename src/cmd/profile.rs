@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use autopp_profiler::profile_layers;
 use clap::{Args, ValueEnum};
 
-use super::common::{load_model, secs, write_atomic};
+use super::common::{load_model_at, secs, write_atomic};
 
 /// What `profile` times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -50,11 +50,7 @@ pub struct ProfileArgs {
 
 /// Runs `autopp profile`.
 pub fn run(args: &ProfileArgs) -> Result<()> {
-    let model = load_model(&args.model)?;
-    let model = match args.seq_len {
-        Some(s) => model.with_seq_length(s).context("--seq-len")?,
-        None => model,
-    };
+    let model = load_model_at(&args.model, args.seq_len)?;
     let p = profile_layers(&model, args.mbs, args.repetitions, args.seed)?;
     let text = p.to_json();
     write_atomic(&args.out, text.as_bytes()).context("--out")?;

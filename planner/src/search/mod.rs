@@ -47,6 +47,11 @@ use phases::Search;
 pub use space::{Key, SpaceLimits, DEFAULT_MAX_MICRO_BATCH_SIZE, DEFAULT_MAX_VIRTUAL_STAGES};
 
 /// Alternatives reported besides the best unless told otherwise (`--top`).
+/// The most sequences per GPU in a global batch the search takes on: beyond it every candidate
+/// simulates hundreds of thousands of micro-batches (minutes), and no training run comes near
+/// (a 4M-token batch of 64-token sequences on one GPU is 65,536).
+pub const MAX_SEQUENCES_PER_GPU: u64 = 65_536;
+
 pub const DEFAULT_TOP_K: usize = 5;
 
 /// What to search.

@@ -292,12 +292,22 @@ impl<'a> Search<'a> {
         exact
     }
 
-    /// The best and the next `top_k`, evaluated again in full detail (the breakdown separates
-    /// sends from the bubble).
+    /// The best and the next `top_k` that run differently from every one before them (see
+    /// [`same_run`]), evaluated again in full detail (the breakdown separates sends from the
+    /// bubble).
     pub fn answers(&self, exact: Vec<Estimate>) -> Result<(Estimate, Vec<Estimate>), PlanError> {
         let mut exact = exact.into_iter();
         let best = exact.next().ok_or_else(|| self.nothing_fits())?;
-        let alternatives: Vec<Estimate> = exact.take(self.opts.top_k).collect();
+        let mut alternatives: Vec<Estimate> = Vec::with_capacity(self.opts.top_k);
+        for e in exact {
+            if alternatives.len() == self.opts.top_k {
+                break;
+            }
+            let shown = std::iter::once(&best).chain(&alternatives);
+            if !shown.into_iter().any(|a| same_run(a, &e)) {
+                alternatives.push(e);
+            }
+        }
         let full = |e: &Estimate| -> Result<Estimate, PlanError> {
             let key = key_of(e);
             self.eval
@@ -359,4 +369,17 @@ impl<'a> Search<'a> {
     fn nothing_fits(&self) -> PlanError {
         nothing_fits(self.model, self.profile, self.opts, &self.keys)
     }
+}
+
+/// Whether two evaluated configurations run identically under different schedule names: the
+/// same per-rank action lists and placement (gpipe and 1f1b with one micro-batch, interleaved
+/// 1F1B with one stage per rank and 1f1b), and the same plan and prediction otherwise.
+pub(crate) fn same_run(a: &Estimate, b: &Estimate) -> bool {
+    let (sa, sb) = (&a.schedule, &b.schedule);
+    if !std::sync::Arc::ptr_eq(sa, sb) && sa.ranks != sb.ranks || sa.placement != sb.placement {
+        return false;
+    }
+    let mut plan = b.result.plan.clone();
+    plan.schedule = a.result.plan.schedule;
+    plan == a.result.plan && a.result.predicted == b.result.predicted
 }

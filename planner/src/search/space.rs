@@ -71,7 +71,21 @@ impl SpaceLimits {
 }
 
 fn divisors(n: u64) -> Vec<u64> {
-    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
+    // trial division up to √n: a global batch of 2^32 + 1 sequences takes 65,536 steps, not 2^32
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut d = 1u64;
+    while d.saturating_mul(d) <= n {
+        if n.is_multiple_of(d) {
+            small.push(d);
+            if d != n / d {
+                large.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    small.extend(large.into_iter().rev());
+    small
 }
 
 /// Every configuration of `model` on `gpus` GPUs with `global_batch` sequences that the limits
@@ -194,8 +208,14 @@ fn push_schedules(
         }
         // the kind's own rules (see `ScheduleKind::virtual_stage_options`); v stages per rank
         // need pp · v body layers to spread over
+        // no more stages per rank than body layers per rank (a huge --max-virtual is not a
+        // huge loop)
+        let max_v = limits
+            .max_virtual_stages
+            .min(body_layers / pp.max(1))
+            .max(1);
         let vs = schedule
-            .virtual_stage_options(pp, m, limits.max_virtual_stages)
+            .virtual_stage_options(pp, m, max_v)
             .into_iter()
             .filter(|&v| v == 1 || pp * v <= body_layers);
         for v in vs {
@@ -245,5 +265,19 @@ fn push_schedules(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn divisors_in_order() {
+        assert_eq!(divisors(12), [1, 2, 3, 4, 6, 12]);
+        assert_eq!(divisors(16), [1, 2, 4, 8, 16]);
+        assert_eq!(divisors(1), [1]);
+        assert_eq!(divisors(0), Vec::<u64>::new());
+        assert_eq!(divisors((1 << 32) + 1), [1, 641, 6_700_417, (1 << 32) + 1]);
     }
 }

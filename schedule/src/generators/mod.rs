@@ -11,12 +11,14 @@
 //! | `zb-h1`, `zb-h2` | any `p ≥ 2`, `m ≥ 1`; `v = 1` |
 //! | `zb-v` | any `p ≥ 2`, `m ≥ 1`; `v = 2` |
 //! | `dualpipe-v` | any `p ≥ 1`, `m ≥ 2p`; `v = 2` |
-//! | `interleaved-zb` | any `p ≥ 1`, `v ≥ 2`, `m` a multiple of `p` |
+//! | `interleaved-zb` | any `p ≥ 1`, `v ≥ 2`, `m` a multiple of `R = max(1, ⌊m/p⌋)` (PyTorch's rule) |
 //!
 //! For `interleaved-1f1b` without a `group_size` the group size is `G = p` when `p` divides
 //! `m`; otherwise PyTorch's regrouping rule applies: `G = m / max(1, ⌊m/p⌋)` when that
 //! divides `m` exactly (so `G ≥ p` whenever `m ≥ p`); anything else is rejected with the
-//! group sizes that would work.
+//! group sizes that would work. `interleaved-zb` takes PyTorch's `ScheduleInterleavedZeroBubble`
+//! rule: `R = max(1, ⌊m/p⌋)` rounds of `G = m/R` micro-batches, so `m` must be a multiple of `R`
+//! (any `m ≤ 2p − 1`, any multiple of `p`; `p = 4`: `m = 9` is refused, 10 runs as two rounds of 5).
 
 mod dualpipe_v;
 mod gpipe;
@@ -34,6 +36,10 @@ use crate::SpecField;
 
 /// The most (stage, micro-batch) pairs a generated schedule may have (`p·v·m`).
 pub const MAX_STAGE_MICROBATCHES: usize = 1 << 24;
+
+/// The most pipeline ranks a schedule may have: the simulator and the pictures hold per-rank
+/// state for every pair of ranks, and no model has more layers to spread (GPT-3: 96).
+pub const MAX_PP: usize = 1024;
 
 /// Parameters for [`generate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,10 +153,12 @@ pub enum ScheduleError {
         /// The least it accepts.
         min: usize,
     },
-    /// Interleaved zero bubble was asked for a micro-batch count that is not a multiple of `p`.
+    /// Interleaved zero bubble was asked for a micro-batch count that PyTorch's rounds do not
+    /// divide: `m` must be a multiple of `max(1, ⌊m/p⌋)`.
     #[error(
-        "{kind} runs micro-batches in groups of pp, so num_microbatches must be a multiple of \
-         pp (got {num_microbatches} with pp {pp}); try {suggestion}"
+        "{kind} runs micro-batches in max(1, floor(num_microbatches / pp)) equal rounds, as \
+         PyTorch does, so num_microbatches must be a multiple of that (got {num_microbatches} \
+         with pp {pp}); try {suggestion}"
     )]
     MicrobatchesNotMultiple {
         /// The schedule.
@@ -159,7 +167,7 @@ pub enum ScheduleError {
         pp: usize,
         /// `m`.
         num_microbatches: usize,
-        /// The nearest multiple of `p` above `m`.
+        /// The nearest count above `m` that the rule accepts.
         suggestion: usize,
     },
     /// A group size was given to a schedule that has no micro-batch groups.
@@ -212,13 +220,23 @@ pub enum ScheduleError {
         /// [`MAX_STAGE_MICROBATCHES`].
         max: usize,
     },
+    /// More ranks than [`MAX_PP`].
+    #[error("pp must be at most {max} (got {pp})")]
+    TooManyRanks {
+        /// `p`.
+        pp: usize,
+        /// [`MAX_PP`].
+        max: usize,
+    },
 }
 
 impl ScheduleError {
     /// The input at fault (the CLI names it by its flag).
     pub fn field(&self) -> SpecField {
         match self {
-            ScheduleError::ZeroPp | ScheduleError::NeedsTwoRanks { .. } => SpecField::Pp,
+            ScheduleError::ZeroPp
+            | ScheduleError::NeedsTwoRanks { .. }
+            | ScheduleError::TooManyRanks { .. } => SpecField::Pp,
             ScheduleError::ZeroVirtual
             | ScheduleError::VirtualNotSupported { .. }
             | ScheduleError::VirtualMustBeTwo { .. }
@@ -309,6 +327,9 @@ fn validate_common(spec: &ScheduleSpec) -> Result<(), ScheduleError> {
     if p == 0 {
         return Err(ScheduleError::ZeroPp);
     }
+    if p > MAX_PP {
+        return Err(ScheduleError::TooManyRanks { pp: p, max: MAX_PP });
+    }
     if m == 0 {
         return Err(ScheduleError::ZeroMicrobatches);
     }
@@ -344,6 +365,14 @@ fn validate_common(spec: &ScheduleSpec) -> Result<(), ScheduleError> {
     Ok(())
 }
 
+/// PyTorch's round size for `p` ranks and `m` micro-batches: `R = max(1, ⌊m/p⌋)` rounds of
+/// `G = m/R` micro-batches when `R` divides `m`, `None` otherwise (`p = 4`: `m = 6` → 6,
+/// `m = 10` → 5, `m = 9` → none). Interleaved zero bubble groups by it.
+pub fn rounds_group_size(p: usize, m: usize) -> Option<usize> {
+    let rounds = (m / p.max(1)).max(1);
+    m.is_multiple_of(rounds).then_some(m / rounds)
+}
+
 /// Checks the input rules of the split-backward schedules (see the [module docs](self)).
 fn validate_split_backward(spec: &ScheduleSpec) -> Result<(), ScheduleError> {
     let (kind, p, v, m) = (
@@ -365,12 +394,14 @@ fn validate_split_backward(spec: &ScheduleSpec) -> Result<(), ScheduleError> {
             kind,
             virtual_stages: v,
         }),
-        ScheduleKind::InterleavedZb if !m.is_multiple_of(p) => {
+        ScheduleKind::InterleavedZb if rounds_group_size(p, m).is_none() => {
             Err(ScheduleError::MicrobatchesNotMultiple {
                 kind,
                 pp: p,
                 num_microbatches: m,
-                suggestion: m.next_multiple_of(p),
+                suggestion: (m + 1..)
+                    .find(|&n| rounds_group_size(p, n).is_some())
+                    .unwrap_or(m.next_multiple_of(p)),
             })
         }
         _ => Ok(()),
@@ -406,7 +437,10 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, ScheduleError> {
         (ScheduleKind::ZbH2, _) => zero_bubble::zb_h2(p, m),
         (ScheduleKind::ZbV, _) => zb_v::zb_v(p, m),
         (ScheduleKind::DualPipeV, _) => dualpipe_v::dualpipe_v(p, m),
-        (ScheduleKind::InterleavedZb, _) => interleaved_zb::interleaved_zb(p, v, m),
+        (ScheduleKind::InterleavedZb, _) => {
+            let g = rounds_group_size(p, m).unwrap_or(p);
+            interleaved_zb::interleaved_zb(p, v, m, g)
+        }
         (ScheduleKind::Interleaved1F1B, Some(g)) => interleaved::interleaved_1f1b(p, v, m, g),
         (ScheduleKind::Interleaved1F1B, None) => Schedule {
             kind: ScheduleKind::Interleaved1F1B,
