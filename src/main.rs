@@ -32,6 +32,8 @@ enum Command {
     Estimate(cmd::estimate::EstimateArgs),
     /// Generate, check, simulate and draw a pipeline schedule.
     Schedule(cmd::schedule::ScheduleArgs),
+    /// Sweep clusters: the best plan per GPU count, kind and network, with time and cost to train.
+    Whatif(cmd::whatif::WhatifArgs),
     /// Compare predictions with published, measured training runs.
     Validate(cmd::validate::ValidateArgs),
     /// Train a small model for real with a pipeline schedule, one thread per rank.
@@ -89,6 +91,7 @@ fn main() {
         Command::Estimate(args) => cmd::estimate::run(args),
         Command::Schedule(args) => cmd::schedule::run(args),
         Command::Validate(args) => cmd::validate::run(args),
+        Command::Whatif(args) => cmd::whatif::run(args),
         Command::Exec(args) => cmd::exec::run_exec(args),
         Command::Profile(args) => cmd::profile::run(args),
         Command::Models { json } => cmd::catalog::models(*json),
