@@ -36,6 +36,9 @@ enum Command {
     /// Generate, check, simulate and draw a pipeline schedule.
     #[command(before_help = cmd::help::SCHEDULE)]
     Schedule(cmd::schedule::ScheduleArgs),
+    /// Sweep clusters: the best plan per GPU count, kind and network, with time and cost to train.
+    #[command(before_help = cmd::help::WHATIF)]
+    Whatif(cmd::whatif::WhatifArgs),
     /// Compare predictions with published, measured training runs.
     #[command(before_help = cmd::help::VALIDATE)]
     Validate(cmd::validate::ValidateArgs),
@@ -112,6 +115,7 @@ fn main() {
         Command::Estimate(args) => cmd::estimate::run(args),
         Command::Schedule(args) => cmd::schedule::run(args),
         Command::Validate(args) => cmd::validate::run(args),
+        Command::Whatif(args) => cmd::whatif::run(args),
         Command::Exec(args) => cmd::exec::run_exec(args),
         Command::Profile(args) => cmd::profile::run(args),
         Command::Models { json } => cmd::catalog::models(*json),
@@ -141,6 +145,7 @@ mod tests {
             LAUNCH,
             ESTIMATE,
             SCHEDULE,
+            WHATIF,
             VALIDATE,
             EXEC,
             PROFILE,

@@ -1,5 +1,7 @@
 //! End-to-end tests of `autopp plan` as a user runs it.
 
+mod common;
+
 use std::process::{Command, Output};
 
 fn autopp(args: &[&str], threads: Option<&str>) -> Output {
@@ -22,17 +24,7 @@ fn json(args: &[&str], threads: Option<&str>) -> serde_json::Value {
 }
 
 fn fails_with(args: &[&str], needle: &str) {
-    let out = autopp(args, None);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert_eq!(
-        stderr.trim_end().lines().count(),
-        1,
-        "not one line: {stderr}"
-    );
-    assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
-    assert!(out.stdout.is_empty());
+    common::fails_one_line(args, needle);
 }
 
 const LLAMA8B: [&str; 6] = ["plan", "llama3-8b", "--gpus", "32", "--gpu", "a100-80g"];

@@ -175,6 +175,12 @@ impl Cluster {
                 ),
             ));
         }
+        self.resized(num_gpus)
+    }
+
+    /// The same machine (GPU kind, GPUs per node, NIC, latencies) at `num_gpus` GPUs, more or
+    /// fewer than this cluster has: whole nodes, or part of one node.
+    pub fn resized(&self, num_gpus: u64) -> Result<Cluster, HardwareError> {
         let mut c = Cluster::new(
             self.gpu.clone(),
             num_gpus,

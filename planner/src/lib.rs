@@ -25,6 +25,7 @@ pub mod planfile;
 pub mod profile;
 pub mod search;
 pub mod stages;
+pub mod whatif;
 
 pub use config::{EvalSettings, ParallelConfig, PlanError, DEFAULT_MEMORY_RESERVE_BYTES};
 pub use degrees::Degrees;

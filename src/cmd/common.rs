@@ -164,6 +164,48 @@ pub fn write_atomic(path: &str, bytes: &[u8]) -> Result<()> {
     })
 }
 
+/// A progress bar on stderr, shown only on a terminal and only once the work has run for a
+/// second; cleared when dropped.
+pub struct Progress {
+    started: std::time::Instant,
+    bar: std::sync::OnceLock<indicatif::ProgressBar>,
+    show: bool,
+    message: &'static str,
+}
+
+impl Progress {
+    /// A bar counting `message` (e.g. "configurations").
+    pub fn new(message: &'static str) -> Self {
+        use std::io::IsTerminal;
+        Progress {
+            started: std::time::Instant::now(),
+            bar: std::sync::OnceLock::new(),
+            show: std::io::stderr().is_terminal(),
+            message,
+        }
+    }
+
+    /// `done` of `total` finished.
+    pub fn update(&self, done: usize, total: usize) {
+        if self.show && self.started.elapsed().as_secs_f64() > 1.0 {
+            let b = self.bar.get_or_init(|| {
+                let b = indicatif::ProgressBar::new(total as u64);
+                b.set_message(self.message);
+                b
+            });
+            b.set_position(done as u64);
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(b) = self.bar.get() {
+            b.finish_and_clear();
+        }
+    }
+}
+
 /// The flag that sets a schedule or split input.
 pub fn flag_of(field: SpecField) -> &'static str {
     match field {

@@ -26,6 +26,12 @@ pub const SCHEDULE: &str = "Examples:
   autopp schedule interleaved-1f1b --pp 4 --microbatches 8 --virtual 2 --svg s.svg
   autopp schedule --plan plan.json --trace trace.json";
 
+/// `autopp whatif`'s examples.
+pub const WHATIF: &str = "Examples:
+  autopp whatif llama3-70b --gpus 64..1024 --gpu a100-80g,h100-sxm,h200 --tokens 15T
+  autopp whatif llama3-8b --gpus 8,16,32 --nic-gbps 200,400 --batch-per-gpu 64K --csv
+  autopp whatif llama3-70b --gpus 128..2048 --tokens 2T --price h100-sxm=2.2 --out sweep/";
+
 /// `autopp validate`'s examples.
 pub const VALIDATE: &str = "Examples:
   autopp validate validation/published-runs.json

@@ -9,3 +9,4 @@ pub mod plan;
 pub mod profile;
 pub mod schedule;
 pub mod validate;
+pub mod whatif;

@@ -1,9 +1,5 @@
 //! `autopp plan`: the best plan, why, and the alternatives.
 
-use std::io::IsTerminal;
-use std::sync::OnceLock;
-use std::time::Instant;
-
 use anyhow::{bail, Result};
 use autopp_hardware::{AnalyticProfile, Cluster, Precision};
 use autopp_models::Model;
@@ -14,6 +10,7 @@ use clap::Args;
 
 use super::common::{
     gib, global_batch, load_model_at, reserve_bytes, secs, thousands, write_atomic, ClusterArgs,
+    Progress,
 };
 use super::estimate;
 
@@ -216,24 +213,10 @@ fn search_with_progress(
     profile: &AnalyticProfile,
     opts: &SearchOptions,
 ) -> Result<SearchResult> {
-    let started = Instant::now();
-    let bar: OnceLock<indicatif::ProgressBar> = OnceLock::new();
-    let show = std::io::stderr().is_terminal();
-    let progress = |done: usize, total: usize| {
-        if show && started.elapsed().as_secs_f64() > 1.0 {
-            let b = bar.get_or_init(|| {
-                let b = indicatif::ProgressBar::new(total as u64);
-                b.set_message("configurations");
-                b
-            });
-            b.set_position(done as u64);
-        }
-    };
-    let result = search::search(model, profile, opts, &progress)?;
-    if let Some(b) = bar.get() {
-        b.finish_and_clear();
-    }
-    Ok(result)
+    let bar = Progress::new("configurations");
+    Ok(search::search(model, profile, opts, &|d, t| {
+        bar.update(d, t)
+    })?)
 }
 
 /// The best plan and the alternatives, one line each.

@@ -98,3 +98,19 @@ pub fn plan_and_emit(preset: &str, framework: &str, dir: &std::path::Path) -> Em
 pub fn refuses_preset(framework: &str, preset: &str) -> bool {
     framework == "torchtitan" && !preset.starts_with("llama")
 }
+
+/// Runs `autopp ARGS…` and asserts it failed as every bad input must: exit 2, one line on
+/// stderr containing `needle`, no panic, nothing on stdout.
+pub fn fails_one_line(args: &[&str], needle: &str) {
+    let out = autopp(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line: {stderr}"
+    );
+    assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?} printed on stdout");
+}

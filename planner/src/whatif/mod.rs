@@ -1,0 +1,315 @@
+//! What-if sweeps over clusters (`autopp whatif`): the full planner at every point of a grid of
+//! GPU kinds, GPU counts and networks, with time and cost to train a token budget.
+//!
+//! Every point is an independent [`crate::search::search`] with `plan`'s defaults for the
+//! framework (memory reserve, margin and runtime included); points run in parallel on rayon.
+//! From each point's best plan a [`Row`] keeps the degrees and schedule, the iteration time,
+//! tokens/s, MFU, the scaling efficiency against the smallest point of its series, the time,
+//! GPU-hours and cost of the token budget, and what binds.
+
+mod grid;
+pub mod plot;
+mod prices;
+mod table;
+
+pub use grid::{parse_gpu_counts, parse_tokens, BatchPolicy};
+pub use prices::Prices;
+pub use table::{to_csv, to_table};
+
+use autopp_hardware::{Cluster, Precision};
+use autopp_models::Model;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::degrees::Degrees;
+use crate::plan::Breakdown;
+use crate::search::{self, SearchOptions};
+use crate::{cost_profile, Framework, PlanError};
+
+/// Below this share of the iteration in compute, a row names the term that binds.
+pub const COMPUTE_BOUND_SHARE: f64 = 0.8;
+
+/// One point of a sweep: a cluster and the series it belongs to.
+#[derive(Debug, Clone)]
+pub struct Point {
+    /// The machine: GPU kind, GPUs, GPUs per node, NIC.
+    pub cluster: Cluster,
+}
+
+impl Point {
+    /// The series this point draws in: GPU kind, NIC Gbit/s and GPUs per node (the label of a
+    /// line in the pictures; scaling efficiency compares points of one series).
+    pub fn series(&self) -> String {
+        let c = &self.cluster;
+        format!(
+            "{} · {} Gb/s · {}/node",
+            c.gpu.name,
+            fmt_gbps(nic_gbps(c)),
+            c.gpus_per_node
+        )
+    }
+}
+
+fn nic_gbps(c: &Cluster) -> f64 {
+    c.nic_bw_bytes_per_s * 8.0 / 1e9
+}
+
+fn fmt_gbps(g: f64) -> String {
+    if (g - g.round()).abs() < 1e-9 {
+        format!("{}", g.round() as u64)
+    } else {
+        format!("{g:.1}")
+    }
+}
+
+/// What a sweep runs at every point.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    /// The framework whose space and runtime every search uses.
+    pub framework: Framework,
+    /// Math precision.
+    pub precision: Precision,
+    /// Global batch at each point.
+    pub batch: BatchPolicy,
+    /// Tokens to train, for time, GPU-hours and cost (none: those columns are empty).
+    pub train_tokens: Option<f64>,
+    /// USD per GPU-hour by GPU kind.
+    pub prices: Prices,
+}
+
+/// The best plan at one point, and what it costs to train the budget with it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PointPlan {
+    /// tp, pp, dp, cp and stages per pipeline rank.
+    #[serde(flatten)]
+    pub degrees: Degrees,
+    /// Sequences per micro-batch.
+    pub micro_batch_size: u64,
+    /// The pipeline schedule.
+    pub schedule: String,
+    /// Seconds per iteration.
+    pub iteration_time_s: f64,
+    /// Tokens per second over the cluster.
+    pub tokens_per_s: f64,
+    /// Model FLOPs utilisation (fraction of the dense peak).
+    pub mfu: f64,
+    /// Tokens/s per GPU against the smallest point of the same series (1 = perfect scaling).
+    pub scaling_efficiency: f64,
+    /// Seconds to train the token budget.
+    pub train_time_s: Option<f64>,
+    /// GPU-hours to train the token budget.
+    pub gpu_hours: Option<f64>,
+    /// GPU-hours × the kind's price, USD.
+    pub cost_usd: Option<f64>,
+    /// The term that binds (its share of the iteration) when compute is below
+    /// [`COMPUTE_BOUND_SHARE`] of it; none when the point is compute-bound.
+    pub binds: Option<Binding>,
+    /// Peak memory per GPU over capacity.
+    pub memory_fraction: f64,
+    /// Where the time goes, seconds per iteration.
+    pub breakdown_s: Breakdown,
+}
+
+/// What binds a point: a non-compute term and its share of the iteration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Binding {
+    /// `bubble`, `tp-comm`, `pp-comm`, `dp-comm` or `optimizer`.
+    pub term: &'static str,
+    /// Its seconds over the iteration's.
+    pub share: f64,
+}
+
+impl std::fmt::Display for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {:.0}%", self.term, 100.0 * self.share)
+    }
+}
+
+/// One row of the sweep's table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// GPU kind.
+    pub gpu: String,
+    /// GPUs.
+    pub gpus: u64,
+    /// GPUs per node.
+    pub gpus_per_node: u64,
+    /// NIC bandwidth per GPU, Gbit/s.
+    pub nic_gbps: f64,
+    /// The series label (kind, NIC, GPUs per node).
+    pub series: String,
+    /// Global batch in sequences.
+    pub global_batch: u64,
+    /// The best plan, or why nothing fits.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// A point's answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The best plan.
+    Plan(Box<PointPlan>),
+    /// Why no plan fits (the planner's one line).
+    NoPlan(String),
+}
+
+impl Row {
+    /// The plan, when one fits.
+    pub fn plan(&self) -> Option<&PointPlan> {
+        match &self.outcome {
+            Outcome::Plan(p) => Some(p),
+            Outcome::NoPlan(_) => None,
+        }
+    }
+}
+
+/// Runs the planner at every point (in parallel), in the order given; a point where nothing
+/// fits gets a row saying why. Errors only for what no point could run with (a price for a
+/// kind not swept).
+pub fn sweep(
+    model: &Model,
+    points: &[Point],
+    sweep: &Sweep,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Vec<Row>, PlanError> {
+    let kinds: Vec<&str> = points.iter().map(|p| p.cluster.gpu.name.as_str()).collect();
+    sweep.prices.check_kinds(&kinds)?;
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let mut rows: Vec<Row> = points
+        .par_iter()
+        .with_max_len(1)
+        .map(|p| {
+            let row = run_point(model, p, sweep);
+            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            progress(n, points.len());
+            row
+        })
+        .collect();
+    fill_scaling(&mut rows);
+    Ok(rows)
+}
+
+fn run_point(model: &Model, point: &Point, sweep: &Sweep) -> Row {
+    let c = &point.cluster;
+    let gpus = c.num_gpus();
+    let global_batch = sweep.batch.global_batch(gpus, model.seq_length());
+    let row = |outcome| Row {
+        gpu: c.gpu.name.clone(),
+        gpus,
+        gpus_per_node: c.gpus_per_node,
+        nic_gbps: nic_gbps(c),
+        series: point.series(),
+        global_batch,
+        outcome,
+    };
+    match best_plan(model, point, sweep, global_batch) {
+        Ok(p) => row(Outcome::Plan(Box::new(p))),
+        Err(e) => row(Outcome::NoPlan(e.to_string())),
+    }
+}
+
+fn best_plan(
+    model: &Model,
+    point: &Point,
+    sweep: &Sweep,
+    global_batch: u64,
+) -> Result<PointPlan, PlanError> {
+    let c = &point.cluster;
+    let profile = cost_profile(c.clone(), sweep.precision, None, model)?;
+    let mut opts = SearchOptions::new(sweep.framework, global_batch, c.gpus_per_node);
+    opts.limits.schedules = sweep.framework.schedules_to_search(None)?;
+    opts.settings.precision = sweep.precision;
+    opts.top_k = 0;
+    let result = search::search(model, &profile, &opts, &|_, _| {})?;
+    let (plan, pr) = (&result.best.result.plan, &result.best.result.predicted);
+    let train_time_s = sweep.train_tokens.map(|t| t / pr.tokens_per_s);
+    let gpu_hours = train_time_s.map(|t| t * c.num_gpus() as f64 / 3600.0);
+    let cost_usd = gpu_hours.and_then(|h| sweep.prices.cost_usd(&c.gpu.name, h));
+    Ok(PointPlan {
+        degrees: plan.degrees,
+        micro_batch_size: plan.micro_batch_size,
+        schedule: plan.schedule.as_str().to_string(),
+        iteration_time_s: pr.iteration_time_s,
+        tokens_per_s: pr.tokens_per_s,
+        mfu: pr.mfu,
+        scaling_efficiency: 1.0,
+        train_time_s,
+        gpu_hours,
+        cost_usd,
+        binds: binding(&pr.breakdown_s, pr.iteration_time_s),
+        memory_fraction: pr.peak_memory_bytes as f64 / pr.memory_capacity_bytes.max(1) as f64,
+        breakdown_s: pr.breakdown_s,
+    })
+}
+
+/// The largest non-compute term, when compute is under [`COMPUTE_BOUND_SHARE`] of the
+/// iteration.
+pub fn binding(b: &Breakdown, iteration_time_s: f64) -> Option<Binding> {
+    if iteration_time_s.is_nan()
+        || iteration_time_s <= 0.0
+        || b.compute >= COMPUTE_BOUND_SHARE * iteration_time_s
+    {
+        return None;
+    }
+    let terms = [
+        ("bubble", b.bubble),
+        ("tp-comm", b.tp_comm),
+        ("pp-comm", b.pp_comm),
+        ("dp-comm", b.dp_comm),
+        ("optimizer", b.optimizer),
+    ];
+    let (term, s) = terms
+        .into_iter()
+        .fold(("bubble", f64::MIN), |m, t| if t.1 > m.1 { t } else { m });
+    Some(Binding {
+        term,
+        share: s / iteration_time_s,
+    })
+}
+
+/// Scaling efficiency: each plan's tokens/s per GPU over that of the series' smallest point
+/// that has a plan.
+fn fill_scaling(rows: &mut [Row]) {
+    let base: Vec<Option<f64>> = rows
+        .iter()
+        .map(|r| {
+            rows.iter()
+                .filter(|o| o.series == r.series)
+                .filter_map(|o| o.plan().map(|p| (o.gpus, p.tokens_per_s / o.gpus as f64)))
+                .min_by_key(|(g, _)| *g)
+                .map(|(_, per_gpu)| per_gpu)
+        })
+        .collect();
+    for (row, base) in rows.iter_mut().zip(base) {
+        let gpus = row.gpus as f64;
+        if let (Outcome::Plan(p), Some(b)) = (&mut row.outcome, base) {
+            p.scaling_efficiency = p.tokens_per_s / gpus / b;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breakdown(compute: f64, bubble: f64, dp: f64) -> Breakdown {
+        Breakdown {
+            compute,
+            bubble,
+            tp_comm: 0.0,
+            pp_comm: 0.0,
+            dp_comm: dp,
+            optimizer: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_compute_bound_point_names_nothing_and_others_their_largest_term() {
+        assert_eq!(binding(&breakdown(9.0, 0.5, 0.5), 10.0), None);
+        let b = binding(&breakdown(6.0, 1.0, 3.0), 10.0).expect("binds");
+        assert_eq!((b.term, b.share), ("dp-comm", 0.3));
+        assert_eq!(b.to_string(), "dp-comm 30%");
+    }
+}

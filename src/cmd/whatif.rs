@@ -1,0 +1,184 @@
+//! `autopp whatif`: the planner over a grid of clusters, with time and cost to train.
+
+use anyhow::{Context, Result};
+use autopp_hardware::{hardware, Cluster, Precision};
+use autopp_planner::whatif::{self, BatchPolicy, Point, Prices, Sweep};
+use autopp_planner::Framework;
+use clap::Args;
+
+use super::common::{global_batch, load_model_at, write_atomic, Progress};
+
+/// Sweep clusters: the best plan at every GPU count × GPU kind × network, with tokens/s, MFU,
+/// scaling efficiency, time, GPU-hours and cost to train a token budget, and what binds.
+#[derive(Args, Debug)]
+pub struct WhatifArgs {
+    /// A preset name (see `autopp models`) or a path to a model.json or Hugging Face config.
+    pub model: String,
+    /// GPU counts: a list (64,128,256) or a doubling range (64..4096).
+    #[arg(long, value_name = "N,…|A..B")]
+    pub gpus: String,
+    /// GPU kinds to sweep (see `autopp gpus`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "h100-sxm",
+        value_name = "KIND,…"
+    )]
+    pub gpu: Vec<String>,
+    /// NIC bandwidths per GPU to sweep, Gbit/s [default: each kind's usual NIC].
+    #[arg(long, value_delimiter = ',', value_name = "X,…")]
+    pub nic_gbps: Option<Vec<f64>>,
+    /// GPUs per node (NVLink domain sizes) to sweep.
+    #[arg(long, value_delimiter = ',', default_value = "8", value_name = "K,…")]
+    pub gpus_per_node: Vec<u64>,
+    /// cluster.json files (GPU, NVLink domain, NIC, latencies) to sweep instead of --gpu,
+    /// --nic-gbps and --gpus-per-node.
+    #[arg(long, value_delimiter = ',', value_name = "FILE,…", conflicts_with_all = ["nic_gbps"])]
+    pub cluster: Option<Vec<String>>,
+    /// A fixed global batch, in sequences, at every point [default: the model's].
+    #[arg(long, value_name = "G", conflicts_with = "batch_per_gpu")]
+    pub global_batch: Option<u64>,
+    /// A batch that grows with the cluster: tokens per GPU per iteration.
+    #[arg(long, value_name = "TOKENS")]
+    pub batch_per_gpu: Option<String>,
+    /// Sequence length in tokens [default: the model's].
+    #[arg(long, value_name = "S")]
+    pub seq_len: Option<u64>,
+    /// Token budget to train (15T, 300B, …): adds days, GPU-hours and cost.
+    #[arg(long, value_name = "TOKENS")]
+    pub tokens: Option<String>,
+    /// A price file: {"usd_per_gpu_hour": {"h100-sxm": 2.5}} [default with --tokens: the
+    /// example table shipped in planner/data/example-prices.json, clearly an example].
+    #[arg(long, value_name = "FILE", conflicts_with = "price")]
+    pub prices: Option<String>,
+    /// Prices on the command line: KIND=USD_PER_GPU_HOUR,…
+    #[arg(long, value_name = "KIND=USD,…")]
+    pub price: Option<String>,
+    /// The framework whose space and runtime every point uses (see `plan --help`).
+    #[arg(long, default_value = "any", value_name = "NAME")]
+    pub framework: Framework,
+    /// Math precision.
+    #[arg(long, default_value = "bf16", value_name = "P")]
+    pub precision: Precision,
+    /// A directory for rows.json, rows.csv, table.txt and the pictures (SVG and PNG).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<String>,
+    /// Print the rows as JSON.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print the rows as CSV.
+    #[arg(long)]
+    pub csv: bool,
+}
+
+/// The machines to sweep, each at every GPU count.
+fn points(args: &WhatifArgs, counts: &[u64]) -> Result<Vec<Point>> {
+    let mut templates: Vec<Cluster> = Vec::new();
+    if let Some(files) = &args.cluster {
+        for path in files {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--cluster: cannot read '{path}'"))?;
+            templates.push(Cluster::from_json(&text, path)?);
+        }
+    } else {
+        let nics: Vec<Option<f64>> = match &args.nic_gbps {
+            Some(v) => v.iter().map(|&x| Some(x)).collect(),
+            None => vec![None],
+        };
+        for kind in &args.gpu {
+            let gpu = hardware::gpu(kind).context("--gpu")?;
+            for &gpn in &args.gpus_per_node {
+                for &nic in &nics {
+                    templates.push(Cluster::new(gpu.clone(), gpn, gpn, nic)?);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for t in &templates {
+        for &n in counts {
+            out.push(Point {
+                cluster: t.resized(n)?,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn prices(args: &WhatifArgs) -> Result<Prices> {
+    Ok(match (&args.prices, &args.price) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--prices: cannot read '{path}'"))?;
+            Prices::from_json(&text, "--prices")?
+        }
+        (None, Some(pairs)) => Prices::from_pairs(pairs)?,
+        (None, None) if args.tokens.is_some() => Prices::example(),
+        (None, None) => Prices::none(),
+    })
+}
+
+/// Runs `autopp whatif`.
+pub fn run(args: &WhatifArgs) -> Result<()> {
+    let model = load_model_at(&args.model, args.seq_len)?;
+    let counts = whatif::parse_gpu_counts(&args.gpus)?;
+    let batch = match &args.batch_per_gpu {
+        Some(t) => BatchPolicy::TokensPerGpu {
+            tokens: whatif::parse_tokens(t, "--batch-per-gpu")?.round() as u64,
+        },
+        None => BatchPolicy::Fixed {
+            sequences: global_batch(&model, args.global_batch)?,
+        },
+    };
+    let sweep = Sweep {
+        framework: args.framework,
+        precision: args.precision,
+        batch,
+        train_tokens: args
+            .tokens
+            .as_deref()
+            .map(|t| whatif::parse_tokens(t, "--tokens"))
+            .transpose()?,
+        prices: prices(args)?,
+    };
+    let points = points(args, &counts)?;
+    let rows = {
+        let bar = Progress::new("points");
+        whatif::sweep(&model, &points, &sweep, &|d, t| bar.update(d, t))?
+    };
+    let table = whatif::to_table(&rows);
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("--out: cannot create '{dir}'"))?;
+        let path = |f: &str| format!("{}/{f}", dir.trim_end_matches('/'));
+        write_atomic(
+            &path("rows.json"),
+            serde_json::to_string_pretty(&rows)?.as_bytes(),
+        )?;
+        write_atomic(&path("rows.csv"), whatif::to_csv(&rows).as_bytes())?;
+        write_atomic(&path("table.txt"), table.as_bytes())?;
+        for p in whatif::plot::pictures(&rows, model.name())? {
+            write_atomic(&path(&format!("{}.svg", p.stem)), p.svg.as_bytes())?;
+            write_atomic(&path(&format!("{}.png", p.stem)), &p.png)?;
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else if args.csv {
+        print!("{}", whatif::to_csv(&rows));
+    } else {
+        println!(
+            "{} · {} · {}",
+            model.name(),
+            batch.describe(),
+            args.framework
+        );
+        if sweep.train_tokens.is_some() && !sweep.prices.source.is_empty() {
+            println!("prices: {}", sweep.prices.source);
+        }
+        print!("\n{table}");
+        if let Some(dir) = &args.out {
+            println!("\nwrote rows.json, rows.csv, table.txt and the pictures to {dir}");
+        }
+    }
+    Ok(())
+}
