@@ -1,6 +1,6 @@
 //! # autopp-executor
 //!
-//! Runs a schedule IR for real: one worker thread per rank (`pp × dp`) executing its action
+//! Runs a schedule IR for real: one worker thread per rank (`pp × dp × tp`) executing its action
 //! list over the profiler's device layer — fp32 layers with explicit forward /
 //! backward-input / backward-weight, their GEMMs on the CPU or (feature `cuda`, [`Backend`])
 //! cuBLAS, an in-process [`Transport`] between ranks (or NCCL: `run_nccl`) — with saved

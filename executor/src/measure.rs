@@ -43,15 +43,22 @@ pub fn measure(cfg: &ExecConfig, ranks: &[RankTrace], steps: &[usize]) -> Measur
     let mut samples: Vec<[Vec<f64>; 4]> = vec![Default::default(); stages];
     let mut hops: Vec<Vec<f64>> = vec![Vec::new(); stages.saturating_sub(1)];
     let mut tails: Vec<Vec<f64>> = vec![Vec::new(); cfg.pp()];
-    // (replica, step, stage, micro-batch, result) → end of the action that sends it
-    let mut ends: HashMap<(usize, usize, usize, u32, Output), f64> = HashMap::new();
+    // (replica, tp rank, step, stage, micro-batch, result) → end of the action that sends it
+    let mut ends: HashMap<(usize, usize, usize, usize, u32, Output), f64> = HashMap::new();
     for r in ranks {
         for &k in steps {
             for e in &r.steps[k].events {
                 let a = e.action;
                 samples[a.stage as usize][kind_index(a.kind)].push(e.end_s - e.start_s);
                 if let Some(output) = deps::output(a.kind) {
-                    let key = (r.replica, k, a.stage as usize, a.microbatch, output);
+                    let key = (
+                        r.replica,
+                        r.tp_rank,
+                        k,
+                        a.stage as usize,
+                        a.microbatch,
+                        output,
+                    );
                     ends.insert(key, e.end_s);
                 }
             }
@@ -69,7 +76,7 @@ pub fn measure(cfg: &ExecConfig, ranks: &[RankTrace], steps: &[usize]) -> Measur
                 if cfg.schedule.rank_of(from) == cfg.schedule.rank_of(s) {
                     continue;
                 }
-                let key = (r.replica, k, from, a.microbatch, input.output);
+                let key = (r.replica, r.tp_rank, k, from, a.microbatch, input.output);
                 if let Some(&sent) = ends.get(&key) {
                     // the receiver asked before the sender finished: the gap is the transfer
                     if e.start_s - e.wait_s < sent {

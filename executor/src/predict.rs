@@ -10,10 +10,14 @@ use crate::error::ExecError;
 use crate::measure::Measured;
 
 /// Per global stage, the bytes one micro-batch keeps from `F` to `B` (or `I`), and from `I`
-/// to `W`: the sums of the stage's layers' [`autopp_profiler::Fp32LayerBytes`].
+/// to `W`, on tensor-parallel rank 0 (the most): the sums of the stage's layers'
+/// [`autopp_profiler::Fp32LayerBytes`].
 pub fn stage_bytes(cfg: &ExecConfig) -> Vec<(u64, u64)> {
-    let layers =
-        autopp_profiler::fp32_layers::fp32_layer_bytes(&cfg.model, cfg.micro_batch_size as u64);
+    let layers = autopp_profiler::fp32_layers::fp32_layer_bytes_tp(
+        &cfg.model,
+        cfg.micro_batch_size as u64,
+        cfg.tp as u64,
+    );
     cfg.stage_ranges()
         .into_iter()
         .map(|r| {

@@ -30,7 +30,7 @@ pub struct ExecArgs {
     /// A plan file from `autopp plan --out`: runs its model, pipeline ranks, data-parallel
     /// degree, stages per rank, micro-batching, schedule and split.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
-        "model", "pp", "dp", "virtual_stages", "microbatches", "mbs", "schedule", "group_size",
+        "model", "pp", "dp", "tp", "virtual_stages", "microbatches", "mbs", "schedule", "group_size",
         "split",
     ])]
     pub plan: Option<String>,
@@ -40,6 +40,11 @@ pub struct ExecArgs {
     /// Data-parallel replicas of the pipeline [default: 1].
     #[arg(long, value_name = "D")]
     pub dp: Option<usize>,
+    /// Tensor-parallel ranks per pipeline rank, Megatron-style (heads, FFN columns and the
+    /// vocabulary split over them; threads only) [default: 1]. Must divide the heads, the FFN
+    /// width and the vocabulary. World rank = (replica · pp + pipeline rank) · tp + tp rank.
+    #[arg(long, value_name = "T")]
+    pub tp: Option<usize>,
     /// Stages per rank (interleaved-1f1b and looped-bfs) [default: 1].
     #[arg(long = "virtual", value_name = "V")]
     pub virtual_stages: Option<usize>,
@@ -229,6 +234,7 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
         None => model,
     };
     let mut cfg = ExecConfig::from_plan(&model, &pipeline)?;
+    cfg.tp = args.tp.unwrap_or(1);
     cfg.steps = args.steps;
     cfg.seed = args.seed;
     if !(args.lr > 0.0 && args.lr.is_finite()) {
@@ -389,11 +395,16 @@ fn text(
     gpu: Option<&str>,
 ) -> String {
     let mut out = format!(
-        "{} · {} · pp {} · dp {}{} · {} micro-batches of {} × {} tokens · {} {}{}\n\n",
+        "{} · {} · pp {} · dp {}{}{} · {} micro-batches of {} × {} tokens · {} {}{}\n\n",
         cfg.model.name,
         cfg.schedule.kind,
         cfg.pp(),
         cfg.dp,
+        if cfg.tp > 1 {
+            format!(" · tp {}", cfg.tp)
+        } else {
+            String::new()
+        },
         if cfg.schedule.virtual_stages > 1 {
             format!(" · {} stages per rank", cfg.schedule.virtual_stages)
         } else {
