@@ -225,16 +225,19 @@ fn run_mpi(_cfg: &ExecConfig, _on_step: &mut dyn FnMut(StepSummary)) -> Result<O
 
 /// The configuration the flags or the plan file describe.
 fn config(args: &ExecArgs) -> Result<ExecConfig> {
-    let (model, pipeline) = match &args.plan {
+    let (model, pipeline, tp) = match &args.plan {
         Some(path) => from_plan_file(path, args.json)?,
-        None => from_flags(args)?,
+        None => {
+            let (model, pipeline) = from_flags(args)?;
+            (model, pipeline, args.tp.unwrap_or(1))
+        }
     };
     let model: Model = match args.seq_len {
         Some(s) => model.with_seq_length(s).context("--seq-len")?,
         None => model,
     };
     let mut cfg = ExecConfig::from_plan(&model, &pipeline)?;
-    cfg.tp = args.tp.unwrap_or(1);
+    cfg.tp = tp;
     cfg.steps = args.steps;
     cfg.seed = args.seed;
     if !(args.lr > 0.0 && args.lr.is_finite()) {
@@ -247,16 +250,15 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
     Ok(cfg)
 }
 
-/// The model and pipeline of the plan file at `path`, after refusing what exec cannot run
-/// (tensor or context parallelism) and noting what it does not apply (recompute) unless
-/// `quiet`.
-fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan)> {
+/// The model, pipeline and tensor-parallel degree of the plan file at `path`, after refusing
+/// what exec cannot run (context parallelism) and noting what it does not apply (recompute)
+/// unless `quiet`.
+fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan, usize)> {
     let file = PlanFile::load(path)?;
     let c = file.config()?;
-    if c.degrees.tp != 1 || c.degrees.cp != 1 {
+    if c.degrees.cp != 1 {
         bail!(
-            "--plan: the plan uses tensor parallelism {} and context parallelism {}; exec runs tp = 1 and cp = 1 only",
-            c.degrees.tp,
+            "--plan: the plan uses context parallelism {}; exec runs cp = 1 only (tensor, pipeline and data parallelism run as planned)",
             c.degrees.cp
         );
     }
@@ -266,7 +268,7 @@ fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan)> {
             c.recompute
         );
     }
-    Ok((file.model()?, file.pipeline()?))
+    Ok((file.model()?, file.pipeline()?, c.degrees.tp as usize))
 }
 
 /// The model and pipeline the flags describe.
