@@ -150,6 +150,8 @@ fn tensor_parallel_runs_and_plans_with_tp_run() {
     args.extend(SMALL);
     let v: serde_json::Value = serde_json::from_str(&stdout(&args)).unwrap();
     assert_eq!(v["tp"], 2);
+    let comm = &v["measured_action_times_s"]["tp_comm_s"];
+    assert_eq!(comm.as_array().unwrap().len(), 2);
     assert_eq!(v["check"]["passed"], true);
     assert!(v["check"]["max_rel_err"].as_f64().unwrap() <= 1e-5);
     assert_eq!(

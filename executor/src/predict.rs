@@ -74,7 +74,9 @@ pub struct Prediction {
 }
 
 /// Simulates the run's schedule with the measured median time of each action kind on each
-/// stage and of each hop between ranks.
+/// stage and of each hop between ranks. An action's time includes its tensor-parallel
+/// collectives ([`Measured::tp_comm_s`]), as the planner adds tp communication to a stage's
+/// compute, so a tensor-parallel run's prediction carries its measured collectives.
 pub fn from_measured(cfg: &ExecConfig, measured: &Measured) -> Result<Prediction, ExecError> {
     let r = simulate(&cfg.schedule, &costs(cfg, Some(measured)))?;
     let iteration_time_s = r

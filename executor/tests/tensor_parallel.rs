@@ -93,6 +93,13 @@ fn check_matrix(seq: u64, steps: usize, dps: &[usize], all: bool) {
                 r.peak_activation_bytes, r.predicted_peak_activation_bytes,
                 "{case}: peak bytes"
             );
+            // the collectives are timed, inside the actions they run in
+            let comm: f64 = r.measured.tp_comm_s.iter().flatten().sum();
+            let all: f64 = r.measured.stage_s.iter().flatten().sum();
+            assert!(
+                comm > 0.0 && comm < all,
+                "{case}: tp comm {comm} of {all} s"
+            );
         }
     }
 }

@@ -445,6 +445,14 @@ fn text(
         secs(r.predicted_iteration_time_s),
         100.0 * (r.predicted_iteration_time_s / r.iteration_time_s.max(1e-12) - 1.0)
     ));
+    if cfg.tp > 1 {
+        let total = |v: &[[f64; 4]]| v.iter().flatten().sum::<f64>();
+        let (comm, all) = (total(&r.measured.tp_comm_s), total(&r.measured.stage_s));
+        out.push_str(&format!(
+            "tensor-parallel collectives: {:.0}% of the median action times (in the prediction as part of each action)\n\n",
+            100.0 * comm / all.max(1e-12)
+        ));
+    }
     out.push_str("rank   bubble  (simulated)   peak activations   (simulated)\n");
     for rank in 0..cfg.pp() {
         out.push_str(&format!(
