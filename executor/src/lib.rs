@@ -45,6 +45,7 @@ pub mod predict;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod scale;
 pub mod stage;
 mod summary;
 pub mod topology;

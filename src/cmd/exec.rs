@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 
 use anyhow::{bail, Context, Result};
 use autopp_executor::{
-    check, run, trace, Backend, ExecConfig, ExecReport, InjectedFailure, StepSummary,
+    check, run, scale, trace, Backend, ExecConfig, ExecReport, InjectedFailure, StepSummary,
 };
 use autopp_models::{Model, Recompute};
 use autopp_planner::PlanFile;
@@ -27,13 +27,20 @@ pub struct ExecArgs {
     /// A preset name (see `autopp models`) or a path to a model.json.
     #[arg(required_unless_present = "plan")]
     pub model: Option<String>,
-    /// A plan file from `autopp plan --out`: runs its model, pipeline ranks, data-parallel
-    /// degree, stages per rank, micro-batching, schedule and split.
+    /// A plan file from `autopp plan --out`: runs its model, tensor-parallel degree, pipeline
+    /// ranks, data-parallel degree, stages per rank, micro-batching, schedule and split
+    /// (context parallelism is refused; sequence parallelism and recompute are not applied).
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "model", "pp", "dp", "tp", "virtual_stages", "microbatches", "mbs", "schedule", "group_size",
         "split",
     ])]
     pub plan: Option<String>,
+    /// With --plan: run the plan's degrees, schedule, micro-batching and split shape on a
+    /// small model of exec's subset (fewer, narrower layers; sequences of --seq-len tokens,
+    /// 16 unless given), for plans of models too large for this machine. The output says what
+    /// was scaled.
+    #[arg(long, requires = "plan")]
+    pub scale_down: bool,
     /// Pipeline ranks.
     #[arg(long, value_name = "P", required_unless_present = "plan")]
     pub pp: Option<usize>,
@@ -232,6 +239,16 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
             (model, pipeline, args.tp.unwrap_or(1))
         }
     };
+    let (model, pipeline) = match (&model, args.scale_down) {
+        (Model::Transformer(spec), true) => {
+            let s = scale::scale_down(spec, &pipeline, tp, args.seq_len.unwrap_or(16))?;
+            // on stderr, also with --json: what ran is not the plan's model
+            eprintln!("note: {}", s.note);
+            (Model::Transformer(s.model), s.pipeline)
+        }
+        (_, true) => bail!("--scale-down: the plan's model is a layer list, which exec cannot run; scale down transformers only"),
+        (_, false) => (model, pipeline),
+    };
     let model: Model = match args.seq_len {
         Some(s) => model.with_seq_length(s).context("--seq-len")?,
         None => model,
@@ -266,6 +283,11 @@ fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan, usize
         eprintln!(
             "note: exec keeps every activation; the plan's recompute mode ({}) is not applied",
             c.recompute
+        );
+    }
+    if c.sequence_parallel && c.degrees.tp > 1 && !quiet {
+        eprintln!(
+            "note: exec all-reduces within the tensor-parallel group; the plan's sequence parallelism is not applied"
         );
     }
     Ok((file.model()?, file.pipeline()?, c.degrees.tp as usize))
