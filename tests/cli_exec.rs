@@ -139,6 +139,88 @@ fn a_plan_file_runs() {
     );
 }
 
+/// `--tp 2` with `--pp 2` under a zero-bubble schedule (split I and W): the check passes and
+/// the measured peak bytes equal the prediction; the plan of `plan tiny-gpt --gpus 8` (and one
+/// fixed at tp 2 · pp 2) runs as planned.
+#[test]
+fn tensor_parallel_runs_and_plans_with_tp_run() {
+    let mut args = TWO_RANKS.to_vec();
+    args[9] = "zb-h1";
+    args.extend(["--tp", "2", "--check", "--json"]);
+    args.extend(SMALL);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&args)).unwrap();
+    assert_eq!(v["tp"], 2);
+    let comm = &v["measured_action_times_s"]["tp_comm_s"];
+    assert_eq!(comm.as_array().unwrap().len(), 2);
+    assert_eq!(v["check"]["passed"], true);
+    assert!(v["check"]["max_rel_err"].as_f64().unwrap() <= 1e-5);
+    assert_eq!(
+        v["peak_activation_bytes"],
+        v["predicted_peak_activation_bytes"]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for (name, fix) in [("free.json", None), ("tp2.json", Some("tp=2,pp=2"))] {
+        let plan = dir.path().join(name);
+        let plan_text = plan.to_str().unwrap();
+        let mut p = vec!["plan", "tiny-gpt", "--gpus", "8", "--out", plan_text];
+        p.extend(fix.map(|f| ["--fix", f]).into_iter().flatten());
+        stdout(&p);
+        let mut args = vec!["exec", "--plan", plan_text, "--check", "--json"];
+        args.extend(["--seq-len", "16", "--steps", "2"]);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&args)).unwrap();
+        assert_eq!(v["check"]["passed"], true, "{name}");
+        if fix.is_some() {
+            assert_eq!((v["tp"].clone(), v["pp"].clone()), (2.into(), 2.into()));
+        }
+    }
+    let mut bad = TWO_RANKS.to_vec();
+    bad.extend(["--tp", "3"]);
+    fails_with(&bad, "--tp: 3 does not divide the attention heads");
+}
+
+/// `--scale-down` runs a `llama3-70b --gpus 64` plan (64 ranks: tp 8 · pp 4 · dp 2, 7 stages
+/// per rank, interleaved zero bubble, at a global batch of 32) as planned on a small model,
+/// says so on stderr, and passes the check. A minute or more even in release on a loaded
+/// machine: `.ci/run` runs it (`cargo test --release --test cli_exec -- --ignored`).
+#[test]
+#[ignore = "64 threads: cargo test --release --test cli_exec -- --ignored"]
+fn a_scaled_down_llama3_70b_plan_runs_as_planned() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let plan_text = plan.to_str().unwrap();
+    let p = ["plan", "llama3-70b", "--gpus", "64", "--global-batch", "32"];
+    stdout(&[&p[..], &["--out", plan_text]].concat());
+    let planned: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let args = [
+        "exec",
+        "--plan",
+        plan_text,
+        "--scale-down",
+        "--steps",
+        "1",
+        "--check",
+        "--json",
+    ];
+    let out = autopp(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        note.contains("scaled down: llama3-70b (80 blocks"),
+        "{note}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["tp", "pp", "dp", "virtual_stages", "num_microbatches"] {
+        assert_eq!(v[key], planned["plan"][key], "{key}");
+    }
+    assert_eq!(v["schedule"], planned["plan"]["schedule"]);
+    assert_eq!(v["check"]["passed"], true);
+}
+
 #[test]
 fn impossible_requests_fail_with_one_line() {
     let with = |model: &str, extra: &[&'static str]| {

@@ -15,7 +15,7 @@
 //! step's loss is a one-element tensor); `max_rel_err` is the largest over every step's loss
 //! and every parameter of every data-parallel replica after the last step.
 
-use autopp_profiler::device::{Flow, Tensor};
+use autopp_profiler::device::{Emulated, Flow, Shard, Tensor};
 use autopp_schedule::ActionKind;
 use serde::Serialize;
 
@@ -71,7 +71,7 @@ pub fn train_single_worker(cfg: &ExecConfig) -> Result<Reference, ExecError> {
         .map_err(|message| fail(0, RankError::Schedule(message)))?;
     let data = SyntheticData::new(cfg.seed, cfg.model.vocab_size as usize, cfg.seq_len());
     let entries = cfg.model.num_layers as usize + 2;
-    let mut model = Stage::new(&cfg.model, cfg.seed, 0..entries);
+    let mut model = Stage::new(&cfg.model, cfg.seed, 0..entries, Shard::WHOLE);
     let mut adam = AdamState::new(&model);
     let n = cfg.global_batch_size();
     let tokens = n * cfg.seq_len();
@@ -81,7 +81,13 @@ pub fn train_single_worker(cfg: &ExecConfig) -> Result<Reference, ExecError> {
         let input = Flow::Tokens(data.inputs(step, 0..n));
         let targets = data.targets(step, 0..n);
         let (out, saved) = model
-            .forward(input, Some(targets), n, cfg.seq_len())
+            .forward(
+                input,
+                Some(targets),
+                n,
+                cfg.seq_len(),
+                &mut Emulated(cfg.tp),
+            )
             .map_err(|e| fail(step, e))?;
         let Flow::Loss(sum) = out else {
             return Err(fail(
@@ -91,7 +97,7 @@ pub fn train_single_worker(cfg: &ExecConfig) -> Result<Reference, ExecError> {
         };
         losses.push(sum / tokens as f64);
         let (_, ws) = model
-            .backward_input(saved, None, scale)
+            .backward_input(saved, None, scale, &mut Emulated(cfg.tp))
             .map_err(|e| fail(step, e))?;
         pipelined_weight_gradients(cfg, &mut model, &ws).map_err(|e| fail(step, e))?;
         adam.step(&cfg.optimizer, &mut model);

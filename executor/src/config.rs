@@ -115,6 +115,9 @@ pub struct ExecConfig {
     pub schedule: Schedule,
     /// Data-parallel replicas of the pipeline.
     pub dp: usize,
+    /// Tensor-parallel ranks per pipeline rank (Megatron-style: heads, FFN columns and the
+    /// vocabulary split over them; see `autopp_profiler::device::tp`). 1 unless set.
+    pub tp: usize,
     /// Sequences per micro-batch.
     pub micro_batch_size: usize,
     /// Layer-list entries (embedding, blocks, head) per global stage, in stage order.
@@ -166,6 +169,7 @@ impl ExecConfig {
             model: spec.clone(),
             schedule,
             dp,
+            tp: 1,
             micro_batch_size,
             split,
             steps: 10,
@@ -199,6 +203,7 @@ impl ExecConfig {
         if self.dp == 0 {
             return Err(ExecError::invalid("--dp", "must be at least 1"));
         }
+        self.check_tp()?;
         if self.micro_batch_size == 0 {
             return Err(ExecError::invalid("--mbs", "must be at least 1"));
         }
@@ -246,6 +251,32 @@ impl ExecConfig {
         Ok(())
     }
 
+    /// Refuses a tensor-parallel degree the layers cannot split over: 0, or one that does not
+    /// divide the heads, the FFN width and the vocabulary.
+    fn check_tp(&self) -> Result<(), ExecError> {
+        let m = &self.model;
+        let tp = self.tp as u64;
+        if tp == 0 {
+            return Err(ExecError::invalid("--tp", "must be at least 1"));
+        }
+        for (what, n) in [
+            ("attention heads", m.num_attention_heads),
+            ("FFN width", m.ffn()),
+            ("vocabulary", m.vocab_size),
+        ] {
+            if n % tp != 0 {
+                return Err(ExecError::invalid(
+                    "--tp",
+                    format!(
+                        "{tp} does not divide the {what} of '{}' ({n}); use a divisor of it",
+                        m.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Pipeline ranks.
     pub fn pp(&self) -> usize {
         self.schedule.pp
@@ -266,9 +297,9 @@ impl ExecConfig {
         self.num_microbatches() * self.micro_batch_size * self.dp
     }
 
-    /// Ranks (threads): `pp · dp`.
+    /// Ranks (threads): `pp · dp · tp`.
     pub fn world_size(&self) -> usize {
-        self.pp() * self.dp
+        self.pp() * self.dp * self.tp
     }
 
     /// Tokens per sequence.

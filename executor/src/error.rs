@@ -105,7 +105,9 @@ impl RankError {
     pub(crate) fn is_secondary(&self) -> bool {
         matches!(
             self,
-            RankError::Aborted(_) | RankError::Transport(TransportError::Aborted { .. })
+            RankError::Aborted(_)
+                | RankError::Transport(TransportError::Aborted { .. })
+                | RankError::Device(DeviceError::Collective(TransportError::Aborted { .. }))
         )
     }
 }

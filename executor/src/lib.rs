@@ -1,6 +1,6 @@
 //! # autopp-executor
 //!
-//! Runs a schedule IR for real: one worker thread per rank (`pp × dp`) executing its action
+//! Runs a schedule IR for real: one worker thread per rank (`pp × dp × tp`) executing its action
 //! list over the profiler's device layer — fp32 layers with explicit forward /
 //! backward-input / backward-weight, their GEMMs on the CPU or (feature `cuda`, [`Backend`])
 //! cuBLAS, an in-process [`Transport`] between ranks (or NCCL: `run_nccl`) — with saved
@@ -45,6 +45,7 @@ pub mod predict;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod scale;
 pub mod stage;
 mod summary;
 pub mod topology;

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use autopp_profiler::device::{Abort, Transport};
+use autopp_profiler::device::{Abort, Shard, Transport};
 use autopp_schedule::{Action, ActionKind};
 
 use crate::barrier::Barrier;
@@ -34,6 +34,12 @@ pub fn run_rank<T: Transport>(
     on_step: &mut dyn FnMut(StepSummary),
 ) -> Result<Option<ExecReport>, ExecError> {
     cfg.validate()?;
+    if cfg.tp > 1 {
+        return Err(ExecError::invalid(
+            "--tp",
+            "the MPI transport has no tensor-parallel communicators yet; run --tp with --transport threads",
+        ));
+    }
     let world = cfg.world_size();
     let rank = transport.rank();
     if transport.world_size() != world {
@@ -83,15 +89,22 @@ pub fn run_rank<T: Transport>(
     let mut final_stages = Vec::with_capacity(world);
     for (r, (record, flat)) in records.iter().zip(&weights).enumerate() {
         let Place {
-            replica, pp_rank, ..
+            replica,
+            pp_rank,
+            tp_rank,
+            ..
         } = cfg.place(r);
+        let shard = Shard {
+            rank: tp_rank,
+            size: cfg.tp,
+        };
         let steps = decode_steps(record)
             .ok_or_else(|| gathered(&format!("rank {r}'s records are garbled")))?;
         let mut stages: Vec<Stage> = cfg
             .schedule
             .stages_of(pp_rank)
             .into_iter()
-            .map(|s| Stage::new(&cfg.model, cfg.seed, ranges[s].clone()))
+            .map(|s| Stage::new(&cfg.model, cfg.seed, ranges[s].clone(), shard))
             .collect();
         let mut at = 0;
         for s in &mut stages {
@@ -106,6 +119,7 @@ pub fn run_rank<T: Transport>(
             rank: r,
             replica,
             pp_rank,
+            tp_rank,
             steps,
         });
         final_stages.push(stages);
@@ -173,6 +187,7 @@ fn encode_steps(steps: &[RankStep]) -> Vec<f64> {
                 e.start_s,
                 e.end_s,
                 e.wait_s,
+                e.tp_comm_s,
             ]);
         }
         v.push(s.memory.len() as f64);
@@ -210,6 +225,7 @@ fn decode_steps(v: &[f64]) -> Option<Vec<RankStep>> {
                     start_s: next()?,
                     end_s: next()?,
                     wait_s: next()?,
+                    tp_comm_s: next()?,
                 })
             })
             .collect::<Option<Vec<_>>>()?;

@@ -26,6 +26,12 @@ pub fn run_nccl(
     on_step: &mut dyn FnMut(StepSummary),
 ) -> Result<ExecReport, ExecError> {
     cfg.validate()?;
+    if cfg.tp > 1 {
+        return Err(ExecError::invalid(
+            "--tp",
+            "the NCCL transport has no tensor-parallel communicators yet; run --tp with --transport threads",
+        ));
+    }
     if cfg.backend != Backend::Cuda {
         return Err(ExecError::invalid(
             "--transport nccl",

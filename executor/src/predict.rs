@@ -10,10 +10,14 @@ use crate::error::ExecError;
 use crate::measure::Measured;
 
 /// Per global stage, the bytes one micro-batch keeps from `F` to `B` (or `I`), and from `I`
-/// to `W`: the sums of the stage's layers' [`autopp_profiler::Fp32LayerBytes`].
+/// to `W`, on tensor-parallel rank 0 (the most): the sums of the stage's layers'
+/// [`autopp_profiler::Fp32LayerBytes`].
 pub fn stage_bytes(cfg: &ExecConfig) -> Vec<(u64, u64)> {
-    let layers =
-        autopp_profiler::fp32_layers::fp32_layer_bytes(&cfg.model, cfg.micro_batch_size as u64);
+    let layers = autopp_profiler::fp32_layers::fp32_layer_bytes_tp(
+        &cfg.model,
+        cfg.micro_batch_size as u64,
+        cfg.tp as u64,
+    );
     cfg.stage_ranges()
         .into_iter()
         .map(|r| {
@@ -70,7 +74,9 @@ pub struct Prediction {
 }
 
 /// Simulates the run's schedule with the measured median time of each action kind on each
-/// stage and of each hop between ranks.
+/// stage and of each hop between ranks. An action's time includes its tensor-parallel
+/// collectives ([`Measured::tp_comm_s`]), as the planner adds tp communication to a stage's
+/// compute, so a tensor-parallel run's prediction carries its measured collectives.
 pub fn from_measured(cfg: &ExecConfig, measured: &Measured) -> Result<Prediction, ExecError> {
     let r = simulate(&cfg.schedule, &costs(cfg, Some(measured)))?;
     let iteration_time_s = r

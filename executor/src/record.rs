@@ -28,6 +28,8 @@ pub struct RankTrace {
     pub replica: usize,
     /// Pipeline rank.
     pub pp_rank: usize,
+    /// Tensor-parallel rank.
+    pub tp_rank: usize,
     /// Every step.
     pub steps: Vec<RankStep>,
 }
@@ -44,6 +46,8 @@ pub struct ActionEvent {
     pub end_s: f64,
     /// How long it waited for its inputs before `start_s`.
     pub wait_s: f64,
+    /// Seconds of `start_s..end_s` spent in tensor-parallel collectives (0 without tp).
+    pub tp_comm_s: f64,
 }
 
 fn as_text<S: serde::Serializer>(a: &Action, s: S) -> Result<S::Ok, S::Error> {
@@ -53,7 +57,8 @@ fn as_text<S: serde::Serializer>(a: &Action, s: S) -> Result<S::Ok, S::Error> {
 /// One step on one rank.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RankStep {
-    /// Summed token loss of the micro-batches this rank's head saw (0 without the head).
+    /// Summed token loss of the micro-batches this rank's head saw (0 without the head, and on
+    /// tensor-parallel ranks other than 0, whose loss is the same).
     pub loss_sum: f64,
     /// Every action, in order.
     pub events: Vec<ActionEvent>,

@@ -2,7 +2,7 @@
 //! step times, the measured bubble and peak bytes per pipeline rank, and next to them what the
 //! simulator predicts from the measured action times and the models' byte counts.
 
-use autopp_profiler::device::Tensor;
+use autopp_profiler::device::{Layer, Tensor};
 use autopp_profiler::median;
 
 use crate::config::ExecConfig;
@@ -82,17 +82,43 @@ impl ExecReport {
     }
 
     /// The parameters of replica `replica` after the last step, as `("layer 3 qkv.weight",
-    /// tensor)` in layer-list order.
-    pub fn params_of_replica(&self, replica: usize) -> Vec<(String, &Tensor)> {
-        let mut stages: Vec<&Stage> = self
-            .ranks
-            .iter()
-            .zip(&self.final_stages)
-            .filter(|(r, _)| r.replica == replica)
-            .flat_map(|(_, s)| s)
-            .collect();
-        stages.sort_by_key(|s| s.first_layer);
-        stages.into_iter().flat_map(Stage::named_params).collect()
+    /// tensor)` in layer-list order: with tensor parallelism, each layer made whole again
+    /// from its tensor-parallel ranks' slices ([`Layer::unshard`]).
+    pub fn params_of_replica(&self, replica: usize) -> Vec<(String, Tensor)> {
+        // per tensor-parallel rank, the replica's stages in layer order
+        let mut by_tp: Vec<Vec<&Stage>> = Vec::new();
+        for (r, stages) in self.ranks.iter().zip(&self.final_stages) {
+            if r.replica == replica {
+                if by_tp.len() <= r.tp_rank {
+                    by_tp.resize(r.tp_rank + 1, Vec::new());
+                }
+                by_tp[r.tp_rank].extend(stages);
+            }
+        }
+        by_tp
+            .iter_mut()
+            .for_each(|s| s.sort_by_key(|s| s.first_layer));
+        let Some(first) = by_tp.first() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, stage) in first.iter().enumerate() {
+            for (j, _) in stage.layers.iter().enumerate() {
+                let parts: Vec<&Layer> = by_tp
+                    .iter()
+                    .filter_map(|s| s.get(k).and_then(|s| s.layers.get(j)))
+                    .collect();
+                let whole = Layer::unshard(&parts);
+                let i = stage.first_layer + j;
+                out.extend(
+                    whole
+                        .params()
+                        .into_iter()
+                        .map(|(n, t)| (format!("layer {i} {n}"), t.clone())),
+                );
+            }
+        }
+        out
     }
 }
 
@@ -117,7 +143,8 @@ fn bubble_fraction(cfg: &ExecConfig, ranks: &[RankTrace], measured: &[usize]) ->
             }
         }
     }
-    let n = (measured.len() * cfg.dp) as f64;
+    // every tensor-parallel rank of a pipeline rank adds its own
+    let n = (measured.len() * cfg.dp * cfg.tp) as f64;
     bubble.iter_mut().for_each(|b| *b /= n);
     bubble
 }

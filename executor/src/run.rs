@@ -1,4 +1,4 @@
-//! The coordinator: one thread per rank (`pp × dp`), in-process transport between them,
+//! The coordinator: one thread per rank (`pp × dp × tp`), in-process transport between them,
 //! per-step summaries as they complete, and the report at the end.
 
 use std::sync::mpsc;
@@ -21,8 +21,8 @@ use crate::worker::{Shared, Worker};
 /// consequence of another rank's failure.
 type Report = (usize, usize, Result<RankStep, (ExecError, bool)>);
 
-/// What a rank's thread leaves when it ends well: its replica, pipeline rank and stages.
-type Final = Option<(usize, usize, Vec<Stage>)>;
+/// What a rank's thread leaves when it ends well: its stages.
+type Final = Option<Vec<Stage>>;
 
 /// The name of rank `rank`'s thread; `autopp exec` keeps panics of threads so named off stderr,
 /// since the error reports them.
@@ -191,8 +191,7 @@ impl<'c> Records<'c> {
         for (rank, f) in finals.into_iter().enumerate() {
             let place = cfg.place(rank);
             let failed = |message: &str| place.failure(cfg.steps, None, message.into());
-            let (replica, pp_rank, stages) =
-                f.ok_or_else(|| failed("the rank's thread panicked"))?;
+            let stages = f.ok_or_else(|| failed("the rank's thread panicked"))?;
             let steps = self
                 .per_step
                 .iter_mut()
@@ -201,8 +200,9 @@ impl<'c> Records<'c> {
                 .ok_or_else(|| failed("a step report is missing"))?;
             ranks.push(RankTrace {
                 rank,
-                replica,
-                pp_rank,
+                replica: place.replica,
+                pp_rank: place.pp_rank,
+                tp_rank: place.tp_rank,
                 steps,
             });
             final_stages.push(stages);
@@ -242,5 +242,5 @@ fn rank_thread<T: Transport>(
             return None;
         }
     }
-    Some((place.replica, place.pp_rank, w.into_stages()))
+    Some(w.into_stages())
 }

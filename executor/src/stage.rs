@@ -3,7 +3,7 @@
 //! single-worker model.
 
 use autopp_models::TransformerSpec;
-use autopp_profiler::device::{init_layer, Flow, Layer, Saved, Tensor, WeightSaved};
+use autopp_profiler::device::{init_layer, Flow, Layer, Saved, Shard, Tensor, TpComm, WeightSaved};
 
 use crate::error::RankError;
 
@@ -42,10 +42,19 @@ impl StageWeightSaved {
 }
 
 impl Stage {
-    /// Layer-list entries `range` of `spec`, initialised from `seed`.
-    pub fn new(spec: &TransformerSpec, seed: u64, range: std::ops::Range<usize>) -> Self {
+    /// Layer-list entries `range` of `spec`, initialised from `seed`: tensor-parallel rank
+    /// `shard`'s slices of them ([`Shard::WHOLE`]: the whole layers), each layer initialised
+    /// whole and then sliced, so the ranks' slices make up the single-worker model.
+    pub fn new(
+        spec: &TransformerSpec,
+        seed: u64,
+        range: std::ops::Range<usize>,
+        shard: Shard,
+    ) -> Self {
         let first_layer = range.start;
-        let layers: Vec<Layer> = range.map(|i| init_layer(spec, seed, i)).collect();
+        let layers: Vec<Layer> = range
+            .map(|i| init_layer(spec, seed, i).shard(shard))
+            .collect();
         let grads = layers.iter().map(Layer::zeros_like).collect();
         Stage {
             first_layer,
@@ -62,6 +71,7 @@ impl Stage {
         mut targets: Option<Vec<u32>>,
         sequences: usize,
         seq_len: usize,
+        tp: &mut dyn TpComm,
     ) -> Result<(Flow, StageSaved), RankError> {
         let mut flow = input;
         let mut saved = Vec::with_capacity(self.layers.len());
@@ -69,7 +79,7 @@ impl Stage {
             let t = matches!(layer, Layer::Head(_))
                 .then(|| targets.take())
                 .flatten();
-            let (out, s) = layer.forward(flow, t, sequences, seq_len)?;
+            let (out, s) = layer.forward_tp(flow, t, sequences, seq_len, tp)?;
             flow = out;
             saved.push(s);
         }
@@ -84,11 +94,12 @@ impl Stage {
         saved: StageSaved,
         d_out: Option<Tensor>,
         loss_scale: f32,
+        tp: &mut dyn TpComm,
     ) -> Result<(Option<Tensor>, StageWeightSaved), RankError> {
         let mut grad = d_out;
         let mut kept = Vec::with_capacity(saved.0.len());
         for (layer, s) in self.layers.iter().zip(saved.0).rev() {
-            let (dx, ws) = layer.backward_input(s, grad, loss_scale)?;
+            let (dx, ws) = layer.backward_input_tp(s, grad, loss_scale, tp)?;
             grad = dx;
             kept.push(ws);
         }

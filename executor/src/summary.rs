@@ -25,6 +25,7 @@ impl ExecReport {
             "schedule": cfg.schedule.kind,
             "pp": cfg.pp(),
             "dp": cfg.dp,
+            "tp": cfg.tp,
             "virtual_stages": cfg.schedule.virtual_stages,
             "num_microbatches": cfg.num_microbatches(),
             "micro_batch_size": cfg.micro_batch_size,

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use autopp_profiler::device::{Abort, Direction, Flow, Tag, Tensor, Transport};
+use autopp_profiler::device::{Abort, Direction, Flow, GroupComm, Shard, Tag, Tensor, Transport};
 use autopp_schedule::deps::{self, Output};
 use autopp_schedule::{Action, ActionKind, Step};
 
@@ -69,23 +69,31 @@ pub(crate) struct Worker<'a, T: Transport> {
     held_bytes: u64,
     /// Tensors between two stages on this rank.
     local: HashMap<Tag, Tensor>,
+    /// This rank's tensor-parallel group (world ranks, tensor-parallel rank order).
+    tp_group: Vec<usize>,
+    /// The f64 buffer the tensor-parallel all-reduces widen into (reused).
+    tp_buffer: Vec<f64>,
     loss_scale: f32,
     /// The action running now, for the error message if it fails or panics.
     current: Option<Action>,
 }
 
 impl<'a, T: Transport> Worker<'a, T> {
-    /// The rank `transport.rank()`: replica `rank / pp`, pipeline rank `rank mod pp`.
+    /// The rank `transport.rank()` (see [`ExecConfig::place`]).
     pub(crate) fn new(shared: &'a Shared<'a>, transport: T) -> Self {
         let cfg = shared.cfg;
         let place = cfg.place(transport.rank());
         let ranges = cfg.stage_ranges();
+        let shard = Shard {
+            rank: place.tp_rank,
+            size: cfg.tp,
+        };
         let stages = cfg
             .schedule
             .stages_of(place.pp_rank)
             .into_iter()
             .map(|s| {
-                let stage = Stage::new(&cfg.model, cfg.seed, ranges[s].clone());
+                let stage = Stage::new(&cfg.model, cfg.seed, ranges[s].clone(), shard);
                 let adam = AdamState::new(&stage);
                 (s, (stage, adam))
             })
@@ -99,6 +107,8 @@ impl<'a, T: Transport> Worker<'a, T> {
             held: HashMap::new(),
             held_bytes: 0,
             local: HashMap::new(),
+            tp_group: cfg.tensor_parallel_group(place.replica, place.pp_rank),
+            tp_buffer: Vec::new(),
             loss_scale: 1.0 / tokens as f32,
             current: None,
         }
@@ -199,7 +209,7 @@ impl<'a, T: Transport> Worker<'a, T> {
     /// order), then AdamW and zeroed gradients.
     fn reduce_and_step(&mut self) -> Result<(), RankError> {
         let cfg = self.shared.cfg;
-        let group = cfg.data_parallel_group(self.place.pp_rank);
+        let group = cfg.data_parallel_group(self.place.pp_rank, self.place.tp_rank);
         for (stage, adam) in self.stages.values_mut() {
             if group.len() > 1 {
                 let mut flat = stage.flat_grads();
@@ -219,7 +229,10 @@ impl<'a, T: Transport> Worker<'a, T> {
             self.local.insert(tag, tensor);
             Ok(())
         } else {
-            let peer = self.shared.cfg.world_rank(self.place.replica, to);
+            let peer = self
+                .shared
+                .cfg
+                .world_rank(self.place.replica, to, self.place.tp_rank);
             Ok(self.transport.send(peer, tag, tensor)?)
         }
     }
@@ -234,7 +247,10 @@ impl<'a, T: Transport> Worker<'a, T> {
                 ))
             })
         } else {
-            let peer = self.shared.cfg.world_rank(self.place.replica, from);
+            let peer = self
+                .shared
+                .cfg
+                .world_rank(self.place.replica, from, self.place.tp_rank);
             Ok(self.transport.recv(peer, tag)?)
         }
     }
@@ -303,6 +319,7 @@ impl<'a, T: Transport> Worker<'a, T> {
             )));
         }
         let t0 = self.now_s();
+        let mut tp_comm_s = 0.0;
         let event = match a.kind {
             ActionKind::F => {
                 let input = match self.receive(a)? {
@@ -313,13 +330,19 @@ impl<'a, T: Transport> Worker<'a, T> {
                     (s == last).then(|| self.shared.data.targets(step, sequences.clone()));
                 let start_s = self.now_s();
                 let (stage, _) = &self.stages[&s];
-                let (out, saved) = stage.forward(input, targets, sequences.len(), cfg.seq_len())?;
+                let mut tp =
+                    GroupComm::new(&mut self.transport, &self.tp_group, &mut self.tp_buffer);
+                let (out, saved) =
+                    stage.forward(input, targets, sequences.len(), cfg.seq_len(), &mut tp)?;
+                tp_comm_s = tp.spent_s;
                 if self.held.contains_key(&key) {
                     return Err(RankError::Schedule(format!("{a} runs twice")));
                 }
                 self.hold(key, Held::Activations(saved));
                 match out {
-                    Flow::Loss(l) => *loss_sum += l,
+                    // every tensor-parallel rank has the loss; rank 0 reports it
+                    Flow::Loss(l) if self.place.tp_rank == 0 => *loss_sum += l,
+                    Flow::Loss(_) => {}
                     Flow::Hidden(y) => self.send(a, y)?,
                     Flow::Tokens(_) => return Err(missing("its stage produced tokens")),
                 }
@@ -337,7 +360,10 @@ impl<'a, T: Transport> Worker<'a, T> {
                     None => return Err(missing("its forward")),
                 };
                 let (stage, _) = self.stages.get_mut(&s).ok_or_else(|| missing("stage"))?;
-                let (dx, ws) = stage.backward_input(saved, d_out, self.loss_scale)?;
+                let mut tp =
+                    GroupComm::new(&mut self.transport, &self.tp_group, &mut self.tp_buffer);
+                let (dx, ws) = stage.backward_input(saved, d_out, self.loss_scale, &mut tp)?;
+                tp_comm_s = tp.spent_s;
                 if a.kind == ActionKind::B {
                     stage.backward_weight(ws)?;
                 } else {
@@ -368,6 +394,7 @@ impl<'a, T: Transport> Worker<'a, T> {
             start_s: event.0,
             end_s: event.1,
             wait_s: event.0 - t0,
+            tp_comm_s,
         })
     }
 

@@ -45,7 +45,21 @@ pub struct Fp32LayerBytes {
 /// executor's fp32 layers keep for a micro-batch of `micro_batch_size` sequences of
 /// `seq_length`.
 pub fn fp32_layer_bytes(spec: &TransformerSpec, micro_batch_size: u64) -> Vec<Fp32LayerBytes> {
+    fp32_layer_bytes_tp(spec, micro_batch_size, 1)
+}
+
+/// [`fp32_layer_bytes`] on tensor-parallel rank 0 of `tp` (the rank with the most: the
+/// vocabulary splits in `⌈V/tp⌉` ids). A rank keeps the whole of what is replicated — the
+/// norms' tensors, `LN(x)`, the residual-stream gradients — and `1/tp` of the rest: per block
+/// `T·(4h + (4h + 2f)/tp + 2) + b·(a/tp)·s²` from `F`, `T·(8h + (4h + 2f)/tp)` from `I`; the
+/// head's probabilities and `dlogits` are `T·⌈V/tp⌉`. `heads` and `ffn` divisible by `tp`.
+pub fn fp32_layer_bytes_tp(
+    spec: &TransformerSpec,
+    micro_batch_size: u64,
+    tp: u64,
+) -> Vec<Fp32LayerBytes> {
     let e = FP32_BYTES;
+    let tp = tp.max(1);
     let (b, s) = (micro_batch_size, spec.seq_length);
     let t = b * s;
     let (h, f, a, v) = (
@@ -58,9 +72,10 @@ pub fn fp32_layer_bytes(spec: &TransformerSpec, micro_batch_size: u64) -> Vec<Fp
         activation_bytes: e * t,
         weight_grad_bytes: e * (t + t * h),
     };
+    let (split, v) = ((4 * h + 2 * f) / tp, v.div_ceil(tp));
     let block = Fp32LayerBytes {
-        activation_bytes: e * (t * (8 * h + 2 * f + 2) + b * a * s * s),
-        weight_grad_bytes: e * t * (12 * h + 2 * f),
+        activation_bytes: e * (t * (4 * h + split + 2) + b * (a / tp) * s * s),
+        weight_grad_bytes: e * t * (8 * h + split),
     };
     let head = Fp32LayerBytes {
         activation_bytes: e * (t * (2 * h + v + 1) + t),

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 
 use anyhow::{bail, Context, Result};
 use autopp_executor::{
-    check, run, trace, Backend, ExecConfig, ExecReport, InjectedFailure, StepSummary,
+    check, run, scale, trace, Backend, ExecConfig, ExecReport, InjectedFailure, StepSummary,
 };
 use autopp_models::{Model, Recompute};
 use autopp_planner::PlanFile;
@@ -27,19 +27,31 @@ pub struct ExecArgs {
     /// A preset name (see `autopp models`) or a path to a model.json.
     #[arg(required_unless_present = "plan")]
     pub model: Option<String>,
-    /// A plan file from `autopp plan --out`: runs its model, pipeline ranks, data-parallel
-    /// degree, stages per rank, micro-batching, schedule and split.
+    /// A plan file from `autopp plan --out`: runs its model, tensor-parallel degree, pipeline
+    /// ranks, data-parallel degree, stages per rank, micro-batching, schedule and split
+    /// (context parallelism is refused; sequence parallelism and recompute are not applied).
     #[arg(long, value_name = "FILE", conflicts_with_all = [
-        "model", "pp", "dp", "virtual_stages", "microbatches", "mbs", "schedule", "group_size",
+        "model", "pp", "dp", "tp", "virtual_stages", "microbatches", "mbs", "schedule", "group_size",
         "split",
     ])]
     pub plan: Option<String>,
+    /// With --plan: run the plan's degrees, schedule, micro-batching and split shape on a
+    /// small model of exec's subset (fewer, narrower layers; sequences of --seq-len tokens,
+    /// 16 unless given), for plans of models too large for this machine. The output says what
+    /// was scaled.
+    #[arg(long, requires = "plan")]
+    pub scale_down: bool,
     /// Pipeline ranks.
     #[arg(long, value_name = "P", required_unless_present = "plan")]
     pub pp: Option<usize>,
     /// Data-parallel replicas of the pipeline [default: 1].
     #[arg(long, value_name = "D")]
     pub dp: Option<usize>,
+    /// Tensor-parallel ranks per pipeline rank, Megatron-style (heads, FFN columns and the
+    /// vocabulary split over them; threads only) [default: 1]. Must divide the heads, the FFN
+    /// width and the vocabulary. World rank = (replica · pp + pipeline rank) · tp + tp rank.
+    #[arg(long, value_name = "T")]
+    pub tp: Option<usize>,
     /// Stages per rank (interleaved and V schedules) [default: 2 for zb-v and dualpipe-v, 1
     /// otherwise].
     #[arg(long = "virtual", value_name = "V")]
@@ -221,18 +233,32 @@ fn run_mpi(_cfg: &ExecConfig, _on_step: &mut dyn FnMut(StepSummary)) -> Result<O
 
 /// The configuration the flags or the plan file describe.
 fn config(args: &ExecArgs) -> Result<ExecConfig> {
-    let (model, pipeline) = match &args.plan {
+    let (model, pipeline, tp) = match &args.plan {
         Some(path) => {
-            let (model, pipeline) = from_plan_file(path, args.json)?;
-            let model: Model = match args.seq_len {
-                Some(s) => model.with_seq_length(s).context("--seq-len")?,
-                None => model,
+            let (model, pipeline, tp) = from_plan_file(path, args.json)?;
+            let model: Model = match (args.seq_len, args.scale_down) {
+                (Some(s), false) => model.with_seq_length(s).context("--seq-len")?,
+                _ => model,
             };
-            (model, pipeline)
+            (model, pipeline, tp)
         }
-        None => from_flags(args)?,
+        None => {
+            let (model, pipeline) = from_flags(args)?;
+            (model, pipeline, args.tp.unwrap_or(1))
+        }
+    };
+    let (model, pipeline) = match (&model, args.scale_down) {
+        (Model::Transformer(spec), true) => {
+            let s = scale::scale_down(spec, &pipeline, tp, args.seq_len.unwrap_or(16))?;
+            // on stderr, also with --json: what ran is not the plan's model
+            eprintln!("note: {}", s.note);
+            (Model::Transformer(s.model), s.pipeline)
+        }
+        (_, true) => bail!("--scale-down: the plan's model is a layer list, which exec cannot run; scale down transformers only"),
+        (_, false) => (model, pipeline),
     };
     let mut cfg = ExecConfig::from_plan(&model, &pipeline)?;
+    cfg.tp = tp;
     cfg.steps = args.steps;
     cfg.seed = args.seed;
     if !(args.lr > 0.0 && args.lr.is_finite()) {
@@ -245,16 +271,15 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
     Ok(cfg)
 }
 
-/// The model and pipeline of the plan file at `path`, after refusing what exec cannot run
-/// (tensor or context parallelism) and noting what it does not apply (recompute) unless
-/// `quiet`.
-fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan)> {
+/// The model, pipeline and tensor-parallel degree of the plan file at `path`, after refusing
+/// what exec cannot run (context parallelism) and noting what it does not apply (recompute)
+/// unless `quiet`.
+fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan, usize)> {
     let file = PlanFile::load(path)?;
     let c = file.config()?;
-    if c.degrees.tp != 1 || c.degrees.cp != 1 {
+    if c.degrees.cp != 1 {
         bail!(
-            "--plan: the plan uses tensor parallelism {} and context parallelism {}; exec runs tp = 1 and cp = 1 only",
-            c.degrees.tp,
+            "--plan: the plan uses context parallelism {}; exec runs cp = 1 only (tensor, pipeline and data parallelism run as planned)",
             c.degrees.cp
         );
     }
@@ -264,7 +289,12 @@ fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan)> {
             c.recompute
         ));
     }
-    Ok((file.model()?, file.pipeline()?))
+    if c.sequence_parallel && c.degrees.tp > 1 && !quiet {
+        super::common::note(
+            "exec all-reduces within the tensor-parallel group; the plan's sequence parallelism is not applied".to_string(),
+        );
+    }
+    Ok((file.model()?, file.pipeline()?, c.degrees.tp as usize))
 }
 
 /// The model and pipeline the flags describe.
@@ -393,11 +423,16 @@ fn text(
     gpu: Option<&str>,
 ) -> String {
     let mut out = format!(
-        "{} · {} · pp {} · dp {}{} · {} micro-batches of {} × {} tokens · {} {}{}\n\n",
+        "{} · {} · pp {} · dp {}{}{} · {} micro-batches of {} × {} tokens · {} {}{}\n\n",
         cfg.model.name,
         cfg.schedule.kind,
         cfg.pp(),
         cfg.dp,
+        if cfg.tp > 1 {
+            format!(" · tp {}", cfg.tp)
+        } else {
+            String::new()
+        },
         if cfg.schedule.virtual_stages > 1 {
             format!(" · {} stages per rank", cfg.schedule.virtual_stages)
         } else {
@@ -436,6 +471,14 @@ fn text(
         secs(r.predicted_iteration_time_s),
         100.0 * (r.predicted_iteration_time_s / r.iteration_time_s.max(1e-12) - 1.0)
     ));
+    if cfg.tp > 1 {
+        let total = |v: &[[f64; 4]]| v.iter().flatten().sum::<f64>();
+        let (comm, all) = (total(&r.measured.tp_comm_s), total(&r.measured.stage_s));
+        out.push_str(&format!(
+            "tensor-parallel collectives: {:.0}% of the median action times (in the prediction as part of each action)\n\n",
+            100.0 * comm / all.max(1e-12)
+        ));
+    }
     out.push_str("rank   bubble  (simulated)   peak activations   (simulated)\n");
     for rank in 0..cfg.pp() {
         out.push_str(&format!(

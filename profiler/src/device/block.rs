@@ -17,8 +17,32 @@ use super::linear::Linear;
 use super::norm::{LayerNorm, NormSaved};
 use super::rng::Rng;
 use super::tensor::Tensor;
+use super::tp::{alone, even_cols, even_rows, heads_cols, split_product, TpComm};
+use super::transport::TransportError;
 
 pub use super::kernels::{gelu, gelu_grad};
+
+/// `residual + b + x·W` of a row-parallel projection: with a group of one in one pass
+/// ([`Linear::forward_residual`]); otherwise the partial `x·W` all-reduced over the group, then
+/// added to `residual + b` (`b` replicated, added once).
+fn row_parallel(
+    lin: &Linear,
+    x: &Tensor,
+    residual: &Tensor,
+    tp: &mut dyn TpComm,
+) -> Result<Tensor, TransportError> {
+    if tp.shard().size == 1 && tp.emulated() == 1 {
+        return Ok(lin.forward_residual(x, residual));
+    }
+    let partial = split_product(x, &lin.weight, false, even_cols, even_rows, tp)?;
+    let mut y = Tensor::scratch(residual.rows(), residual.cols());
+    y.data_mut().copy_from_slice(residual.data());
+    if let Some(b) = &lin.bias {
+        kernels::add_bias(y.data_mut(), b.data());
+    }
+    y.add_assign(&partial);
+    Ok(y)
+}
 
 /// One transformer block's parameters — or, as a second `Block`, their gradients (f32).
 #[derive(Debug, Clone, PartialEq)]
@@ -150,28 +174,40 @@ impl Block {
         }
     }
 
+    /// The attention shape of this block's heads (a tensor-parallel rank's: `heads` is its
+    /// own, and `qkv` is `3 · heads · d` wide).
     fn shape(&self, tokens: usize, sequences: usize) -> AttentionShape {
-        let h = self.ln1.gamma.cols();
         AttentionShape {
             sequences,
             seq_len: tokens / sequences.max(1),
             heads: self.heads,
-            head_dim: h / self.heads.max(1),
+            head_dim: self.qkv.weight.cols() / (3 * self.heads.max(1)),
         }
     }
 
     /// Forward over `sequences` sequences stacked in the rows of `x` (`tokens × h`).
     pub fn forward(&self, x: &Tensor, sequences: usize) -> (Tensor, BlockSaved) {
+        alone(|tp| self.forward_tp(x, sequences, tp))
+    }
+
+    /// [`Block::forward`] on a tensor-parallel rank (see [`super::tp`]): the partial products
+    /// of `proj` and `fc2` are all-reduced over the group.
+    pub fn forward_tp(
+        &self,
+        x: &Tensor,
+        sequences: usize,
+        tp: &mut dyn TpComm,
+    ) -> Result<(Tensor, BlockSaved), TransportError> {
         let shape = self.shape(x.rows(), sequences);
         let (ln1_out, ln1) = self.ln1.forward(x);
         let qkv = self.qkv.forward(&ln1_out);
         let (attn_out, probs) = attention::forward(&qkv, shape);
-        let x2 = self.proj.forward_residual(&attn_out, x);
+        let x2 = row_parallel(&self.proj, &attn_out, x, tp)?;
         let (ln2_out, ln2) = self.ln2.forward(&x2);
         let fc1_out = self.fc1.forward(&ln2_out);
         let mut gelu_out = Tensor::scratch(fc1_out.rows(), fc1_out.cols());
         kernels::gelu_forward(fc1_out.data(), gelu_out.data_mut());
-        let y = self.fc2.forward_residual(&gelu_out, &x2);
+        let y = row_parallel(&self.fc2, &gelu_out, &x2, tp)?;
         let saved = BlockSaved {
             sequences,
             ln1,
@@ -184,22 +220,34 @@ impl Block {
             fc1_out,
             gelu_out,
         };
-        (y, saved)
+        Ok((y, saved))
     }
 
     /// Backward-input: the gradient with respect to the block's input, and what
     /// backward-weight needs. Consumes the forward's saved tensors.
     pub fn backward_input(&self, saved: BlockSaved, d_out: Tensor) -> (Tensor, BlockWeightSaved) {
+        alone(|tp| self.backward_input_tp(saved, d_out, tp))
+    }
+
+    /// [`Block::backward_input`] on a tensor-parallel rank: the partial input gradients of
+    /// `fc1` and `qkv` are all-reduced over the group.
+    pub fn backward_input_tp(
+        &self,
+        saved: BlockSaved,
+        d_out: Tensor,
+        tp: &mut dyn TpComm,
+    ) -> Result<(Tensor, BlockWeightSaved), TransportError> {
         let shape = self.shape(d_out.rows(), saved.sequences);
         // the GeLU output's gradient becomes its input's in place
         let mut d_fc1_out = self.fc2.backward_input(&d_out);
         kernels::gelu_backward(d_fc1_out.data_mut(), saved.fc1_out.data());
-        let d_ln2_out = self.fc1.backward_input(&d_fc1_out);
+        let d_ln2_out =
+            split_product(&d_fc1_out, &self.fc1.weight, true, even_cols, even_cols, tp)?;
         let mut d_x2 = self.ln2.backward_input(&saved.ln2, &d_ln2_out);
         d_x2.add_assign(&d_out);
         let d_attn = self.proj.backward_input(&d_x2);
         let d_qkv = attention::backward(&saved.qkv, &saved.probs, &d_attn, shape);
-        let d_ln1_out = self.qkv.backward_input(&d_qkv);
+        let d_ln1_out = split_product(&d_qkv, &self.qkv.weight, true, heads_cols, heads_cols, tp)?;
         let mut dx = self.ln1.backward_input(&saved.ln1, &d_ln1_out);
         dx.add_assign(&d_x2);
         let ws = BlockWeightSaved {
@@ -216,7 +264,7 @@ impl Block {
             gelu_out: saved.gelu_out,
             d_out,
         };
-        (dx, ws)
+        Ok((dx, ws))
     }
 
     /// Backward-weight: adds the weight gradients of the tokens `rows` (rows of the
@@ -228,7 +276,8 @@ impl Block {
     /// normalises a gradient's size away — from turning that noise into updates.
     pub fn backward_weight(&self, ws: &BlockWeightSaved, grads: &mut Block, rows: Range<usize>) {
         LayerNorm::backward_weight(&ws.ln1_xhat, &ws.d_ln1_out, &mut grads.ln1, rows.clone());
-        let h = self.ln1.gamma.cols();
+        // this rank's width of each of Q, K and V
+        let h = self.qkv.weight.cols() / 3;
         Linear::backward_weight(&ws.ln1_out, &ws.d_qkv, &mut grads.qkv, rows.clone());
         if let Some(b) = &mut grads.qkv.bias {
             b.data_mut()[h..2 * h].fill(0.0);

@@ -7,6 +7,8 @@ use std::ops::Range;
 
 use super::rng::Rng;
 use super::tensor::Tensor;
+use super::tp::{alone, TpComm};
+use super::transport::TransportError;
 
 /// Bytes of one saved token id (`u32`).
 pub const TOKEN_ID_BYTES: u64 = 4;
@@ -16,8 +18,13 @@ pub const TOKEN_ID_BYTES: u64 = 4;
 pub struct Embedding<T = Tensor> {
     /// Token table, `vocab × h`.
     pub tokens: T,
-    /// Learned position table, `positions × h`, when the model has one.
+    /// Learned position table, `positions × h`, when the model has one (replicated over a
+    /// tensor-parallel group).
     pub positions: Option<T>,
+    /// The first token id of `tokens`' rows: 0, or a tensor-parallel rank's first id.
+    pub first_id: usize,
+    /// The whole vocabulary (`tokens` holds ids `first_id..first_id + tokens.rows()`).
+    pub vocab: usize,
 }
 
 /// What backward-weight needs: the ids and the output gradient.
@@ -51,12 +58,24 @@ impl Embedding {
         };
         let tokens = table(vocab);
         let positions = positions.map(table);
-        Embedding { tokens, positions }
+        Embedding {
+            tokens,
+            positions,
+            first_id: 0,
+            vocab,
+        }
     }
 
-    /// Vocabulary size.
+    /// Vocabulary size (the whole vocabulary, also on a tensor-parallel rank).
     pub fn vocab(&self) -> usize {
-        self.tokens.rows()
+        self.vocab
+    }
+
+    /// Row of `tokens` holding `id`, when this rank holds it.
+    fn local_row(&self, id: u32) -> Option<usize> {
+        (id as usize)
+            .checked_sub(self.first_id)
+            .filter(|&r| r < self.tokens.rows())
     }
 
     /// Looks up `ids` (sequences of `seq_len` tokens, concatenated).
@@ -65,19 +84,36 @@ impl Embedding {
     /// If an id is outside the vocabulary or a sequence is longer than the position table (the
     /// executor checks both before it runs).
     pub fn forward(&self, ids: &[u32], seq_len: usize) -> Tensor {
+        alone(|tp| self.forward_tp(ids, seq_len, tp))
+    }
+
+    /// [`Embedding::forward`] on a tensor-parallel rank: the rows of the ids it holds (zero
+    /// for the others), all-reduced over the group (exact: one non-zero term per element),
+    /// then the positions added.
+    pub fn forward_tp(
+        &self,
+        ids: &[u32],
+        seq_len: usize,
+        tp: &mut dyn TpComm,
+    ) -> Result<Tensor, TransportError> {
         let h = self.tokens.cols();
         // every row is written below
         let mut y = Tensor::scratch(ids.len(), h);
         for (t, &id) in ids.iter().enumerate() {
-            let row = y.row_mut(t);
-            row.copy_from_slice(self.tokens.row(id as usize));
-            if let Some(p) = &self.positions {
-                for (v, pv) in row.iter_mut().zip(p.row(t % seq_len.max(1))) {
+            match self.local_row(id) {
+                Some(r) => y.row_mut(t).copy_from_slice(self.tokens.row(r)),
+                None => y.row_mut(t).fill(0.0),
+            }
+        }
+        tp.all_reduce(y.data_mut())?;
+        if let Some(p) = &self.positions {
+            for t in 0..ids.len() {
+                for (v, pv) in y.row_mut(t).iter_mut().zip(p.row(t % seq_len.max(1))) {
                     *v += pv;
                 }
             }
         }
-        y
+        Ok(y)
     }
 
     /// Backward-input: there is no input gradient; packs what backward-weight needs.
@@ -90,9 +126,10 @@ impl Embedding {
     pub fn backward_weight(ws: &EmbeddingWeightSaved, grads: &mut Embedding, rows: Range<usize>) {
         for t in rows {
             let d = ws.dy.row(t);
-            let id = ws.ids[t] as usize;
-            for (g, &v) in grads.tokens.row_mut(id).iter_mut().zip(d) {
-                *g += v;
+            if let Some(r) = grads.local_row(ws.ids[t]) {
+                for (g, &v) in grads.tokens.row_mut(r).iter_mut().zip(d) {
+                    *g += v;
+                }
             }
             if let Some(p) = &mut grads.positions {
                 for (g, &v) in p.row_mut(t % ws.seq_len.max(1)).iter_mut().zip(d) {
@@ -110,6 +147,8 @@ impl Embedding {
                 .positions
                 .as_ref()
                 .map(|p| Tensor::zeros(p.rows(), p.cols())),
+            first_id: self.first_id,
+            vocab: self.vocab,
         }
     }
 }

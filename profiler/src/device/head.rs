@@ -15,14 +15,20 @@ use super::kernels;
 use super::norm::{LayerNorm, NormSaved};
 use super::rng::Rng;
 use super::tensor::Tensor;
+use super::tp::{alone, split_product, vocab_cols, Shard, TpComm};
+use super::transport::TransportError;
 
 /// Final norm and LM head — or, as a second `Head`, their gradients (f32).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Head<T = Tensor> {
     /// The final norm.
     pub norm: LayerNorm<T>,
-    /// The LM head, `h × V`.
+    /// The LM head, `h × V` (a tensor-parallel rank: `h × |its ids|`).
     pub lm_head: T,
+    /// The first token id of `lm_head`'s columns: 0, or a tensor-parallel rank's first id.
+    pub first_id: usize,
+    /// The whole vocabulary.
+    pub vocab: usize,
 }
 
 /// What the head's forward keeps.
@@ -74,7 +80,16 @@ impl Head {
         Head {
             norm: LayerNorm::new(hidden),
             lm_head: Tensor::from_vec(hidden, vocab, w),
+            first_id: 0,
+            vocab,
         }
+    }
+
+    /// Column of the local logits holding target `y`, when this rank holds it.
+    fn local_col(&self, y: u32) -> Option<usize> {
+        (y as usize)
+            .checked_sub(self.first_id)
+            .filter(|&c| c < self.lm_head.cols())
     }
 
     /// Forward: the summed cross-entropy of `targets` (one per row of `x`), accumulated in f64.
@@ -82,31 +97,68 @@ impl Head {
     /// # Panics
     /// If a target is outside the vocabulary or the lengths differ.
     pub fn forward(&self, x: &Tensor, targets: Vec<u32>) -> (f64, HeadSaved) {
+        alone(|tp| self.forward_tp(x, targets, tp))
+    }
+
+    /// [`Head::forward`] on a tensor-parallel rank holding a range of the vocabulary: the
+    /// softmax's row maxima are gathered and its sums of exponentials all-reduced over the
+    /// group, and each rank adds the losses of the targets it holds before the loss is
+    /// all-reduced (Megatron's vocabulary-parallel cross-entropy).
+    pub fn forward_tp(
+        &self,
+        x: &Tensor,
+        targets: Vec<u32>,
+        tp: &mut dyn TpComm,
+    ) -> Result<(f64, HeadSaved), TransportError> {
         assert_eq!(targets.len(), x.rows(), "head: one target per token");
         let (norm_out, norm) = self.norm.forward(x);
         let mut probs = matmul(&norm_out, false, &self.lm_head, false);
         let v = probs.cols();
-        if !probs.is_empty() {
-            kernels::softmax_rows(probs.data_mut(), v);
+        let n = tp.emulated();
+        if tp.shard().size == 1 && n == 1 {
+            if !probs.is_empty() {
+                kernels::softmax_rows(probs.data_mut(), v);
+            }
+        } else {
+            vocab_parallel_softmax(&mut probs, tp)?;
         }
-        let mut loss = 0.0f64;
+        // per rank (or imitated rank, `⌈v/n⌉` columns each) from 0.0, then in rank order
+        let mut parts = vec![0.0f64; n];
+        let width = v.div_ceil(n).max(1);
         for (t, &y) in targets.iter().enumerate() {
-            let row = probs.row(t);
-            let y = y as usize;
-            assert!(y < v, "target {y} outside the vocabulary of {v}");
-            loss -= f64::from(row[y].max(f32::MIN_POSITIVE)).ln();
+            assert!(
+                (y as usize) < self.vocab,
+                "target {y} outside the vocabulary of {}",
+                self.vocab
+            );
+            if let Some(c) = self.local_col(y) {
+                parts[c / width] -= f64::from(probs.row(t)[c].max(f32::MIN_POSITIVE)).ln();
+            }
         }
+        let mut loss = [parts.iter().fold(0.0f64, |a, p| a + p)];
+        tp.all_reduce_f64(&mut loss)?;
         let saved = HeadSaved {
             norm,
             norm_out,
             probs,
             targets,
         };
-        (loss, saved)
+        Ok((loss[0], saved))
     }
 
     /// Backward-input from the loss: the gradient with respect to the head's input.
     pub fn backward_input(&self, saved: HeadSaved, loss_scale: f32) -> (Tensor, HeadWeightSaved) {
+        alone(|tp| self.backward_input_tp(saved, loss_scale, tp))
+    }
+
+    /// [`Head::backward_input`] on a tensor-parallel rank: `dlogits` of its columns, and the
+    /// partial input gradient all-reduced over the group.
+    pub fn backward_input_tp(
+        &self,
+        saved: HeadSaved,
+        loss_scale: f32,
+        tp: &mut dyn TpComm,
+    ) -> Result<(Tensor, HeadWeightSaved), TransportError> {
         let HeadSaved {
             norm,
             norm_out,
@@ -115,10 +167,12 @@ impl Head {
         } = saved;
         let mut d_logits = probs;
         for (t, &y) in targets.iter().enumerate() {
-            d_logits.row_mut(t)[y as usize] -= 1.0;
+            if let Some(c) = self.local_col(y) {
+                d_logits.row_mut(t)[c] -= 1.0;
+            }
         }
         kernels::scale(d_logits.data_mut(), loss_scale);
-        let d_norm_out = matmul(&d_logits, false, &self.lm_head, true);
+        let d_norm_out = split_product(&d_logits, &self.lm_head, true, vocab_cols, vocab_cols, tp)?;
         let dx = self.norm.backward_input(&norm, &d_norm_out);
         let ws = HeadWeightSaved {
             xhat: norm.xhat,
@@ -126,7 +180,7 @@ impl Head {
             norm_out,
             d_logits,
         };
-        (dx, ws)
+        Ok((dx, ws))
     }
 
     /// Backward-weight: adds the norm's and the LM head's gradients of the tokens `rows` into
@@ -141,6 +195,59 @@ impl Head {
         Head {
             norm: self.norm.zeros_like(),
             lm_head: Tensor::zeros(self.lm_head.rows(), self.lm_head.cols()),
+            first_id: self.first_id,
+            vocab: self.vocab,
         }
     }
+}
+
+/// The softmax of each row of `logits` (this rank's columns of the vocabulary), in place:
+/// the row maxima of every rank gathered (an all-reduce of a `rows × T` buffer in which each
+/// rank fills its column: exact), `e^(l − max)` locally, each rank's sum gathered the same
+/// way and the sums added in f64 from 0.0 in rank order (what an all-reduce computes), then
+/// divided. A whole head imitating `n` ranks ([`TpComm::emulated`]) does the same per
+/// vocabulary range.
+fn vocab_parallel_softmax(logits: &mut Tensor, tp: &mut dyn TpComm) -> Result<(), TransportError> {
+    let Shard { rank, size } = tp.shard();
+    let n = tp.emulated();
+    let (rows, v) = logits.shape();
+    // the ranges this rank computes: its own columns, or every imitated rank's
+    let ranges: Vec<std::ops::Range<usize>> = (0..n)
+        .map(|r| Shard { rank: r, size: n }.vocab(v))
+        .collect();
+    let parts = size.max(n);
+    let mut maxima = vec![0.0f32; rows * parts];
+    let mut sums = vec![0.0f32; rows * parts];
+    for r in 0..rows {
+        for (k, cols) in ranges.iter().enumerate() {
+            maxima[r * parts + rank + k] = logits.row(r)[cols.clone()]
+                .iter()
+                .copied()
+                .fold(f32::MIN, f32::max);
+        }
+    }
+    tp.all_reduce(&mut maxima)?;
+    for r in 0..rows {
+        let m = maxima[r * parts..(r + 1) * parts]
+            .iter()
+            .copied()
+            .fold(f32::MIN, f32::max);
+        let row = logits.row_mut(r);
+        for (k, cols) in ranges.iter().enumerate() {
+            let sum = &mut sums[r * parts + rank + k];
+            for x in &mut row[cols.clone()] {
+                *x = kernels::exp(*x - m);
+                *sum += *x;
+            }
+        }
+    }
+    tp.all_reduce(&mut sums)?;
+    for r in 0..rows {
+        let total = sums[r * parts..(r + 1) * parts]
+            .iter()
+            .fold(0.0f64, |a, &s| a + f64::from(s)) as f32;
+        let inv = 1.0 / total;
+        logits.row_mut(r).iter_mut().for_each(|x| *x *= inv);
+    }
+    Ok(())
 }

@@ -6,6 +6,7 @@ use super::block::{Block, BlockSaved, BlockWeightSaved};
 use super::embedding::{Embedding, EmbeddingWeightSaved, TOKEN_ID_BYTES};
 use super::head::{Head, HeadSaved, HeadWeightSaved};
 use super::tensor::Tensor;
+use super::tp::{Emulated, TpComm};
 use super::DeviceError;
 
 /// What flows between layers in the forward direction.
@@ -150,6 +151,19 @@ impl Layer {
         sequences: usize,
         seq_len: usize,
     ) -> Result<(Flow, Saved), DeviceError> {
+        self.forward_tp(input, targets, sequences, seq_len, &mut Emulated(1))
+    }
+
+    /// [`Layer::forward`] on a tensor-parallel rank whose group's collective is `tp` (this
+    /// layer a [`Layer::shard`] of the whole).
+    pub fn forward_tp(
+        &self,
+        input: Flow,
+        targets: Option<Vec<u32>>,
+        sequences: usize,
+        seq_len: usize,
+        tp: &mut dyn TpComm,
+    ) -> Result<(Flow, Saved), DeviceError> {
         match (self, input) {
             (Layer::Embedding(e), Flow::Tokens(ids)) => {
                 if let Some(&bad) = ids.iter().find(|&&id| id as usize >= e.vocab()) {
@@ -158,11 +172,11 @@ impl Layer {
                         e.vocab()
                     )));
                 }
-                let y = e.forward(&ids, seq_len);
+                let y = e.forward_tp(&ids, seq_len, tp)?;
                 Ok((Flow::Hidden(y), Saved::Embedding { ids, seq_len }))
             }
             (Layer::Block(b), Flow::Hidden(x)) => {
-                let (y, saved) = b.forward(&x, sequences);
+                let (y, saved) = b.forward_tp(&x, sequences, tp)?;
                 Ok((Flow::Hidden(y), Saved::Block(Box::new(saved))))
             }
             (Layer::Head(h), Flow::Hidden(x)) => {
@@ -176,7 +190,7 @@ impl Layer {
                         x.rows()
                     )));
                 }
-                let (loss, saved) = h.forward(&x, targets);
+                let (loss, saved) = h.forward_tp(&x, targets, tp)?;
                 Ok((Flow::Loss(loss), Saved::Head(saved)))
             }
             (layer, input) => Err(DeviceError::Input(format!(
@@ -196,17 +210,28 @@ impl Layer {
         d_out: Option<Tensor>,
         loss_scale: f32,
     ) -> Result<(Option<Tensor>, WeightSaved), DeviceError> {
+        self.backward_input_tp(saved, d_out, loss_scale, &mut Emulated(1))
+    }
+
+    /// [`Layer::backward_input`] on a tensor-parallel rank whose group's collective is `tp`.
+    pub fn backward_input_tp(
+        &self,
+        saved: Saved,
+        d_out: Option<Tensor>,
+        loss_scale: f32,
+        tp: &mut dyn TpComm,
+    ) -> Result<(Option<Tensor>, WeightSaved), DeviceError> {
         match (self, saved, d_out) {
             (Layer::Embedding(_), Saved::Embedding { ids, seq_len }, Some(dy)) => Ok((
                 None,
                 WeightSaved::Embedding(Embedding::backward_input(ids, seq_len, dy)),
             )),
             (Layer::Block(b), Saved::Block(s), Some(dy)) => {
-                let (dx, ws) = b.backward_input(*s, dy);
+                let (dx, ws) = b.backward_input_tp(*s, dy, tp)?;
                 Ok((Some(dx), WeightSaved::Block(Box::new(ws))))
             }
             (Layer::Head(h), Saved::Head(s), None) => {
-                let (dx, ws) = h.backward_input(s, loss_scale);
+                let (dx, ws) = h.backward_input_tp(s, loss_scale, tp)?;
                 Ok((Some(dx), WeightSaved::Head(ws)))
             }
             (layer, _, _) => Err(DeviceError::Input(format!(

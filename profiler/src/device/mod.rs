@@ -14,6 +14,8 @@
 //! - [`Transport`]: point-to-point sends and receives of tagged tensors and all-reduce within
 //!   a group, with the in-process implementation [`InProcess`] (and, with features, `mpi` and
 //!   `nccl`).
+//! - Tensor parallelism ([`tp`]): a rank's slices of each layer ([`Shard`]) and the
+//!   collective its layers call ([`TpComm`]; `forward_tp`, `backward_input_tp`).
 //! - [`Rng`]: the fixed generator weights and synthetic data are drawn from.
 //!
 //! ```
@@ -49,6 +51,7 @@ pub mod nccl;
 pub mod norm;
 pub mod rng;
 pub mod tensor;
+pub mod tp;
 pub mod transport;
 
 pub use block::{Block, BlockSaved, BlockWeightSaved};
@@ -64,6 +67,7 @@ pub use model::{check_model, init_layer, MAX_PARAMS};
 pub use norm::LayerNorm;
 pub use rng::Rng;
 pub use tensor::{Tensor, DTYPE_BYTES};
+pub use tp::{Emulated, GroupComm, Shard, TpComm};
 pub use transport::{Abort, Direction, InProcess, Tag, Transport, TransportError, ABORT_POLL};
 
 /// A layer was handed input it cannot use (the wrong kind of flow, ids outside the vocabulary,
@@ -77,4 +81,7 @@ pub enum DeviceError {
     /// The model uses something the device layers do not implement, or is too large for them.
     #[error("{0}")]
     Unsupported(String),
+    /// A tensor-parallel collective inside a layer failed.
+    #[error(transparent)]
+    Collective(#[from] TransportError),
 }
