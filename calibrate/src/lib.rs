@@ -31,6 +31,7 @@ pub mod fit;
 pub mod mapping;
 pub mod report;
 pub mod rows;
+mod stacks;
 mod summary;
 
 pub use autopp_planner::bands::Metric;
@@ -296,6 +297,7 @@ fn layer(lc: &LayerCase, cal: &Calibration) -> Result<Vec<Comparison>, String> {
         cp: 1,
         cp_link: link,
         cp_kv_bytes: 0,
+        tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
     };
     let cost = stages::stage_costs(&layers, &[[index, index]], &ctx);
     let st = cost

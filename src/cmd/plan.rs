@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use autopp_hardware::{AnalyticProfile, Cluster, Precision};
 use autopp_models::Model;
 use autopp_planner::search::{self, explain, SearchOptions, SearchResult};
-use autopp_planner::{cost_profile, Fixed, Framework, PlanFile};
+use autopp_planner::{cost_profile, Fixed, Framework, PlanFile, Stack};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
@@ -71,9 +71,11 @@ pub struct PlanArgs {
     /// recompute of the first N layers of every stage), torchtitan (its schedules, FSDP2,
     /// uniform activation checkpointing), deepspeed (1F1B, ZeRO ≤ 1, even layers), or any
     /// (everything autopp models, including a different recompute count per rank). See
-    /// docs/frameworks.md.
+    /// docs/frameworks.md. A version where behaviour changed names its runtime: megatron is
+    /// megatron-core (overlapped gradient reduce and parameter gather), megatron-lm-2021,
+    /// nemo (also tensor-parallel overlap); any models every overlap on.
     #[arg(long, default_value = "any", value_name = "NAME")]
-    pub framework: Framework,
+    pub framework: Stack,
     /// A measured profile from `autopp profile`: its per-layer F / I / W times replace the
     /// analytic profile's (scaled to each layer's shape); collectives and sends stay analytic.
     #[arg(long, value_name = "FILE")]
@@ -112,7 +114,7 @@ impl PlanArgs {
             Some(text) => Fixed::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
             None => Fixed::default(),
         };
-        let framework = self.framework;
+        let framework = self.framework.family();
         let mut opts = SearchOptions::new(framework, global_batch_size, cluster.gpus_per_node);
         opts.limits.schedules = framework.schedules_to_search(self.schedules.as_deref())?;
         framework.check_pins(&fixed)?;
@@ -123,6 +125,7 @@ impl PlanArgs {
         opts.limits.max_micro_batch_size = self.max_mbs;
         opts.limits.max_virtual_stages = self.max_virtual;
         opts.top_k = self.top;
+        opts.settings.runtime = self.framework.runtime();
         opts.settings.precision = self.precision;
         opts.settings.memory_reserve_bytes = memory_reserve_bytes;
         opts.settings.flash_attention = !self.no_flash_attention;
@@ -153,7 +156,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let best = &result.best;
     let config = search::exact_config(best, &opts);
     if let Some(path) = &args.out {
-        let file = PlanFile::new(best, &model, &cluster, &config)?.with_framework(args.framework);
+        let file =
+            PlanFile::new(best, &model, &cluster, &config)?.with_framework(args.framework.family());
         match args.emit {
             Some(f) => super::launch::write_plan_and_launch(&file, f, path)?,
             None => write_atomic(path, serde_json::to_string_pretty(&file)?.as_bytes())?,
