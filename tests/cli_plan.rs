@@ -37,6 +37,18 @@ fn fails_with(args: &[&str], needle: &str) {
 
 const LLAMA8B: [&str; 6] = ["plan", "llama3-8b", "--gpus", "32", "--gpu", "a100-80g"];
 
+/// The memory-bound GPT-3 case: 175 B parameters on 64 A100s.
+const GPT3_64: [&str; 8] = [
+    "plan",
+    "gpt3-175b",
+    "--gpus",
+    "64",
+    "--gpu",
+    "a100-80g",
+    "--global-batch",
+    "512",
+];
+
 #[test]
 fn plan_json_has_plan_predicted_search_and_alternatives() {
     let mut args = LLAMA8B.to_vec();
@@ -230,20 +242,8 @@ fn partial_recompute_is_planned_explained_and_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("plan.json");
     let path = path.to_str().unwrap();
-    let args = [
-        "plan",
-        "gpt3-175b",
-        "--gpus",
-        "64",
-        "--gpu",
-        "a100-80g",
-        "--global-batch",
-        "512",
-        "--max-tp",
-        "4",
-        "--out",
-        path,
-    ];
+    let mut args = GPT3_64.to_vec();
+    args.extend(["--max-tp", "4", "--out", path]);
     let out = autopp(&args, None);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
@@ -257,4 +257,40 @@ fn partial_recompute_is_planned_explained_and_round_trips() {
         planned["predicted"]["iteration_time_s"]
     );
     assert_eq!(again["plan"]["ranks"], planned["plan"]["ranks"]);
+}
+
+/// Plans with a margin (#15): the chosen plan and every alternative keep the GPU kind's memory
+/// band free — `peak · (1 + band) ≤ capacity` — where this case used to fill 79.6 of 80.0 GiB.
+#[test]
+fn no_plan_is_within_the_memory_band_of_the_limit() {
+    let (band, _) = autopp_planner::bands::memory_band("a100-80g").expect("bundled band");
+    let mut args = GPT3_64.to_vec();
+    args.push("--json");
+    let v = json(&args, None);
+    let plans = std::iter::once(&v).chain(v["alternatives"].as_array().unwrap());
+    for p in plans {
+        let peak = p["predicted"]["peak_memory_bytes"].as_f64().unwrap();
+        let capacity = p["predicted"]["memory_capacity_bytes"].as_f64().unwrap();
+        assert!(peak * (1.0 + band) <= capacity, "{peak} of {capacity}");
+    }
+    let m = &v["memory_margin"];
+    assert!(m["free_bytes"].as_u64().unwrap() >= m["required_bytes"].as_u64().unwrap());
+}
+
+/// `--memory-margin` takes GiB or a percentage of the GPU's memory: 25% of 80 GiB = 20 GiB.
+#[test]
+fn memory_margin_overrides_the_band() {
+    let mut args = LLAMA8B.to_vec();
+    args.extend(["--memory-margin", "25%", "--json"]);
+    let v = json(&args, None);
+    assert_eq!(v["memory_margin"]["required_bytes"], 20u64 << 30);
+    let peak = v["predicted"]["peak_memory_bytes"].as_u64().unwrap();
+    assert!(peak <= 60u64 << 30, "{peak}");
+    let mut args = LLAMA8B.to_vec();
+    args.extend(["--memory-margin", "2.5GiB", "--json"]);
+    let v = json(&args, None);
+    assert_eq!(v["memory_margin"]["required_bytes"], 5u64 << 29);
+    let mut args = LLAMA8B.to_vec();
+    args.extend(["--memory-margin", "lots"]);
+    fails_with(&args, "--memory-margin");
 }

@@ -357,6 +357,7 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
             precision: precision_of(row, &mut assumptions)?,
             // a measured peak has no headroom in it
             memory_reserve_bytes: 0,
+            memory_margin_bytes: 0,
             flash_attention: flash_attention(stack),
             runtime: runtime_of(row, stack),
         });
@@ -476,6 +477,7 @@ fn map_layer(row: &PublishedRow) -> Result<Mapped, String> {
             precision: Precision::Fp16,
             // a measured peak has no headroom in it
             memory_reserve_bytes: 0,
+            memory_margin_bytes: 0,
             flash_attention: flash_attention(stack),
             runtime: runtime_of(row, stack),
         });

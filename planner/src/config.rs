@@ -61,6 +61,11 @@ pub struct EvalSettings {
     /// Bytes kept free on every GPU as headroom, beyond the modelled CUDA context, NCCL, framework
     /// buffers and fragmentation.
     pub memory_reserve_bytes: u64,
+    /// Bytes the predicted peak must stay below the GPU's memory for a configuration to fit:
+    /// the uncertainty of the memory prediction (`plan` uses the memory band of the GPU kind,
+    /// [`crate::bands::memory_margin`], or `--memory-margin`; 0 elsewhere). Not part of the peak.
+    #[serde(default)]
+    pub memory_margin_bytes: u64,
     /// A fused attention kernel (FlashAttention).
     pub flash_attention: bool,
     /// How the framework runs data parallelism, tensor-parallel communication and mixed
@@ -76,6 +81,7 @@ impl Default for EvalSettings {
         EvalSettings {
             precision: Precision::Bf16,
             memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
+            memory_margin_bytes: 0,
             flash_attention: true,
             runtime: Runtime::default(),
         }

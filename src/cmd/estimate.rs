@@ -148,6 +148,8 @@ impl EstimateArgs {
         let settings = EvalSettings {
             precision: self.precision,
             memory_reserve_bytes: reserve_bytes(self.memory_reserve_gib)?,
+            // a configuration given whole: fits means fits in the GPU's memory
+            memory_margin_bytes: 0,
             flash_attention: !self.no_flash_attention,
             runtime: self.framework.unwrap_or(Stack::MegatronCore).runtime(),
         };

@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use autopp_hardware::{AnalyticProfile, Cluster, Precision};
 use autopp_models::Model;
+use autopp_planner::bands;
 use autopp_planner::search::{self, explain, SearchOptions, SearchResult};
 use autopp_planner::{cost_profile, Fixed, Framework, PlanFile, Stack};
 use autopp_schedule::ScheduleKind;
@@ -64,6 +65,11 @@ pub struct PlanArgs {
     /// Model the attention core without a fused (FlashAttention) kernel.
     #[arg(long)]
     pub no_flash_attention: bool,
+    /// Memory kept free below the GPU's limit, beyond the predicted peak: GiB (`4`, `4GiB`) or
+    /// a share of the GPU's memory (`8%`) [default: the memory band of the GPU kind, from
+    /// docs/validation.md; the widest band for kinds without rows].
+    #[arg(long, value_name = "GIB|N%")]
+    pub memory_margin: Option<String>,
     /// Only Megatron's default even layer split (no uneven stage layouts).
     #[arg(long)]
     pub even_split: bool,
@@ -128,9 +134,54 @@ impl PlanArgs {
         opts.settings.runtime = self.framework.runtime();
         opts.settings.precision = self.precision;
         opts.settings.memory_reserve_bytes = memory_reserve_bytes;
+        opts.settings.memory_margin_bytes = self.margin(cluster)?.0;
         opts.settings.flash_attention = !self.no_flash_attention;
         opts.even_split_only |= self.even_split;
         Ok(opts)
+    }
+}
+
+impl PlanArgs {
+    /// The memory margin a plan must keep, bytes, and where it comes from.
+    fn margin(&self, cluster: &Cluster) -> Result<(u64, String)> {
+        let capacity = cluster.gpu.memory_bytes;
+        let Some(text) = self.memory_margin.as_deref() else {
+            return Ok(match bands::memory_band(&cluster.gpu.name) {
+                Some((f, why)) => (
+                    bands::margin_bytes(f, capacity),
+                    format!("±{:.1}%: {why}", 100.0 * f),
+                ),
+                None => (0, "no memory band bundled".to_string()),
+            });
+        };
+        let t = text.trim();
+        let number = |s: &str| {
+            s.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+        };
+        let bad = || {
+            anyhow::anyhow!(
+                "--memory-margin: '{text}' is not a margin; give GiB (e.g. 4) or a share of the GPU's memory (e.g. 8%)"
+            )
+        };
+        if let Some(pct) = t.strip_suffix('%') {
+            let p = number(pct).filter(|p| *p < 100.0).ok_or_else(bad)?;
+            return Ok((
+                bands::margin_bytes(p / 100.0, capacity),
+                format!("--memory-margin {t}"),
+            ));
+        }
+        let g = t
+            .strip_suffix("GiB")
+            .or_else(|| t.strip_suffix("gib"))
+            .unwrap_or(t);
+        let g = number(g).ok_or_else(bad)?;
+        Ok((
+            (g * (1u64 << 30) as f64).round() as u64,
+            format!("--memory-margin {t}"),
+        ))
     }
 }
 
@@ -174,6 +225,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 "simulated": result.simulated,
             },
             "alternatives": alternatives,
+            "memory_margin": {
+                "free_bytes": best.result.predicted.memory_capacity_bytes
+                    .saturating_sub(best.result.predicted.peak_memory_bytes),
+                "required_bytes": opts.settings.memory_margin_bytes,
+            },
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -185,6 +241,18 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         result.simulated
     );
     print!("{}", estimate::render(&model, &profile, &config, best));
+    let pr = &best.result.predicted;
+    let (needed, why) = args.margin(&cluster)?;
+    let free = pr
+        .memory_capacity_bytes
+        .saturating_sub(pr.peak_memory_bytes);
+    println!(
+        "  margin        {} GiB free ({:.1}% of {} GiB); kept at least {} GiB ({why})",
+        gib(free),
+        100.0 * free as f64 / pr.memory_capacity_bytes.max(1) as f64,
+        gib(pr.memory_capacity_bytes),
+        gib(needed)
+    );
     if let Some(layout) = &best.result.plan.megatron_layout {
         println!("  layout        {layout}");
     }

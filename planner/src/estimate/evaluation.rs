@@ -363,7 +363,7 @@ impl<'a> Evaluation<'a> {
             bubble_fraction: sim.bubble_fraction,
             peak_memory_bytes,
             memory_capacity_bytes: capacity,
-            fits: peak_memory_bytes <= capacity,
+            fits: peak_memory_bytes + c.settings.memory_margin_bytes <= capacity,
             breakdown_s: breakdown,
         }
     }

@@ -26,8 +26,9 @@ pub(super) fn below_memory_floor(
 ) -> bool {
     let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
     let floor = table.params as f64 * per_param / key.degrees.pp as f64;
-    let usable =
-        profile.cluster.gpu.memory_bytes as f64 - opts.settings.memory_reserve_bytes as f64;
+    let usable = profile.cluster.gpu.memory_bytes as f64
+        - opts.settings.memory_reserve_bytes as f64
+        - opts.settings.memory_margin_bytes as f64;
     floor > usable
 }
 
@@ -375,6 +376,7 @@ fn rank_budget_bytes(
     // The fixed terms of `memory::rank_memory` (its fragmentation is the caller's).
     let budget = capacity
         - opts.settings.memory_reserve_bytes as f64
+        - opts.settings.memory_margin_bytes as f64
         - memory::CONTEXT_BYTES as f64
         - groups * NCCL_BUFFER_BYTES_PER_GROUP as f64
         - transient
