@@ -37,6 +37,16 @@ fn fails_with(args: &[&str], needle: &str) {
 
 const LLAMA8B: [&str; 6] = ["plan", "llama3-8b", "--gpus", "32", "--gpu", "a100-80g"];
 
+/// Llama 3 8B on 32 H100s under Megatron.
+const LLAMA8B_MEGATRON: [&str; 6] = [
+    "plan",
+    "llama3-8b",
+    "--gpus",
+    "32",
+    "--framework",
+    "megatron",
+];
+
 /// The memory-bound GPT-3 case: 175 B parameters on 64 A100s.
 const GPT3_64: [&str; 8] = [
     "plan",
@@ -64,7 +74,8 @@ fn plan_json_has_plan_predicted_search_and_alternatives() {
     assert!(layout.starts_with('E') && layout.ends_with('L'), "{layout}");
     let t = v["predicted"]["iteration_time_s"].as_f64().unwrap();
     for alt in v["alternatives"].as_array().unwrap() {
-        assert!(alt["predicted"]["iteration_time_s"].as_f64().unwrap() >= t);
+        // a simpler plan may be chosen within the 1% tolerance
+        assert!(alt["predicted"]["iteration_time_s"].as_f64().unwrap() >= t / 1.01);
         assert_eq!(alt["predicted"]["fits"], true);
     }
 }
@@ -217,16 +228,7 @@ fn framework_rejects_what_it_cannot_run() {
         "deepspeed does not run it with a pipeline; it runs ZeRO 0, 1",
     );
     fails_with(
-        &[
-            "plan",
-            "llama3-8b",
-            "--gpus",
-            "32",
-            "--framework",
-            "megatron",
-            "--schedules",
-            "zb-v",
-        ],
+        &[&LLAMA8B_MEGATRON[..], &["--schedules", "zb-v"]].concat(),
         "megatron does not run zb-v; it runs 1f1b, interleaved-1f1b",
     );
     fails_with(
@@ -293,4 +295,26 @@ fn memory_margin_overrides_the_band() {
     let mut args = LLAMA8B.to_vec();
     args.extend(["--memory-margin", "lots"]);
     fails_with(&args, "--memory-margin");
+}
+
+/// Simple when it is as good (#15): a 1.3B GPT (GPT-3 XL's sizes: 24 layers, hidden 2048) on 32
+/// H100s and Llama 3 8B on 32 H100s under Megatron plan without a pipeline, as NVIDIA runs them.
+#[test]
+fn small_models_plan_without_a_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("gpt-1.3b.json");
+    std::fs::write(
+        &model,
+        r#"{"name": "gpt-1.3b", "num_layers": 24, "hidden_size": 2048,
+            "num_attention_heads": 16, "vocab_size": 50257, "seq_length": 2048,
+            "position_embedding": "learned", "global_batch_size": 512}"#,
+    )
+    .unwrap();
+    let gpt = json(
+        &["plan", model.to_str().unwrap(), "--gpus", "32", "--json"],
+        None,
+    );
+    assert_eq!(gpt["plan"]["pp"], 1, "{}", gpt["plan"]);
+    let llama = json(&[&LLAMA8B_MEGATRON[..], &["--json"]].concat(), None);
+    assert_eq!(llama["plan"]["pp"], 1, "{}", llama["plan"]);
 }

@@ -70,6 +70,10 @@ pub struct PlanArgs {
     /// docs/validation.md; the widest band for kinds without rows].
     #[arg(long, value_name = "GIB|N%")]
     pub memory_margin: Option<String>,
+    /// Plans within this many percent of the fastest count as equally fast; the simplest of
+    /// them wins (fewer pipeline ranks, no virtual stages, plain 1F1B, smaller tp).
+    #[arg(long, default_value_t = 1.0, value_name = "PCT")]
+    pub tolerance: f64,
     /// Only Megatron's default even layer split (no uneven stage layouts).
     #[arg(long)]
     pub even_split: bool,
@@ -131,6 +135,10 @@ impl PlanArgs {
         opts.limits.max_micro_batch_size = self.max_mbs;
         opts.limits.max_virtual_stages = self.max_virtual;
         opts.top_k = self.top;
+        if !(self.tolerance.is_finite() && (0.0..100.0).contains(&self.tolerance)) {
+            bail!("--tolerance: must be a percentage from 0 to below 100, e.g. 1");
+        }
+        opts.tolerance = self.tolerance / 100.0;
         opts.settings.runtime = self.framework.runtime();
         opts.settings.precision = self.precision;
         opts.settings.memory_reserve_bytes = memory_reserve_bytes;

@@ -356,7 +356,9 @@ impl<'a> KeyScorer<'a> {
 
 /// Bytes one rank has for its layers' model states and activations: the GPU's memory less the
 /// reserve, the CUDA context, communication buffers and the backward's working set. `None`
-/// when nothing is left.
+/// when nothing is left. The memory margin is not taken off: these budgets are conservative
+/// (in-flight bounds, whole-layer working sets), and the exact evaluation of every candidate
+/// checks the margin.
 fn rank_budget_bytes(
     profile: &AnalyticProfile,
     opts: &SearchOptions,
@@ -376,7 +378,6 @@ fn rank_budget_bytes(
     // The fixed terms of `memory::rank_memory` (its fragmentation is the caller's).
     let budget = capacity
         - opts.settings.memory_reserve_bytes as f64
-        - opts.settings.memory_margin_bytes as f64
         - memory::CONTEXT_BYTES as f64
         - groups * NCCL_BUFFER_BYTES_PER_GROUP as f64
         - transient
