@@ -30,6 +30,8 @@ pub struct IterationCase {
     pub time_skip: Option<String>,
     /// Published peak memory per GPU, GiB (PyTorch's peak over the first and last rank).
     pub memory_gib: Option<f64>,
+    /// The run ran out of memory (`result_status` says OOM): only its fit is compared.
+    pub ran_out_of_memory: bool,
 }
 
 /// One transformer layer timed on its own (Korthikanti et al. 2022, Table 4).
@@ -69,7 +71,7 @@ pub struct Mapped {
 /// Maps a row; `Err` is the reason it cannot be modelled.
 pub fn map_row(row: &PublishedRow) -> Result<Mapped, String> {
     if let Some(status) = &row.result_status {
-        if status != "ok" {
+        if status != "ok" && !ran_out_of_memory(row) {
             return Err(format!(
                 "the run did not succeed (result_status '{status}')"
             ));
@@ -79,6 +81,15 @@ pub fn map_row(row: &PublishedRow) -> Result<Mapped, String> {
         RowKind::EndToEndTrainingThroughput => map_iteration(row),
         RowKind::PerLayerTimeMs => map_layer(row),
     }
+}
+
+/// Whether the row's `result_status` says the run ran out of memory (`oom`, `OOM`,
+/// `out of memory`).
+pub fn ran_out_of_memory(row: &PublishedRow) -> bool {
+    row.result_status.as_deref().is_some_and(|s| {
+        let s = s.to_ascii_lowercase();
+        s.contains("oom") || s.contains("out of memory")
+    })
 }
 
 fn need(v: Option<u64>, field: &str) -> Result<u64, String> {
@@ -361,9 +372,14 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
             flash_attention: flash_attention(stack),
             runtime: runtime_of(row, stack),
         });
-    let (time_s, time_skip) = published_time(row, &model, gpus);
+    let oom = ran_out_of_memory(row);
+    let (time_s, time_skip) = if oom {
+        (None, None)
+    } else {
+        published_time(row, &model, gpus)
+    };
     let memory_gib = row.peak_memory_per_gpu_gb.as_deref().and_then(parse_gib);
-    if time_s.is_none() && time_skip.is_none() && memory_gib.is_none() {
+    if !oom && time_s.is_none() && time_skip.is_none() && memory_gib.is_none() {
         return Err("the row publishes neither a time nor a memory figure".into());
     }
     Ok(Mapped {
@@ -374,6 +390,7 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
             time_s,
             time_skip,
             memory_gib,
+            ran_out_of_memory: oom,
         })),
         assumptions,
     })
@@ -504,6 +521,27 @@ mod tests {
         assert_eq!(gpu_kind("H100-80GB"), Some("h100-sxm"));
         assert_eq!(gpu_kind("H100 PCIe"), None);
         assert_eq!(gpu_kind("MI250X"), None);
+    }
+
+    /// A run that ran out of memory is mapped for its fit verdict alone: no time is compared.
+    #[test]
+    fn out_of_memory_runs_are_mapped_for_their_fit() {
+        let text = r#"[{"id": "oom", "kind": "end_to_end_training_throughput",
+            "source_group": "g", "framework": "Megatron-LM (2021)", "result_status": "OOM",
+            "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16,
+            "seq_length": 2048, "vocab_size": 51200, "global_batch_size": 8,
+            "micro_batch_size": 1, "tp": 1, "pp": 1, "dp": 8, "num_gpus": 8,
+            "gpu_type": "A100-SXM4-80GB", "activation_recomputation": "none",
+            "seconds_per_iteration": 1.0}]"#;
+        let row = crate::rows::parse_rows(text, "test").unwrap().remove(0);
+        assert!(ran_out_of_memory(&row));
+        let Case::Iteration(it) = map_row(&row).unwrap().case else {
+            panic!("an iteration case")
+        };
+        assert!(it.ran_out_of_memory && it.time_s.is_none());
+        let mut failed = row.clone();
+        failed.result_status = Some("diverged".into());
+        assert!(map_row(&failed).unwrap_err().contains("did not succeed"));
     }
 
     #[test]
