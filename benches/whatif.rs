@@ -3,8 +3,8 @@
 
 use autopp_hardware::{hardware, Cluster, Precision};
 use autopp_models::load;
+use autopp_planner::runtime::Stack;
 use autopp_planner::whatif::{self, BatchPolicy, Point, Prices, Sweep};
-use autopp_planner::Framework;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 /// The binary's allocator (see `src/main.rs`), so the bench measures what `autopp whatif` runs.
@@ -23,7 +23,10 @@ fn fifty_points() -> Vec<Point> {
         for nic in NICS {
             for n in COUNTS {
                 let cluster = Cluster::new(gpu.clone(), n, 8, Some(nic)).expect("cluster");
-                points.push(Point { cluster });
+                points.push(Point {
+                    template: cluster,
+                    gpus: n,
+                });
             }
         }
     }
@@ -34,7 +37,7 @@ fn bench(c: &mut Criterion) {
     let model = load("llama3-70b").expect("preset");
     let points = fifty_points();
     let sweep = Sweep {
-        framework: Framework::Any,
+        framework: Stack::Any,
         // fp16: the one precision every kind of the catalog has (the V100 has no bf16)
         precision: Precision::Fp16,
         batch: BatchPolicy::Fixed { sequences: 512 },

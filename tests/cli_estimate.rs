@@ -255,7 +255,7 @@ fn impossible_configurations_name_the_flag() {
         "--global-batch",
     );
     fails_with(
-        &["estimate", "gpt3-175b", "--gpus", "8", "--gpu", "b300"],
+        &["estimate", "gpt3-175b", "--gpus", "8", "--gpu", "b100"],
         "--gpu",
     );
     fails_with(

@@ -29,6 +29,28 @@ fn fails_with(args: &[&str], needle: &str) {
 
 const LLAMA8B: [&str; 6] = ["plan", "llama3-8b", "--gpus", "32", "--gpu", "a100-80g"];
 
+/// Llama 3 8B on 32 H100s under Megatron.
+const LLAMA8B_MEGATRON: [&str; 6] = [
+    "plan",
+    "llama3-8b",
+    "--gpus",
+    "32",
+    "--framework",
+    "megatron",
+];
+
+/// The memory-bound GPT-3 case: 175 B parameters on 64 A100s.
+const GPT3_64: [&str; 8] = [
+    "plan",
+    "gpt3-175b",
+    "--gpus",
+    "64",
+    "--gpu",
+    "a100-80g",
+    "--global-batch",
+    "512",
+];
+
 #[test]
 fn plan_json_has_plan_predicted_search_and_alternatives() {
     let mut args = LLAMA8B.to_vec();
@@ -44,7 +66,8 @@ fn plan_json_has_plan_predicted_search_and_alternatives() {
     assert!(layout.starts_with('E') && layout.ends_with('L'), "{layout}");
     let t = v["predicted"]["iteration_time_s"].as_f64().unwrap();
     for alt in v["alternatives"].as_array().unwrap() {
-        assert!(alt["predicted"]["iteration_time_s"].as_f64().unwrap() >= t);
+        // a simpler plan may be chosen within the 1% tolerance
+        assert!(alt["predicted"]["iteration_time_s"].as_f64().unwrap() >= t / 1.01);
         assert_eq!(alt["predicted"]["fits"], true);
     }
 }
@@ -197,16 +220,7 @@ fn framework_rejects_what_it_cannot_run() {
         "deepspeed does not run it with a pipeline; it runs ZeRO 0, 1",
     );
     fails_with(
-        &[
-            "plan",
-            "llama3-8b",
-            "--gpus",
-            "32",
-            "--framework",
-            "megatron",
-            "--schedules",
-            "zb-v",
-        ],
+        &[&LLAMA8B_MEGATRON[..], &["--schedules", "zb-v"]].concat(),
         "megatron does not run zb-v; it runs 1f1b, interleaved-1f1b",
     );
     fails_with(
@@ -222,20 +236,8 @@ fn partial_recompute_is_planned_explained_and_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("plan.json");
     let path = path.to_str().unwrap();
-    let args = [
-        "plan",
-        "gpt3-175b",
-        "--gpus",
-        "64",
-        "--gpu",
-        "a100-80g",
-        "--global-batch",
-        "512",
-        "--max-tp",
-        "4",
-        "--out",
-        path,
-    ];
+    let mut args = GPT3_64.to_vec();
+    args.extend(["--max-tp", "4", "--out", path]);
     let out = autopp(&args, None);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
@@ -271,4 +273,62 @@ fn alternatives_that_run_identically_are_listed_once() {
         seen.push(key);
     }
     assert!(seen.len() >= 5, "{json}");
+}
+
+/// Plans with a margin (#15): the chosen plan and every alternative keep the GPU kind's memory
+/// band free — `peak · (1 + band) ≤ capacity` — where this case used to fill 79.6 of 80.0 GiB.
+#[test]
+fn no_plan_is_within_the_memory_band_of_the_limit() {
+    let (band, _) = autopp_planner::bands::memory_band("a100-80g").expect("bundled band");
+    let mut args = GPT3_64.to_vec();
+    args.push("--json");
+    let v = json(&args, None);
+    let plans = std::iter::once(&v).chain(v["alternatives"].as_array().unwrap());
+    for p in plans {
+        let peak = p["predicted"]["peak_memory_bytes"].as_f64().unwrap();
+        let capacity = p["predicted"]["memory_capacity_bytes"].as_f64().unwrap();
+        assert!(peak * (1.0 + band) <= capacity, "{peak} of {capacity}");
+    }
+    let m = &v["memory_margin"];
+    assert!(m["free_bytes"].as_u64().unwrap() >= m["required_bytes"].as_u64().unwrap());
+}
+
+/// `--memory-margin` takes GiB or a percentage of the GPU's memory: 25% of 80 GiB = 20 GiB.
+#[test]
+fn memory_margin_overrides_the_band() {
+    let mut args = LLAMA8B.to_vec();
+    args.extend(["--memory-margin", "25%", "--json"]);
+    let v = json(&args, None);
+    assert_eq!(v["memory_margin"]["required_bytes"], 20u64 << 30);
+    let peak = v["predicted"]["peak_memory_bytes"].as_u64().unwrap();
+    assert!(peak <= 60u64 << 30, "{peak}");
+    let mut args = LLAMA8B.to_vec();
+    args.extend(["--memory-margin", "2.5GiB", "--json"]);
+    let v = json(&args, None);
+    assert_eq!(v["memory_margin"]["required_bytes"], 5u64 << 29);
+    let mut args = LLAMA8B.to_vec();
+    args.extend(["--memory-margin", "lots"]);
+    fails_with(&args, "--memory-margin");
+}
+
+/// Simple when it is as good (#15): a 1.3B GPT (GPT-3 XL's sizes: 24 layers, hidden 2048) on 32
+/// H100s and Llama 3 8B on 32 H100s under Megatron plan without a pipeline, as NVIDIA runs them.
+#[test]
+fn small_models_plan_without_a_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("gpt-1.3b.json");
+    std::fs::write(
+        &model,
+        r#"{"name": "gpt-1.3b", "num_layers": 24, "hidden_size": 2048,
+            "num_attention_heads": 16, "vocab_size": 50257, "seq_length": 2048,
+            "position_embedding": "learned", "global_batch_size": 512}"#,
+    )
+    .unwrap();
+    let gpt = json(
+        &["plan", model.to_str().unwrap(), "--gpus", "32", "--json"],
+        None,
+    );
+    assert_eq!(gpt["plan"]["pp"], 1, "{}", gpt["plan"]);
+    let llama = json(&[&LLAMA8B_MEGATRON[..], &["--json"]].concat(), None);
+    assert_eq!(llama["plan"]["pp"], 1, "{}", llama["plan"]);
 }

@@ -87,6 +87,7 @@ mod tests {
             skipped: None,
             notes: Vec::new(),
             breakdown_s: None,
+            fit: None,
         }
     }
 

@@ -32,6 +32,7 @@ pub mod lenient;
 pub mod mapping;
 pub mod report;
 pub mod rows;
+mod stacks;
 mod summary;
 
 pub use autopp_planner::bands::Metric;
@@ -101,6 +102,27 @@ impl Comparison {
     }
 }
 
+/// Whether a run fitted in its GPUs' memory: predicted (every rank's peak within the GPU's
+/// memory, under the calibration's memory terms) and published (a completed run fitted; a run
+/// that ran out of memory did not). `--json` writes it as `{"metric": "fits", "predicted": …,
+/// "published": …}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FitVerdict {
+    /// Always `fits`.
+    pub metric: &'static str,
+    /// autopp's verdict.
+    pub predicted: bool,
+    /// The run's outcome.
+    pub published: bool,
+}
+
+impl FitVerdict {
+    /// Whether autopp's verdict is the run's.
+    pub fn right(&self) -> bool {
+        self.predicted == self.published
+    }
+}
+
 /// The outcome of one row.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RowResult {
@@ -119,6 +141,9 @@ pub struct RowResult {
     /// Where the predicted iteration time goes (iteration rows).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub breakdown_s: Option<autopp_planner::plan::Breakdown>,
+    /// Whether the run fitted in memory, predicted and published (iteration rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fit: Option<FitVerdict>,
 }
 
 /// A row mapped once, ready to be evaluated under any calibration.
@@ -202,6 +227,7 @@ pub fn evaluate_row(row: &PreparedRow, cal: &Calibration) -> RowResult {
         skipped: None,
         notes: row.assumptions.clone(),
         breakdown_s: None,
+        fit: None,
     };
     let outcome = match (&row.case, &row.layers) {
         (Err(reason), _) => Err(reason.clone()),
@@ -210,8 +236,9 @@ pub fn evaluate_row(row: &PreparedRow, cal: &Calibration) -> RowResult {
             if let Some(why) = &it.time_skip {
                 result.notes.push(why.clone());
             }
-            iteration(it, layers, cal).map(|(c, b)| {
+            iteration(it, layers, cal).map(|(c, b, fit)| {
                 result.breakdown_s = Some(b);
+                result.fit = Some(fit);
                 c
             })
         }
@@ -247,7 +274,7 @@ fn iteration(
     it: &IterationCase,
     layers: &[autopp_models::LayerCost],
     cal: &Calibration,
-) -> Result<(Vec<Comparison>, autopp_planner::plan::Breakdown), String> {
+) -> Result<(Vec<Comparison>, autopp_planner::plan::Breakdown, FitVerdict), String> {
     let profile = profile_for(&it.cluster, &it.config, cal)?;
     let e = evaluate_layers(&it.model, &profile, &it.config, layers).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
@@ -273,7 +300,17 @@ fn iteration(
             published: gib,
         });
     }
-    Ok((out, e.result.predicted.breakdown_s))
+    let capacity = it.cluster.gpu.memory_bytes;
+    let fits = e
+        .memory
+        .iter()
+        .all(|m| m.total_bytes_with(cal.fragmentation, cal.context_bytes) <= capacity);
+    let fit = FitVerdict {
+        metric: "fits",
+        predicted: fits,
+        published: !it.ran_out_of_memory,
+    };
+    Ok((out, e.result.predicted.breakdown_s, fit))
 }
 
 /// Forward and backward time of one transformer layer through [`stages::stage_costs`], the
@@ -298,6 +335,7 @@ fn layer(lc: &LayerCase, cal: &Calibration) -> Result<Vec<Comparison>, String> {
         cp: 1,
         cp_link: link,
         cp_kv_bytes: 0,
+        tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
     };
     let cost = stages::stage_costs(&layers, &[[index, index]], &ctx);
     let st = cost

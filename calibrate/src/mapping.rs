@@ -9,9 +9,11 @@ use autopp_hardware::{hardware, Cluster, Precision};
 use autopp_models::{Model, PositionEmbedding, Recompute, TransformerSpec};
 
 use super::rows::{ms_after, parse_gib, PublishedRow, RowKind};
-use autopp_planner::config::{EvalSettings, ParallelConfig, Runtime};
+use super::stacks::{always_zero3, flash_attention, preset_model, runtime_of, stack_of};
+use autopp_planner::config::{EvalSettings, ParallelConfig};
 use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::Degrees;
+use autopp_planner::Stack;
 
 /// A whole iteration to evaluate with [`autopp_planner::estimate::evaluate`].
 #[derive(Debug, Clone)]
@@ -28,6 +30,8 @@ pub struct IterationCase {
     pub time_skip: Option<String>,
     /// Published peak memory per GPU, GiB (PyTorch's peak over the first and last rank).
     pub memory_gib: Option<f64>,
+    /// The run ran out of memory (`result_status` says OOM): only its fit is compared.
+    pub ran_out_of_memory: bool,
 }
 
 /// One transformer layer timed on its own (Korthikanti et al. 2022, Table 4).
@@ -67,7 +71,7 @@ pub struct Mapped {
 /// Maps a row; `Err` is the reason it cannot be modelled.
 pub fn map_row(row: &PublishedRow) -> Result<Mapped, String> {
     if let Some(status) = &row.result_status {
-        if status != "ok" {
+        if status != "ok" && !ran_out_of_memory(row) {
             return Err(format!(
                 "the run did not succeed (result_status '{status}')"
             ));
@@ -79,42 +83,20 @@ pub fn map_row(row: &PublishedRow) -> Result<Mapped, String> {
     }
 }
 
+/// Whether the row's `result_status` says the run ran out of memory (`oom`, `OOM`,
+/// `out of memory`).
+pub fn ran_out_of_memory(row: &PublishedRow) -> bool {
+    row.result_status.as_deref().is_some_and(|s| {
+        let s = s.to_ascii_lowercase();
+        s.contains("oom") || s.contains("out of memory")
+    })
+}
+
 fn need(v: Option<u64>, field: &str) -> Result<u64, String> {
     match v {
         Some(0) => Err(format!("{field} is 0")),
         Some(x) => Ok(x),
         None => Err(format!("{field} is not reported")),
-    }
-}
-
-/// The framework family a row's `framework` string names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framework {
-    /// Megatron-LM (2021): fp16 gradients, PyTorch or local DDP, no fused attention.
-    Megatron2021,
-    /// Megatron-LM driving DeepSpeed ZeRO-3 (Narayanan et al. 2021, Table 2).
-    MegatronZero3,
-    /// BigScience's Megatron-DeepSpeed: DeepSpeed's pipeline engine and fp16 ZeRO optimizer.
-    MegatronDeepSpeed,
-    /// MosaicML Composer / llm-foundry: PyTorch FSDP with FlashAttention.
-    ComposerFsdp,
-}
-
-fn framework(row: &PublishedRow) -> Result<Framework, String> {
-    let f = row.framework.as_deref().unwrap_or("").to_ascii_lowercase();
-    if f.contains("megatron-deepspeed") {
-        Ok(Framework::MegatronDeepSpeed)
-    } else if f.contains("megatron") && f.contains("zero-3") {
-        Ok(Framework::MegatronZero3)
-    } else if f.contains("megatron-lm") {
-        Ok(Framework::Megatron2021)
-    } else if f.contains("composer") || f.contains("llm-foundry") {
-        Ok(Framework::ComposerFsdp)
-    } else {
-        Err(format!(
-            "framework '{}' is not one autopp knows how to model",
-            row.framework.as_deref().unwrap_or("(not reported)")
-        ))
     }
 }
 
@@ -172,6 +154,9 @@ pub fn nic_gbps_per_gpu(text: &str, gpus_per_node: u64) -> Option<f64> {
         let head = &t[x + 1..rate_at];
         let start = head.trim_end().rfind(' ').map_or(0, |j| j + 1);
         count * number_in(&head[start..])?
+    } else if t.contains("per gpu") {
+        let rate_at = t.find("gbps").or_else(|| t.find("gb/s"))?;
+        number_in(&t[..rate_at])? * gpus_per_node as f64
     } else if t.contains("node-node") || t.contains("per node") {
         let rate_at = t.find("gbps").or_else(|| t.find("gb/s"))?;
         number_in(&t[..rate_at])?
@@ -194,11 +179,26 @@ fn recompute_of(text: Option<&str>) -> Option<Recompute> {
     }
 }
 
-fn zero_stage_of(text: Option<&str>, fw: Framework) -> Result<u8, String> {
-    if matches!(fw, Framework::MegatronZero3 | Framework::ComposerFsdp) {
+/// The row's ZeRO stage; unstated, the stack's default: Megatron-Core and NeMo run the
+/// distributed optimizer (NeMo's recipes and Megatron-Core's examples set it), the others none.
+fn zero_stage_of(
+    row: &PublishedRow,
+    stack: Stack,
+    assumptions: &mut Vec<String>,
+) -> Result<u8, String> {
+    if always_zero3(row, stack) {
         return Ok(3);
     }
-    let t = text.unwrap_or("none").to_ascii_lowercase();
+    let Some(text) = row.zero_or_distributed_optimizer.as_deref() else {
+        if matches!(stack, Stack::MegatronCore | Stack::Nemo) {
+            assumptions.push(format!(
+                "optimizer not stated: {stack}'s distributed optimizer (ZeRO 1) assumed"
+            ));
+            return Ok(1);
+        }
+        return Ok(0);
+    };
+    let t = text.to_ascii_lowercase();
     if t.starts_with("none") {
         return Ok(0);
     }
@@ -212,6 +212,8 @@ fn zero_stage_of(text: Option<&str>, fw: Framework) -> Result<u8, String> {
         ("zero-3", 3),
         ("stage 3", 3),
         ("full_shard", 3),
+        ("fsdp", 3),
+        ("distributed optimizer", 1),
     ] {
         if t.contains(needle) {
             return Ok(stage);
@@ -223,8 +225,24 @@ fn zero_stage_of(text: Option<&str>, fw: Framework) -> Result<u8, String> {
 /// The architecture a framework's models have: GPT (Megatron: learned positions, biases,
 /// dropout), BLOOM (ALiBi, biases, dropout 0.1 — Megatron's default, which tr11 inherits), MPT
 /// (ALiBi, no biases, no dropout).
-fn transformer(row: &PublishedRow, fw: Framework, layers: u64) -> Result<Model, String> {
-    let h = need(row.hidden_size, "hidden_size")?;
+/// A row that lacks a size but names a preset (`LLAMA3-70B`, `GPT3-175B`) takes the preset's
+/// architecture at the row's sequence length.
+fn transformer(row: &PublishedRow, stack: Stack, layers: Option<u64>) -> Result<Model, String> {
+    let complete = [
+        row.num_layers.or(layers),
+        row.hidden_size,
+        row.num_attention_heads,
+        row.vocab_size,
+    ]
+    .iter()
+    .all(|x| x.is_some_and(|v| v > 0));
+    if !complete {
+        if let Some(model) = preset_model(row) {
+            return model;
+        }
+    }
+    let layers = need(layers.or(row.num_layers), "num_layers").map_err(|e| named_model(row, e))?;
+    let h = need(row.hidden_size, "hidden_size").map_err(|e| named_model(row, e))?;
     let a = need(row.num_attention_heads, "num_attention_heads")?;
     let s = need(row.seq_length, "seq_length")?;
     let v = need(row.vocab_size, "vocab_size")?;
@@ -238,92 +256,56 @@ fn transformer(row: &PublishedRow, fw: Framework, layers: u64) -> Result<Model, 
     );
     t.num_kv_heads = row.num_kv_heads;
     t.ffn_hidden_size = row.ffn_hidden_size;
-    match fw {
-        Framework::Megatron2021 | Framework::MegatronZero3 => {
-            t.position_embedding = PositionEmbedding::Learned;
-        }
+    match stack {
         // BLOOM's runs keep Megatron's default dropout (0.1) and use ALiBi.
-        Framework::MegatronDeepSpeed => {}
-        Framework::ComposerFsdp => {
+        Stack::MegatronDeepspeed | Stack::Deepspeed => {}
+        Stack::Composer => {
             t.dropout = false;
             t.bias = false;
         }
+        // GPT models of Megatron-LM, NeMo and MegaScale: learned positions
+        _ => t.position_embedding = PositionEmbedding::Learned,
     }
     t.validate().map_err(|e| e.to_string())?;
     Ok(Model::Transformer(t))
 }
 
-/// Facts of a framework's runtime: flash attention, gradient precision, overlap.
-fn runtime_of(row: &PublishedRow, fw: Framework) -> (bool, Runtime) {
-    let zero = row
-        .zero_or_distributed_optimizer
-        .as_deref()
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    let precision = row.precision.as_deref().unwrap_or("").to_ascii_lowercase();
-    match fw {
-        // PyTorch DDP overlaps its bucketed all-reduce with the backward; Megatron's 'local'
-        // DDP reduces after the pipeline flush. Both reduce fp16 gradients in 2021.
-        Framework::Megatron2021 => (
-            false,
-            Runtime {
-                overlap_grad_reduce: zero.contains("'torch'"),
-                fp32_main_grads: false,
-                ..Runtime::default()
-            },
-        ),
-        Framework::MegatronZero3 => (
-            false,
-            Runtime {
-                overlap_grad_reduce: false,
-                fp32_main_grads: false,
-                ..Runtime::default()
-            },
-        ),
-        // DeepSpeed's pipeline engine sends whole activations, synchronously.
-        Framework::MegatronDeepSpeed => (
-            false,
-            Runtime {
-                overlap_grad_reduce: false,
-                fp32_main_grads: false,
-                pp_scatter_gather: false,
-                pp_blocking_sends: true,
-                ..Runtime::default()
-            },
-        ),
-        // Composer's DEFAULT mixed precision reduces in fp32; PURE reduces in bf16.
-        Framework::ComposerFsdp => (
-            true,
-            Runtime {
-                overlap_grad_reduce: true,
-                fp32_main_grads: !precision.contains("pure"),
-                ..Runtime::default()
-            },
-        ),
+/// The row's math precision; FP8 rows (`fp8`, torchao `float8 …`) are not modelled yet.
+fn precision_of(row: &PublishedRow, assumptions: &mut Vec<String>) -> Result<Precision, String> {
+    let p = row.precision.as_deref().unwrap_or("").to_ascii_lowercase();
+    if p.starts_with("bf16") || p.starts_with("amp_bf16") {
+        Ok(Precision::Bf16)
+    } else if p.starts_with("fp16") {
+        Ok(Precision::Fp16)
+    } else if p.contains("fp8") || p.contains("float8") {
+        Err(format!(
+            "precision '{p}': autopp does not model FP8 GEMMs yet (bf16 and fp16 only)"
+        ))
+    } else {
+        assumptions.push("precision not stated: fp16 assumed (same tensor-core peak)".into());
+        Ok(Precision::Fp16)
     }
 }
 
-fn precision_of(row: &PublishedRow, assumptions: &mut Vec<String>) -> Precision {
-    let p = row.precision.as_deref().unwrap_or("").to_ascii_lowercase();
-    if p.starts_with("bf16") || p.starts_with("amp_bf16") {
-        Precision::Bf16
-    } else if p.starts_with("fp16") {
-        Precision::Fp16
-    } else {
-        assumptions.push("precision not stated: fp16 assumed (same tensor-core peak)".into());
-        Precision::Fp16
+/// The error for a missing size, naming the model when it is not a preset.
+fn named_model(row: &PublishedRow, missing: String) -> String {
+    match row.model_name.as_deref() {
+        Some(name) => format!("{missing} and '{name}' is not a model autopp knows by name"),
+        None => missing,
     }
 }
 
 fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
-    let fw = framework(row)?;
-    let mut assumptions = Vec::new();
-    let layers = need(row.num_layers, "num_layers")?;
-    let model = transformer(row, fw, layers)?;
+    let (stack, guess) = stack_of(row);
+    let mut assumptions: Vec<String> = guess.into_iter().collect();
+    let model = transformer(row, stack, None)?;
     let gpus = need(row.num_gpus, "num_gpus")?;
     let gpu_name = row.gpu_type.as_deref().unwrap_or("");
     let kind =
         gpu_kind(gpu_name).ok_or_else(|| format!("GPU '{gpu_name}' is not in autopp's catalog"))?;
+    if gpu_name.contains("96GB") || gpu_name.to_ascii_lowercase().contains("ampere") {
+        assumptions.push(format!("GPU '{gpu_name}' modelled as the catalog's {kind}"));
+    }
     let per_node = row.gpus_per_node.unwrap_or(8);
     let nic = row
         .inter_node_interconnect
@@ -351,15 +333,13 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
     }
     let mbs = need(row.micro_batch_size, "micro_batch_size")?;
     let gbs = need(row.global_batch_size, "global_batch_size")?;
-    let recompute = recompute_of(row.activation_recomputation.as_deref())
-        .ok_or_else(|| "activation_recomputation is not reported".to_string())?;
+    let recompute = recompute_or_default(row, stack, &mut assumptions)?;
     let virtual_stages = row.virtual_pipeline_stages.unwrap_or(1).max(1);
     let schedule = if virtual_stages > 1 {
         ScheduleKind::Interleaved1F1B
     } else {
         ScheduleKind::OneFOneB
     };
-    let (flash_attention, runtime) = runtime_of(row, fw);
     let degrees = Degrees {
         tp,
         pp,
@@ -367,22 +347,39 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
         cp,
         virtual_stages,
     };
-    let zero_stage = zero_stage_of(row.zero_or_distributed_optimizer.as_deref(), fw)?;
+    let zero_stage = zero_stage_of(row, stack, &mut assumptions)?;
+    let sequence_parallel = match row.sequence_parallel {
+        Some(sp) => sp,
+        // NeMo's recipes and Megatron-Core's examples pair tensor parallelism with it
+        None if tp > 1 && matches!(stack, Stack::MegatronCore | Stack::Nemo) => {
+            assumptions.push(format!(
+                "sequence parallelism not stated: on with tp {tp} ({stack}'s recipes)"
+            ));
+            true
+        }
+        None => false,
+    };
     let config = ParallelConfig::new(degrees, mbs, gbs)
         .with_schedule(schedule)
         .with_recompute(recompute)
-        .with_sequence_parallel(row.sequence_parallel.unwrap_or(false))
+        .with_sequence_parallel(sequence_parallel)
         .with_zero_stage(zero_stage)
         .with_settings(EvalSettings {
-            precision: precision_of(row, &mut assumptions),
+            precision: precision_of(row, &mut assumptions)?,
             // a measured peak has no headroom in it
             memory_reserve_bytes: 0,
-            flash_attention,
-            runtime,
+            memory_margin_bytes: 0,
+            flash_attention: flash_attention(stack),
+            runtime: runtime_of(row, stack),
         });
-    let (time_s, time_skip) = published_time(row, &model, gpus);
+    let oom = ran_out_of_memory(row);
+    let (time_s, time_skip) = if oom {
+        (None, None)
+    } else {
+        published_time(row, &model, gpus)
+    };
     let memory_gib = row.peak_memory_per_gpu_gb.as_deref().and_then(parse_gib);
-    if time_s.is_none() && time_skip.is_none() && memory_gib.is_none() {
+    if !oom && time_s.is_none() && time_skip.is_none() && memory_gib.is_none() {
         return Err("the row publishes neither a time nor a memory figure".into());
     }
     Ok(Mapped {
@@ -393,9 +390,28 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
             time_s,
             time_skip,
             memory_gib,
+            ran_out_of_memory: oom,
         })),
         assumptions,
     })
+}
+
+/// The row's recompute mode; unstated, Megatron-Core's and NeMo's default (none, the mode
+/// their performance recipes use), else an error naming the field.
+fn recompute_or_default(
+    row: &PublishedRow,
+    stack: Stack,
+    assumptions: &mut Vec<String>,
+) -> Result<Recompute, String> {
+    match (row.activation_recomputation.as_deref(), stack) {
+        (Some(text), _) => recompute_of(Some(text))
+            .ok_or_else(|| format!("activation_recomputation '{text}' is not one autopp knows")),
+        (None, Stack::MegatronCore | Stack::Nemo) => {
+            assumptions.push(format!("recompute not stated: none ({stack}'s default)"));
+            Ok(Recompute::None)
+        }
+        (None, _) => Err("activation_recomputation is not reported".to_string()),
+    }
 }
 
 /// The row's seconds per iteration, or why it is not compared. A row whose own TFLOP/s (under
@@ -441,19 +457,19 @@ fn published_time(row: &PublishedRow, model: &Model, gpus: u64) -> (Option<f64>,
 }
 
 fn map_layer(row: &PublishedRow) -> Result<Mapped, String> {
-    let fw = framework(row)?;
+    let (stack, guess) = stack_of(row);
     let notes = row.notes.as_deref().unwrap_or("");
     let forward_ms = ms_after(notes, "forward")
         .ok_or_else(|| "no 'forward N ms' in the row's notes".to_string())?;
     let backward_ms = ms_after(notes, "backward")
         .ok_or_else(|| "no 'backward N ms' in the row's notes".to_string())?;
-    let mut assumptions = Vec::new();
+    let mut assumptions: Vec<String> = guess.into_iter().collect();
     if row.vocab_size.is_none() {
         assumptions.push("vocabulary irrelevant to one layer: 51200 used".into());
     }
     let mut r = row.clone();
     r.vocab_size = Some(row.vocab_size.unwrap_or(51200));
-    let model = transformer(&r, fw, 1)?;
+    let model = transformer(&r, stack, Some(1))?;
     let tp = need(row.tp, "tp")?;
     let gpu_name = row.gpu_type.as_deref().unwrap_or("");
     let kind =
@@ -463,7 +479,6 @@ fn map_layer(row: &PublishedRow) -> Result<Mapped, String> {
         Cluster::new(gpu, tp, row.gpus_per_node.unwrap_or(8), None).map_err(|e| e.to_string())?;
     let recompute = recompute_of(row.activation_recomputation.as_deref())
         .ok_or_else(|| "activation_recomputation is not reported".to_string())?;
-    let (flash_attention, runtime) = runtime_of(row, fw);
     let mbs = need(row.micro_batch_size, "micro_batch_size")?;
     let degrees = Degrees {
         tp,
@@ -479,8 +494,9 @@ fn map_layer(row: &PublishedRow) -> Result<Mapped, String> {
             precision: Precision::Fp16,
             // a measured peak has no headroom in it
             memory_reserve_bytes: 0,
-            flash_attention,
-            runtime,
+            memory_margin_bytes: 0,
+            flash_attention: flash_attention(stack),
+            runtime: runtime_of(row, stack),
         });
     Ok(Mapped {
         case: Case::Layer(Box::new(LayerCase {
@@ -507,6 +523,27 @@ mod tests {
         assert_eq!(gpu_kind("MI250X"), None);
     }
 
+    /// A run that ran out of memory is mapped for its fit verdict alone: no time is compared.
+    #[test]
+    fn out_of_memory_runs_are_mapped_for_their_fit() {
+        let text = r#"[{"id": "oom", "kind": "end_to_end_training_throughput",
+            "source_group": "g", "framework": "Megatron-LM (2021)", "result_status": "OOM",
+            "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16,
+            "seq_length": 2048, "vocab_size": 51200, "global_batch_size": 8,
+            "micro_batch_size": 1, "tp": 1, "pp": 1, "dp": 8, "num_gpus": 8,
+            "gpu_type": "A100-SXM4-80GB", "activation_recomputation": "none",
+            "seconds_per_iteration": 1.0}]"#;
+        let row = crate::rows::parse_rows(text, "test").unwrap().remove(0);
+        assert!(ran_out_of_memory(&row));
+        let Case::Iteration(it) = map_row(&row).unwrap().case else {
+            panic!("an iteration case")
+        };
+        assert!(it.ran_out_of_memory && it.time_s.is_none());
+        let mut failed = row.clone();
+        failed.result_status = Some("diverged".into());
+        assert!(map_row(&failed).unwrap_err().contains("did not succeed"));
+    }
+
     #[test]
     fn networks() {
         let hdr = "8x NVIDIA Mellanox 200 Gb/s HDR InfiniBand HCAs per node (Selene)";
@@ -519,5 +556,9 @@ mod tests {
             Some(200.0)
         );
         assert_eq!(nic_gbps_per_gpu("not stated", 8), None);
+        assert_eq!(
+            nic_gbps_per_gpu("RDMA backend 400 Gb/s per GPU", 8),
+            Some(400.0)
+        );
     }
 }

@@ -39,6 +39,25 @@ pub fn rows_table(results: &[RowResult]) -> String {
             );
         }
     }
+    let verdicts: Vec<(&str, bool, bool)> = results
+        .iter()
+        .filter_map(|r| r.fit.map(|f| (r.id.as_str(), f.right(), f.published)))
+        .collect();
+    if !verdicts.is_empty() {
+        let wrong: Vec<&str> = verdicts.iter().filter(|v| !v.1).map(|v| v.0).collect();
+        let _ = writeln!(
+            o,
+            "\nfit verdicts: {} runs ({} ran out of memory), {} wrong{}",
+            verdicts.len(),
+            verdicts.iter().filter(|v| !v.2).count(),
+            wrong.len(),
+            if wrong.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", wrong.join(", "))
+            }
+        );
+    }
     let skipped: Vec<&RowResult> = results.iter().filter(|r| r.skipped.is_some()).collect();
     if !skipped.is_empty() {
         let _ = writeln!(o, "\nskipped ({}):", skipped.len());

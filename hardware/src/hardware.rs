@@ -3,6 +3,9 @@
 //! Figures are the vendors' dense (no sparsity) peaks; memory capacities are what
 //! `nvidia-smi` reports as total memory. Sources: NVIDIA A100 datasheet (2020/2021), H100 SXM5
 //! and H200 product briefs, V100 datasheet; link figures as in autopp's COST_MODEL.md.
+//! Blackwell and MI300X (each entry cites its source): their capacities are the datasheets'
+//! decimal GB, which `nvidia-smi`/`rocm-smi` report a little lower; no published run on them
+//! calibrates autopp yet, so `estimate` and `plan` say so and use the widest bands.
 
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +74,14 @@ pub struct GpuSpec {
     pub nvlink_bw_bytes_per_s: f64,
     /// Default NIC bandwidth per GPU for this generation's clusters, in Gbit/s.
     pub default_nic_gbps: f64,
+    /// GPUs in one NVLink (or Infinity Fabric) domain: the default GPUs per node (8 for HGX
+    /// and DGX boards and MI300X platforms, 72 for GB200/GB300 NVL72 racks).
+    #[serde(default = "eight")]
+    pub nvlink_domain: u64,
+}
+
+fn eight() -> u64 {
+    8
 }
 
 impl GpuSpec {
@@ -142,6 +153,7 @@ pub fn catalog() -> Vec<GpuSpec> {
             hbm_bw_bytes_per_s: 900e9,
             nvlink_bw_bytes_per_s: 150e9,
             default_nic_gbps: 100.0,
+            nvlink_domain: 8,
         },
         GpuSpec {
             name: "a100-40g".into(),
@@ -152,6 +164,7 @@ pub fn catalog() -> Vec<GpuSpec> {
             hbm_bw_bytes_per_s: 1555e9,
             nvlink_bw_bytes_per_s: 300e9,
             default_nic_gbps: 200.0,
+            nvlink_domain: 8,
         },
         GpuSpec {
             name: "a100-80g".into(),
@@ -162,6 +175,7 @@ pub fn catalog() -> Vec<GpuSpec> {
             hbm_bw_bytes_per_s: 2039e9,
             nvlink_bw_bytes_per_s: 300e9,
             default_nic_gbps: 200.0,
+            nvlink_domain: 8,
         },
         GpuSpec {
             name: "h100-sxm".into(),
@@ -172,6 +186,7 @@ pub fn catalog() -> Vec<GpuSpec> {
             hbm_bw_bytes_per_s: 3350e9,
             nvlink_bw_bytes_per_s: 450e9,
             default_nic_gbps: 400.0,
+            nvlink_domain: 8,
         },
         GpuSpec {
             name: "h200".into(),
@@ -182,6 +197,80 @@ pub fn catalog() -> Vec<GpuSpec> {
             hbm_bw_bytes_per_s: 4800e9,
             nvlink_bw_bytes_per_s: 450e9,
             default_nic_gbps: 400.0,
+            nvlink_domain: 8,
+        },
+        // NVIDIA HGX B200 datasheet (2025): per GPU 2.25 PFLOP/s dense FP16/BF16 and 4.5 dense
+        // FP8 (the sheet's 4.5 / 9 are with sparsity), 180 GB HBM3e at 8 TB/s (1.44 TB and
+        // 64 TB/s per 8-GPU board), fifth-generation NVLink 1.8 TB/s both ways, ConnectX-7 at
+        // 400 Gb/s per GPU.
+        GpuSpec {
+            name: "b200".into(),
+            peak_bf16_flops: 2.25e15,
+            peak_fp16_flops: 2.25e15,
+            peak_fp8_flops: 4.5e15,
+            memory_bytes: 180_000_000_000,
+            hbm_bw_bytes_per_s: 8e12,
+            nvlink_bw_bytes_per_s: 900e9,
+            default_nic_gbps: 400.0,
+            nvlink_domain: 8,
+        },
+        // NVIDIA GB200 NVL72 datasheet (2025), per GPU of the rack: 180 PFLOP/s dense
+        // FP16/BF16 and 360 dense FP8 over 72 GPUs (2.5 and 5.0 each), 13.4 TB of HBM3e (186 GB
+        // each) at 8 TB/s, one NVLink domain of 72 GPUs at 1.8 TB/s both ways, ConnectX-7 at
+        // 400 Gb/s per GPU between racks.
+        GpuSpec {
+            name: "gb200".into(),
+            peak_bf16_flops: 2.5e15,
+            peak_fp16_flops: 2.5e15,
+            peak_fp8_flops: 5e15,
+            memory_bytes: 186_000_000_000,
+            hbm_bw_bytes_per_s: 8e12,
+            nvlink_bw_bytes_per_s: 900e9,
+            default_nic_gbps: 400.0,
+            nvlink_domain: 72,
+        },
+        // NVIDIA HGX B300 (Blackwell Ultra) datasheet (2025): dense FP16/BF16 and FP8 as B200
+        // (Blackwell Ultra raises FP4, not 8- or 16-bit, throughput), 288 GB HBM3e at 8 TB/s,
+        // NVLink 1.8 TB/s both ways, ConnectX-8 at 800 Gb/s per GPU.
+        GpuSpec {
+            name: "b300".into(),
+            peak_bf16_flops: 2.25e15,
+            peak_fp16_flops: 2.25e15,
+            peak_fp8_flops: 4.5e15,
+            memory_bytes: 288_000_000_000,
+            hbm_bw_bytes_per_s: 8e12,
+            nvlink_bw_bytes_per_s: 900e9,
+            default_nic_gbps: 800.0,
+            nvlink_domain: 8,
+        },
+        // NVIDIA GB300 NVL72 datasheet (2025), per GPU of the rack: dense FP16/BF16 and FP8 as
+        // GB200 (2.5 and 5.0 PFLOP/s), 20.7 TB of HBM3e (288 GB each) at 8 TB/s, one NVLink
+        // domain of 72 at 1.8 TB/s both ways, ConnectX-8 at 800 Gb/s per GPU.
+        GpuSpec {
+            name: "gb300".into(),
+            peak_bf16_flops: 2.5e15,
+            peak_fp16_flops: 2.5e15,
+            peak_fp8_flops: 5e15,
+            memory_bytes: 288_000_000_000,
+            hbm_bw_bytes_per_s: 8e12,
+            nvlink_bw_bytes_per_s: 900e9,
+            default_nic_gbps: 800.0,
+            nvlink_domain: 72,
+        },
+        // AMD Instinct MI300X datasheet (2023): 1307.4 TFLOP/s dense FP16/BF16 and 2614.9 dense
+        // FP8, 192 GB HBM3 at 5.3 TB/s; 7 Infinity Fabric links of 64 GB/s each way to the
+        // other 7 GPUs of the platform (448 GB/s each way in all; a ring reaches less, which
+        // the calibrated intra-node efficiency must absorb); 400 Gb/s NICs per GPU.
+        GpuSpec {
+            name: "mi300x".into(),
+            peak_bf16_flops: 1307.4e12,
+            peak_fp16_flops: 1307.4e12,
+            peak_fp8_flops: 2614.9e12,
+            memory_bytes: 192_000_000_000,
+            hbm_bw_bytes_per_s: 5.3e12,
+            nvlink_bw_bytes_per_s: 448e9,
+            default_nic_gbps: 400.0,
+            nvlink_domain: 8,
         },
     ]
 }
@@ -213,8 +302,25 @@ mod tests {
 
     #[test]
     fn unknown_gpu_lists_the_catalog() {
-        let err = gpu("b200").unwrap_err().to_string();
-        assert!(err.contains("b200") && err.contains("a100-80g"), "{err}");
+        let err = gpu("b100").unwrap_err().to_string();
+        assert!(err.contains("b100") && err.contains("a100-80g"), "{err}");
+    }
+
+    /// The published figures of the new kinds (sources beside each entry): GB200 NVL72's
+    /// 180 PFLOP/s dense BF16 over 72 GPUs is 2.5 PFLOP/s each, in one NVLink domain of 72;
+    /// GB300 NVL72's 72 × 288 GB = 20.7 TB; MI300X's 7 links × 64 GB/s = 448 GB/s.
+    #[test]
+    fn blackwell_and_mi300x_figures() {
+        let gb200 = gpu("gb200").unwrap();
+        assert_eq!(gb200.peak_bf16_flops * 72.0, 180e15);
+        assert_eq!(gb200.nvlink_domain, 72);
+        assert_eq!(gb200.peak_fp8_flops, 2.0 * gb200.peak_bf16_flops);
+        assert_eq!(gpu("b200").unwrap().memory_bytes, 180_000_000_000);
+        assert_eq!(gpu("gb300").unwrap().memory_bytes * 72, 20_736_000_000_000);
+        let mi = gpu("mi300x").unwrap();
+        assert_eq!(mi.peak_bf16_flops, 1307.4e12);
+        assert_eq!(mi.nvlink_bw_bytes_per_s, 7.0 * 64e9);
+        assert_eq!(gpu("h100-sxm").unwrap().nvlink_domain, 8);
     }
 
     #[test]

@@ -115,6 +115,41 @@ impl Bands {
     }
 }
 
+/// The memory band `plan` keeps free below the limit, as a fraction of the peak, with where it
+/// comes from: the peak-memory band of `gpu`, or — for kinds without rows — the widest band of
+/// any kind (and of all rows together). `None` when no band file is bundled.
+pub fn memory_band(gpu: &str) -> Option<(f64, String)> {
+    memory_band_in(&Bands::bundled()?, gpu)
+}
+
+/// [`memory_band`] over `bands`.
+pub fn memory_band_in(bands: &Bands, gpu: &str) -> Option<(f64, String)> {
+    if let Some(b) = bands.for_gpu(gpu, Metric::PeakMemory) {
+        return Some((
+            b.p90_abs_error,
+            format!("the memory band on {gpu}, {} published runs", b.rows),
+        ));
+    }
+    let widest = bands
+        .bands
+        .iter()
+        .filter(|b| b.metric == Metric::PeakMemory)
+        .map(|b| b.p90_abs_error)
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))?;
+    Some((
+        widest,
+        format!("no published run on {gpu} measured memory: the widest memory band"),
+    ))
+}
+
+/// Bytes of margin for a band `fraction` on a GPU of `capacity_bytes`: `fraction · capacity`.
+/// A peak `p` with `p + fraction·capacity ≤ capacity` also has `p·(1 + fraction) ≤ capacity`
+/// (as `p ≤ capacity`), so a plan that keeps this margin stays fitting when its peak is under-
+/// predicted by up to the band.
+pub fn margin_bytes(fraction: f64, capacity_bytes: u64) -> u64 {
+    (fraction.max(0.0) * capacity_bytes as f64).ceil() as u64
+}
+
 /// What `estimate` says about how sure it is.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Uncertainty {
@@ -152,5 +187,36 @@ pub fn uncertainty(gpu: &str) -> Uncertainty {
         time: describe(Metric::IterationTime, "time"),
         memory: describe(Metric::PeakMemory, "memory"),
         warning,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// a100-80g's band (7.6% in the shipped file): 0.076 × 80 GiB = 6.08 GiB of margin; a
+    /// kind without memory rows takes the widest band.
+    #[test]
+    fn memory_margin_hand_worked() {
+        let band = |gpu: &str, p90: f64| Band {
+            gpu: gpu.into(),
+            metric: Metric::PeakMemory,
+            rows: 3,
+            mape: 0.04,
+            p90_abs_error: p90,
+            max_abs_error: 0.3,
+        };
+        let bands = Bands {
+            generated_by: "test".into(),
+            bands: vec![band("a100-80g", 0.076), band("a100-40g", 0.12)],
+        };
+        let (f, why) = memory_band_in(&bands, "a100-80g").unwrap();
+        assert_eq!(f, 0.076);
+        assert!(why.contains("a100-80g"));
+        let m = margin_bytes(f, 80 << 30);
+        assert!((m as f64 / (1u64 << 30) as f64 - 6.08).abs() < 1e-6);
+        let (widest, why) = memory_band_in(&bands, "b200").unwrap();
+        assert_eq!(widest, 0.12);
+        assert!(why.contains("widest"));
     }
 }

@@ -5,6 +5,7 @@ use autopp_models::{ModelError, Recompute};
 use serde::{Deserialize, Serialize};
 
 use crate::degrees::Degrees;
+use crate::runtime::Stack;
 use crate::schedule::{ScheduleError, ScheduleKind, SplitError};
 
 /// Default headroom kept free per GPU, in bytes (1 GiB), on top of the modelled CUDA context,
@@ -60,36 +61,56 @@ pub struct EvalSettings {
     /// Bytes kept free on every GPU as headroom, beyond the modelled CUDA context, NCCL, framework
     /// buffers and fragmentation.
     pub memory_reserve_bytes: u64,
+    /// Bytes the predicted peak must stay below the GPU's memory for a configuration to fit:
+    /// the uncertainty of the memory prediction (`plan` uses the memory band of the GPU kind,
+    /// [`crate::bands::memory_margin`], or `--memory-margin`; 0 elsewhere). Not part of the peak.
+    #[serde(default)]
+    pub memory_margin_bytes: u64,
     /// A fused attention kernel (FlashAttention).
     pub flash_attention: bool,
-    /// How the framework runs data parallelism and mixed precision (default: Megatron-LM with
-    /// fp32 main gradients and no overlapped gradient reduction).
+    /// How the framework runs data parallelism, tensor-parallel communication and mixed
+    /// precision (default: Megatron-Core's runtime).
     #[serde(default)]
     pub runtime: Runtime,
 }
 
 impl Default for EvalSettings {
     /// `autopp`'s defaults: bf16, [`DEFAULT_MEMORY_RESERVE_BYTES`] of headroom, FlashAttention,
-    /// Megatron-LM's runtime.
+    /// Megatron-Core's runtime.
     fn default() -> Self {
         EvalSettings {
             precision: Precision::Bf16,
             memory_reserve_bytes: DEFAULT_MEMORY_RESERVE_BYTES,
+            memory_margin_bytes: 0,
             flash_attention: true,
             runtime: Runtime::default(),
         }
     }
 }
 
-/// Framework behaviour that changes time or memory but not the parallel layout. The default is
-/// Megatron-LM's: fp32 main gradients, gradient reduction after the backward.
+/// Framework behaviour that changes time or memory but not the parallel layout: the facts of
+/// one software stack ([`Stack::runtime`]). The default is Megatron-Core's (`--framework
+/// megatron`). Plan files written before a field existed read it as `false` (or `any`), the
+/// behaviour they were predicted with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Runtime {
+    /// The stack these facts are of.
+    #[serde(default)]
+    pub stack: Stack,
     /// The data-parallel gradient reduction overlaps the last micro-batch's backward (PyTorch
     /// DDP's buckets, FSDP, Megatron's `--overlap-grad-reduce`). ZeRO-3 always overlaps its
     /// parameter gathers and gradient reduce-scatters with compute.
     pub overlap_grad_reduce: bool,
+    /// The all-gather of the updated weights after a sharded optimizer step (ZeRO 1–2) overlaps
+    /// the next iteration's forward (Megatron's `--overlap-param-gather`, FSDP2's prefetch).
+    #[serde(default)]
+    pub overlap_param_gather: bool,
+    /// Tensor-parallel collectives overlap the GEMMs of the forward and of the whole backward
+    /// (Megatron's `--tp-comm-overlap`, torchtitan's async TP). `false`: only the backward's
+    /// input-gradient collective overlaps the weight-gradient GEMMs (Megatron's default).
+    #[serde(default)]
+    pub tp_comm_overlap: bool,
     /// Gradients are kept and reduced in fp32 (Megatron's main gradients: 4 B/param). `false`:
     /// 16-bit gradients (2 B/param) reduced in 16 bits, and an fp32 copy made for the optimizer
     /// (4 B/param more, sharded like the optimizer states) — Megatron-LM 2021 in fp16 and
@@ -108,14 +129,9 @@ pub struct Runtime {
 }
 
 impl Default for Runtime {
+    /// Megatron-Core's runtime, the default of `--framework megatron`.
     fn default() -> Self {
-        Runtime {
-            overlap_grad_reduce: false,
-            fp32_main_grads: true,
-            pp_scatter_gather: true,
-            pp_blocking_sends: false,
-            vocab_pad_multiple: 128,
-        }
+        Stack::MegatronCore.runtime()
     }
 }
 

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{PlanError, Runtime};
 use crate::pins::Fixed;
+use crate::runtime::Stack;
 use crate::schedule::ScheduleKind;
 
 /// A training framework a plan must run on.
@@ -205,25 +206,20 @@ impl Framework {
         !matches!(self, Framework::Deepspeed)
     }
 
-    /// How the framework runs data parallelism, mixed precision and pipeline sends.
-    pub fn runtime(self) -> Runtime {
+    /// The stack `--framework NAME` means for this family: Megatron-Core for `megatron`, the
+    /// modern defaults (every overlap on) for `any`.
+    pub fn default_stack(self) -> Stack {
         match self {
-            Framework::Any | Framework::Megatron => Runtime::default(),
-            // FSDP2: gradients reduce-scattered in fp32 while the backward runs; whole
-            // activations sent between stages; the vocabulary is not padded.
-            Framework::Torchtitan => Runtime {
-                overlap_grad_reduce: true,
-                pp_scatter_gather: false,
-                vocab_pad_multiple: 1,
-                ..Runtime::default()
-            },
-            // The pipeline engine sends whole activations, synchronously.
-            Framework::Deepspeed => Runtime {
-                pp_scatter_gather: false,
-                pp_blocking_sends: true,
-                ..Runtime::default()
-            },
+            Framework::Any => Stack::Any,
+            Framework::Megatron => Stack::MegatronCore,
+            Framework::Torchtitan => Stack::Torchtitan,
+            Framework::Deepspeed => Stack::Deepspeed,
         }
+    }
+
+    /// How the framework runs: its default stack's runtime.
+    pub fn runtime(self) -> Runtime {
+        self.default_stack().runtime()
     }
 }
 

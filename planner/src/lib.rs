@@ -23,6 +23,7 @@ pub mod pins;
 pub mod plan;
 pub mod planfile;
 pub mod profile;
+pub mod runtime;
 pub mod search;
 pub mod stages;
 pub mod whatif;
@@ -37,3 +38,4 @@ pub use plan::{
 };
 pub use planfile::PlanFile;
 pub use profile::cost_profile;
+pub use runtime::Stack;

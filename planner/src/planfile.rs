@@ -30,6 +30,8 @@ pub struct Settings {
 struct SettingsJson {
     precision: Precision,
     memory_reserve_bytes: u64,
+    #[serde(default)]
+    memory_margin_bytes: u64,
     flash_attention: bool,
     group_size: Option<u64>,
     #[serde(default)]
@@ -44,6 +46,7 @@ impl From<SettingsJson> for Settings {
             evaluation: EvalSettings {
                 precision: j.precision,
                 memory_reserve_bytes: j.memory_reserve_bytes,
+                memory_margin_bytes: j.memory_margin_bytes,
                 flash_attention: j.flash_attention,
                 runtime: j.runtime,
             },
@@ -59,6 +62,7 @@ impl From<Settings> for SettingsJson {
         SettingsJson {
             precision: e.precision,
             memory_reserve_bytes: e.memory_reserve_bytes,
+            memory_margin_bytes: e.memory_margin_bytes,
             flash_attention: e.flash_attention,
             group_size: s.group_size,
             runtime: e.runtime,

@@ -89,6 +89,9 @@ pub struct StageContext<'a> {
     pub cp_link: Link,
     /// Bytes of K and V each GPU contributes per transformer layer per micro-batch.
     pub cp_kv_bytes: u64,
+    /// Tensor- and context-parallel collectives overlap the layer's GEMMs in the forward and
+    /// the whole backward ([`crate::config::Runtime::tp_comm_overlap`]).
+    pub tp_comm_overlap: bool,
 }
 
 /// Sums the costs of `layers[first..=last]` for each stage range.
@@ -137,17 +140,25 @@ pub fn stage_costs_partial(
                     + if is_block { cp_fwd } else { 0.0 };
                 let tp_b = profile.collectives_time_s(&layer.tp_backward, ctx.tp, &ctx.tp_link)
                     + if is_block { cp_fwd } else { 0.0 };
+                let eff = &profile.efficiency;
                 st.forward_compute_s += times.forward_s;
-                st.forward_comm_s += tp_f;
+                // With the overlap on (userbuffers, async TP), a block's collectives run
+                // chunked beside its GEMMs: only what they cannot hide is exposed.
+                st.forward_comm_s += if is_block && ctx.tp_comm_overlap {
+                    eff.exposed_comm_s(tp_f, times.forward_s)
+                } else {
+                    tp_f
+                };
                 st.backward_input_compute_s += times.backward_input_s;
                 st.backward_weight_compute_s += times.backward_weight_s;
                 // Megatron launches the input-gradient all-reduce (with sequence parallelism:
                 // the all-gather and reduce-scatter) asynchronously and runs the weight-gradient
                 // GEMMs meanwhile: only what they cannot hide is exposed.
-                st.backward_comm_s += if is_block {
-                    profile
-                        .efficiency
-                        .exposed_comm_s(tp_b, times.backward_weight_s)
+                // With the overlap on, the whole backward hides them.
+                st.backward_comm_s += if is_block && ctx.tp_comm_overlap {
+                    eff.exposed_comm_s(tp_b, times.backward_input_s + times.backward_weight_s)
+                } else if is_block {
+                    eff.exposed_comm_s(tp_b, times.backward_weight_s)
                 } else {
                     tp_b
                 };

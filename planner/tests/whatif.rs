@@ -2,8 +2,8 @@
 
 use autopp_hardware::{hardware, Cluster, Precision};
 use autopp_models::load;
+use autopp_planner::runtime::Stack;
 use autopp_planner::whatif::{self, plot, BatchPolicy, Point, Prices, Row, Sweep};
-use autopp_planner::Framework;
 
 fn points(kinds: &[&str], counts: &[u64]) -> Vec<Point> {
     let mut v = Vec::new();
@@ -11,7 +11,10 @@ fn points(kinds: &[&str], counts: &[u64]) -> Vec<Point> {
         let gpu = hardware::gpu(kind).expect("kind");
         for &n in counts {
             let cluster = Cluster::new(gpu.clone(), n, 8, None).expect("cluster");
-            v.push(Point { cluster });
+            v.push(Point {
+                template: cluster,
+                gpus: n,
+            });
         }
     }
     v
@@ -25,7 +28,7 @@ fn run(
     prices: Prices,
 ) -> Vec<Row> {
     let sweep = Sweep {
-        framework: Framework::Any,
+        framework: Stack::Any,
         precision: Precision::Bf16,
         batch,
         train_tokens: Some(1e12),

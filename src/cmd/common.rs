@@ -14,9 +14,10 @@ pub struct ClusterArgs {
     /// GPU kind (see `autopp gpus`).
     #[arg(long, default_value = "h100-sxm", value_name = "KIND")]
     pub gpu: String,
-    /// GPUs per node (one NVLink domain).
-    #[arg(long, default_value_t = 8, value_name = "K")]
-    pub gpus_per_node: u64,
+    /// GPUs per node (one NVLink domain) [default: the GPU kind's domain: 72 for gb200 and
+    /// gb300, else 8].
+    #[arg(long, value_name = "K")]
+    pub gpus_per_node: Option<u64>,
     /// NIC bandwidth per GPU in Gbit/s [default: 200 for A100, 400 for H100/H200, 100 for V100].
     #[arg(long, value_name = "X")]
     pub nic_gbps: Option<f64>,
@@ -39,7 +40,8 @@ impl ClusterArgs {
         }
         let gpus = gpus.ok_or_else(|| anyhow::anyhow!("--gpus: give the number of GPUs"))?;
         let gpu = hardware::gpu(&self.gpu)?;
-        Ok(Cluster::new(gpu, gpus, self.gpus_per_node, self.nic_gbps)?)
+        let per_node = self.gpus_per_node.unwrap_or(gpu.nvlink_domain);
+        Ok(Cluster::new(gpu, gpus, per_node, self.nic_gbps)?)
     }
 }
 

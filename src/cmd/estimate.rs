@@ -6,7 +6,7 @@ use autopp_models::{Model, Recompute};
 use std::fmt::Write;
 
 use autopp_planner::bands::uncertainty;
-use autopp_planner::config::Runtime;
+use autopp_planner::Stack;
 use autopp_planner::{
     cost_profile, evaluate, Degrees, Estimate, EvalSettings, ParallelConfig, Plan,
     PlanAndPrediction, PlanFile,
@@ -103,6 +103,12 @@ pub struct EstimateArgs {
     /// Model the attention core without a fused (FlashAttention) kernel.
     #[arg(long)]
     pub no_flash_attention: bool,
+    /// The software stack that runs it, with its overlaps and memory facts: megatron
+    /// (= megatron-core), megatron-lm-2021, nemo, torchtitan, deepspeed, megatron-deepspeed,
+    /// composer, or any (every overlap on); a named one must run --schedule [default:
+    /// megatron-core's runtime, any schedule].
+    #[arg(long, value_name = "NAME")]
+    pub framework: Option<Stack>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// A measured profile from `autopp profile`: its per-layer F / I / W times replace the
@@ -144,9 +150,16 @@ impl EstimateArgs {
         let settings = EvalSettings {
             precision: self.precision,
             memory_reserve_bytes: reserve_bytes(self.memory_reserve_gib)?,
+            // a configuration given whole: fits means fits in the GPU's memory
+            memory_margin_bytes: 0,
             flash_attention: !self.no_flash_attention,
-            runtime: Runtime::default(),
+            runtime: self.framework.unwrap_or(Stack::MegatronCore).runtime(),
         };
+        if let Some(stack) = self.framework.filter(|s| !s.family().runs(schedule)) {
+            bail!(
+                "--schedule: {stack} does not run {schedule}; name another --framework or schedule"
+            );
+        }
         Ok(ParallelConfig::new(degrees, self.mbs, global_batch_size)
             .with_schedule(schedule)
             .with_group_size(self.group_size)

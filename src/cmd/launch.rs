@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use autopp_planner::launch::{self, shell_lines, Launch};
-use autopp_planner::{Framework, PlanFile};
+use autopp_planner::{Framework, PlanFile, Stack};
 use clap::Args;
 
 /// Write the launch files of a plan: the training script's arguments, the framework's own
@@ -53,11 +53,12 @@ pub fn run(args: &LaunchArgs) -> Result<()> {
     Ok(())
 }
 
-/// `plan --emit FRAMEWORK`: the search made for FRAMEWORK unless `--framework` names another.
-pub fn plan_framework(framework: Framework, emit: Option<Framework>) -> Framework {
-    match (framework, emit) {
-        (Framework::Any, Some(f)) => f,
-        _ => framework,
+/// `plan --emit FRAMEWORK`: the search made for FRAMEWORK's default stack unless
+/// `--framework` names another.
+pub fn plan_framework(stack: Stack, emit: Option<Framework>) -> Stack {
+    match (stack, emit) {
+        (Stack::Any, Some(f)) => f.default_stack(),
+        _ => stack,
     }
 }
 

@@ -3,8 +3,9 @@
 use anyhow::{bail, Result};
 use autopp_hardware::{AnalyticProfile, Cluster, Precision};
 use autopp_models::Model;
+use autopp_planner::bands;
 use autopp_planner::search::{self, explain, SearchOptions, SearchResult};
-use autopp_planner::{cost_profile, Fixed, Framework, PlanFile};
+use autopp_planner::{cost_profile, Fixed, Framework, PlanFile, Stack};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
@@ -63,6 +64,15 @@ pub struct PlanArgs {
     /// Model the attention core without a fused (FlashAttention) kernel.
     #[arg(long)]
     pub no_flash_attention: bool,
+    /// Memory kept free below the GPU's limit, beyond the predicted peak: GiB (`4`, `4GiB`) or
+    /// a share of the GPU's memory (`8%`) [default: the memory band of the GPU kind, from
+    /// docs/validation.md; the widest band for kinds without rows].
+    #[arg(long, value_name = "GIB|N%")]
+    pub memory_margin: Option<String>,
+    /// Plans within this many percent of the fastest count as equally fast; the simplest of
+    /// them wins (fewer pipeline ranks, no virtual stages, plain 1F1B, smaller tp).
+    #[arg(long, default_value_t = 1.0, value_name = "PCT")]
+    pub tolerance: f64,
     /// Only Megatron's default even layer split (no uneven stage layouts).
     #[arg(long)]
     pub even_split: bool,
@@ -70,9 +80,11 @@ pub struct PlanArgs {
     /// recompute of the first N layers of every stage), torchtitan (its schedules, FSDP2,
     /// uniform activation checkpointing), deepspeed (1F1B, ZeRO ≤ 1, even layers), or any
     /// (everything autopp models, including a different recompute count per rank). See
-    /// docs/frameworks.md.
+    /// docs/frameworks.md. A version where behaviour changed names its runtime: megatron is
+    /// megatron-core (overlapped gradient reduce and parameter gather), megatron-lm-2021,
+    /// nemo (also tensor-parallel overlap); any models every overlap on.
     #[arg(long, default_value = "any", value_name = "NAME")]
-    pub framework: Framework,
+    pub framework: Stack,
     /// A measured profile from `autopp profile`: its per-layer F / I / W times replace the
     /// analytic profile's (scaled to each layer's shape); collectives and sends stay analytic.
     #[arg(long, value_name = "FILE")]
@@ -114,7 +126,7 @@ impl PlanArgs {
             Some(text) => Fixed::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
             None => Fixed::default(),
         };
-        let framework = self.framework;
+        let framework = self.framework.family();
         let mut opts = SearchOptions::new(framework, global_batch_size, cluster.gpus_per_node);
         opts.limits.schedules = framework.schedules_to_search(self.schedules.as_deref())?;
         framework.check_pins(&fixed)?;
@@ -134,11 +146,61 @@ impl PlanArgs {
         opts.limits.max_micro_batch_size = self.max_mbs;
         opts.limits.max_virtual_stages = self.max_virtual;
         opts.top_k = self.top;
+        if !(self.tolerance.is_finite() && (0.0..100.0).contains(&self.tolerance)) {
+            bail!("--tolerance: must be a percentage from 0 to below 100, e.g. 1");
+        }
+        opts.tolerance = self.tolerance / 100.0;
+        opts.settings.runtime = self.framework.runtime();
         opts.settings.precision = self.precision;
         opts.settings.memory_reserve_bytes = memory_reserve_bytes;
+        opts.settings.memory_margin_bytes = self.margin(cluster)?.0;
         opts.settings.flash_attention = !self.no_flash_attention;
         opts.even_split_only |= self.even_split;
         Ok(opts)
+    }
+}
+
+impl PlanArgs {
+    /// The memory margin a plan must keep, bytes, and where it comes from.
+    fn margin(&self, cluster: &Cluster) -> Result<(u64, String)> {
+        let capacity = cluster.gpu.memory_bytes;
+        let Some(text) = self.memory_margin.as_deref() else {
+            return Ok(match bands::memory_band(&cluster.gpu.name) {
+                Some((f, why)) => (
+                    bands::margin_bytes(f, capacity),
+                    format!("±{:.1}%: {why}", 100.0 * f),
+                ),
+                None => (0, "no memory band bundled".to_string()),
+            });
+        };
+        let t = text.trim();
+        let number = |s: &str| {
+            s.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+        };
+        let bad = || {
+            anyhow::anyhow!(
+                "--memory-margin: '{text}' is not a margin; give GiB (e.g. 4) or a share of the GPU's memory (e.g. 8%)"
+            )
+        };
+        if let Some(pct) = t.strip_suffix('%') {
+            let p = number(pct).filter(|p| *p < 100.0).ok_or_else(bad)?;
+            return Ok((
+                bands::margin_bytes(p / 100.0, capacity),
+                format!("--memory-margin {t}"),
+            ));
+        }
+        let g = t
+            .strip_suffix("GiB")
+            .or_else(|| t.strip_suffix("gib"))
+            .unwrap_or(t);
+        let g = number(g).ok_or_else(bad)?;
+        Ok((
+            (g * (1u64 << 30) as f64).round() as u64,
+            format!("--memory-margin {t}"),
+        ))
     }
 }
 
@@ -150,7 +212,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     };
     let model = load_model_at(&args.model, args.seq_len)?;
     // a model the framework cannot run is refused before the search, not after it
-    autopp_planner::launch::check_model(&model, args.precision, args.framework)?;
+    autopp_planner::launch::check_model(&model, args.precision, args.framework.family())?;
     let cluster = args.cluster.build(args.gpus)?;
     let opts = args.options(&model, &cluster)?;
     let profile = cost_profile(
@@ -163,7 +225,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let best = &result.best;
     let config = search::exact_config(best, &opts);
     if let Some(path) = &args.out {
-        let file = PlanFile::new(best, &model, &cluster, &config)?.with_framework(args.framework);
+        let file =
+            PlanFile::new(best, &model, &cluster, &config)?.with_framework(args.framework.family());
         match args.emit {
             Some(f) => super::launch::write_plan_and_launch(&file, f, path)?,
             None => write_atomic(path, serde_json::to_string_pretty(&file)?.as_bytes())?,
@@ -180,6 +243,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 "simulated": result.simulated,
             },
             "alternatives": alternatives,
+            "memory_margin": {
+                "free_bytes": best.result.predicted.memory_capacity_bytes
+                    .saturating_sub(best.result.predicted.peak_memory_bytes),
+                "required_bytes": opts.settings.memory_margin_bytes,
+            },
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -191,6 +259,18 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         result.simulated
     );
     print!("{}", estimate::render(&model, &profile, &config, best));
+    let pr = &best.result.predicted;
+    let (needed, why) = args.margin(&cluster)?;
+    let free = pr
+        .memory_capacity_bytes
+        .saturating_sub(pr.peak_memory_bytes);
+    println!(
+        "  margin        {} GiB free ({:.1}% of {} GiB); kept at least {} GiB ({why})",
+        gib(free),
+        100.0 * free as f64 / pr.memory_capacity_bytes.max(1) as f64,
+        gib(pr.memory_capacity_bytes),
+        gib(needed)
+    );
     if let Some(layout) = &best.result.plan.megatron_layout {
         println!("  layout        {layout}");
     }

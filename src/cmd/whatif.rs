@@ -2,8 +2,8 @@
 
 use anyhow::{Context, Result};
 use autopp_hardware::{hardware, Cluster, Precision};
+use autopp_planner::runtime::Stack;
 use autopp_planner::whatif::{self, BatchPolicy, Point, Prices, Sweep};
-use autopp_planner::Framework;
 use clap::Args;
 
 use super::common::{global_batch, load_model_at, write_atomic, Progress};
@@ -28,9 +28,9 @@ pub struct WhatifArgs {
     /// NIC bandwidths per GPU to sweep, Gbit/s [default: each kind's usual NIC].
     #[arg(long, value_delimiter = ',', value_name = "X,…")]
     pub nic_gbps: Option<Vec<f64>>,
-    /// GPUs per node (NVLink domain sizes) to sweep.
-    #[arg(long, value_delimiter = ',', default_value = "8", value_name = "K,…")]
-    pub gpus_per_node: Vec<u64>,
+    /// GPUs per node (NVLink domain sizes) to sweep [default: each kind's NVLink domain].
+    #[arg(long, value_delimiter = ',', value_name = "K,…")]
+    pub gpus_per_node: Option<Vec<u64>>,
     /// cluster.json files (GPU, NVLink domain, NIC, latencies) to sweep instead of --gpu,
     /// --nic-gbps and --gpus-per-node.
     #[arg(long, value_delimiter = ',', value_name = "FILE,…", conflicts_with_all = ["nic_gbps"])]
@@ -56,7 +56,7 @@ pub struct WhatifArgs {
     pub price: Option<String>,
     /// The framework whose space and runtime every point uses (see `plan --help`).
     #[arg(long, default_value = "any", value_name = "NAME")]
-    pub framework: Framework,
+    pub framework: Stack,
     /// Math precision.
     #[arg(long, default_value = "bf16", value_name = "P")]
     pub precision: Precision,
@@ -87,7 +87,11 @@ fn points(args: &WhatifArgs, counts: &[u64]) -> Result<Vec<Point>> {
         };
         for kind in &args.gpu {
             let gpu = hardware::gpu(kind).context("--gpu")?;
-            for &gpn in &args.gpus_per_node {
+            let domains = args
+                .gpus_per_node
+                .clone()
+                .unwrap_or_else(|| vec![gpu.nvlink_domain]);
+            for gpn in domains {
                 for &nic in &nics {
                     templates.push(Cluster::new(gpu.clone(), gpn, gpn, nic)?);
                 }
@@ -98,7 +102,8 @@ fn points(args: &WhatifArgs, counts: &[u64]) -> Result<Vec<Point>> {
     for t in &templates {
         for &n in counts {
             out.push(Point {
-                cluster: t.resized(n)?,
+                template: t.clone(),
+                gpus: n,
             });
         }
     }

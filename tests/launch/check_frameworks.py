@@ -72,7 +72,8 @@ MEGATRON_FLAGS = {
     "--micro-batch-size": int, "--global-batch-size": int,
     "--microbatch-group-size-per-virtual-pipeline-stage": int,
     "--recompute-granularity": str, "--recompute-method": str, "--recompute-num-layers": int,
-    "--use-distributed-optimizer": bool, "--overlap-grad-reduce": bool, "--bf16": bool,
+    "--use-distributed-optimizer": bool, "--overlap-grad-reduce": bool,
+    "--overlap-param-gather": bool, "--bf16": bool,
     "--fp16": bool, "--accumulate-allreduce-grads-in-fp32": bool, "--clip-grad": float,
 }
 

@@ -142,6 +142,7 @@ impl<'a> Evaluation<'a> {
                 .cluster
                 .group_link(d.cp, self.layout.cp_stride()),
             cp_kv_bytes: cp_kv_bytes(self.model, c),
+            tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
         };
         let full_layers = partial_recompute(c, self.layers, &self.ranges)?;
         let costs = stages::stage_costs_partial(self.layers, &self.ranges, &ctx, &full_layers);
@@ -362,7 +363,7 @@ impl<'a> Evaluation<'a> {
             bubble_fraction: sim.bubble_fraction,
             peak_memory_bytes,
             memory_capacity_bytes: capacity,
-            fits: peak_memory_bytes <= capacity,
+            fits: peak_memory_bytes + c.settings.memory_margin_bytes <= capacity,
             breakdown_s: breakdown,
         }
     }

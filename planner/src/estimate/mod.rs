@@ -300,6 +300,13 @@ mod tests {
                 precision: Precision::Fp16,
                 memory_reserve_bytes: 0,
                 flash_attention: false,
+                // Megatron-Core's facts with no data-parallel overlap: each test turns on
+                // what it measures
+                runtime: crate::config::Runtime {
+                    overlap_grad_reduce: false,
+                    overlap_param_gather: false,
+                    ..Default::default()
+                },
                 ..EvalSettings::default()
             });
         (model, profile, config)
@@ -338,6 +345,74 @@ mod tests {
         let b = deepspeed.breakdown_s;
         let sum = b.compute + b.bubble + b.tp_comm + b.pp_comm + b.dp_comm + b.optimizer;
         assert!((sum - deepspeed.iteration_time_s).abs() < 1e-9 * sum);
+    }
+
+    /// Megatron-Core's `--overlap-param-gather`: the ZeRO-1 weight all-gather (2 B/param)
+    /// hides behind the next iteration's first forward, exposing
+    /// `max(g − f, 0) + (1 − overlap)·min(g, f)` (`Efficiency::exposed_comm_s`).
+    #[test]
+    fn param_gather_overlaps_the_next_forward() {
+        let (m, mut p, mut c) = setup(32, 1, 1);
+        c.zero_stage = 1;
+        c.settings.runtime.overlap_grad_reduce = false;
+        c.settings.runtime.overlap_param_gather = false;
+        p.efficiency.comm_overlap = 0.75;
+        let e = time(&m, &p, &c);
+        let plain = e.dp_comm_s[0];
+        let stages: Vec<&StageCost> = e.stages.iter().collect();
+        let params = crate::memory::rank_params(&stages);
+        let link = p
+            .cluster
+            .group_link(32, c.degrees.layout().tp_stride() * c.degrees.tp);
+        let gather = p.collective_time_s(
+            autopp_models::CollectiveKind::AllGather,
+            params * 2,
+            32,
+            &link,
+        );
+        let fwd: f64 = e.stages.iter().map(|s| s.forward_s()).sum();
+        c.settings.runtime.overlap_param_gather = true;
+        let hidden = time(&m, &p, &c).dp_comm_s[0];
+        let expect = plain - gather + (gather - fwd).max(0.0) + 0.25 * gather.min(fwd);
+        assert!(gather > 0.0 && hidden < plain);
+        assert!(
+            (hidden - expect).abs() < 1e-9 * plain,
+            "{hidden} vs {expect}"
+        );
+    }
+
+    /// `--tp-comm-overlap` / async TP: a block's forward collectives hide behind its forward
+    /// compute. With full overlap each block exposes only `max(c − f, 0)` (its collectives `c`
+    /// beyond its compute `f`) and the embedding's and head's collectives stay whole; with no
+    /// overlap nothing changes.
+    #[test]
+    fn tensor_parallel_overlap_hides_block_collectives() {
+        let (m, mut p, mut c) = setup(8, 8, 1);
+        c.settings.runtime.tp_comm_overlap = false;
+        let off = time(&m, &p, &c).stages[0].forward_comm_s;
+        let layers = m.layers(&shard_spec(&c)).unwrap();
+        let link = p.cluster.group_link(8, c.degrees.layout().tp_stride());
+        let (mut blocks, mut left) = (0.0, 0.0);
+        for l in layers
+            .iter()
+            .filter(|l| l.kind == autopp_models::LayerKind::Transformer)
+        {
+            let comm = p.collectives_time_s(&l.tp_forward, 8, &link);
+            blocks += comm;
+            left += (comm - p.layer_times(l).forward_s).max(0.0);
+        }
+        assert!(blocks > 0.0);
+        c.settings.runtime.tp_comm_overlap = true;
+        p.efficiency.comm_overlap = 0.0;
+        let none = time(&m, &p, &c).stages[0].forward_comm_s;
+        assert!((none - off).abs() < 1e-12 * off);
+        p.efficiency.comm_overlap = 1.0;
+        let full = time(&m, &p, &c).stages[0].forward_comm_s;
+        let expect = off - blocks + left;
+        assert!(
+            full < off && (full - expect).abs() < 1e-9 * off,
+            "{full} vs {expect}"
+        );
     }
 
     /// ZeRO-3 gathers each layer's weights twice and reduce-scatters its gradients every

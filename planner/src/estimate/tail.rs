@@ -26,7 +26,10 @@ pub fn optimizer_time_s(profile: &AnalyticProfile, c: &ParallelConfig, params: u
 ///
 /// * ZeRO 0: an all-reduce of the gradients; ZeRO 1–2: a reduce-scatter of the gradients and an
 ///   all-gather of the updated 16-bit weights (Megatron's distributed optimizer). With
-///   `overlap_grad_reduce` the gradient reduction overlaps the last micro-batch's backward.
+///   `overlap_grad_reduce` the gradient reduction overlaps the last micro-batch's backward;
+///   with `overlap_param_gather` the weight all-gather overlaps the next iteration's first
+///   forward (Megatron-Core's `--overlap-param-gather` gathers bucket by bucket in the forward
+///   pre-hooks of the first micro-batch; FSDP2 prefetches the same way).
 /// * ZeRO 3: per micro-batch, an all-gather of each layer's weights for the forward and again for
 ///   the backward and a reduce-scatter of its gradients (Rajbhandari et al. 2020, §5.3: 1.5× the
 ///   traffic of an all-reduce), prefetched layer by layer so that it overlaps the micro-batch's
@@ -63,6 +66,12 @@ pub fn dp_comm_time_s(
                 0.0
             } else {
                 profile.collective_time_s(AllGather, weight_bytes, n, link)
+            };
+            let gather = if c.settings.runtime.overlap_param_gather {
+                let forward_s: f64 = stages.iter().map(|s| s.forward_s()).sum();
+                eff.exposed_comm_s(gather, forward_s)
+            } else {
+                gather
             };
             let reduce = if c.settings.runtime.overlap_grad_reduce {
                 eff.exposed_comm_s(reduce, backward_s)

@@ -352,6 +352,10 @@ fn optimizer_args(view: &PlanView, args: &mut Vec<String>) {
     if view.runtime.overlap_grad_reduce {
         args.push("--overlap-grad-reduce".into());
     }
+    // the weight all-gather of the distributed optimizer overlapped with the next forward
+    if view.zero_stage == 1 && view.runtime.overlap_param_gather {
+        args.push("--overlap-param-gather".into());
+    }
     match view.precision {
         Precision::Bf16 => args.push("--bf16".into()),
         Precision::Fp16 => {

@@ -78,14 +78,15 @@ pub(super) fn nothing_fits(
             let need = e.result.predicted.peak_memory_bytes;
             let p = &e.result.plan;
             let reserve = opts.settings.memory_reserve_bytes;
-            let usable = capacity.saturating_sub(reserve).max(1);
+            let margin = opts.settings.memory_margin_bytes;
+            let usable = capacity.saturating_sub(reserve + margin).max(1);
             let gpus = profile.cluster.num_gpus();
             let per_node = profile.cluster.gpus_per_node;
             let more = ((gpus as f64) * (need.saturating_sub(reserve)) as f64 / usable as f64)
                 .ceil() as u64;
             let more = more.div_ceil(per_node) * per_node;
             PlanError::NothingFits(format!(
-                "nothing fits: the leanest configuration (tp {} · pp {} · dp {}, micro-batch {}, recompute {}, ZeRO {}) needs {:.1} GiB per GPU but a {} has {:.1} GiB; use about {more} GPUs or more, GPUs with at least {:.0} GiB, or a smaller model",
+                "nothing fits: the leanest configuration (tp {} · pp {} · dp {}, micro-batch {}, recompute {}, ZeRO {}) needs {:.1} GiB per GPU and a margin of {:.1} GiB but a {} has {:.1} GiB; use about {more} GPUs or more, GPUs with at least {:.0} GiB, or a smaller model",
                 p.degrees.tp,
                 p.degrees.pp,
                 p.degrees.dp,
@@ -93,9 +94,10 @@ pub(super) fn nothing_fits(
                 p.recompute,
                 p.zero_stage,
                 gib(need),
+                gib(margin),
                 profile.cluster.gpu.name,
                 gib(capacity),
-                gib(need).ceil()
+                gib(need + margin).ceil()
             ))
         }
         None => PlanError::NothingFits(format!(

@@ -74,14 +74,36 @@ pub fn explain(result: &SearchResult) -> String {
         ));
     }
 
-    // The runner-up.
-    if let Some(next) = result.alternatives.first() {
-        let d = next.result.predicted.iteration_time_s / t - 1.0;
+    // A faster but more complex plan within the tolerance.
+    if let Some(fast) = &result.passed_over {
         out.push(format!(
-            "The runner-up ({}) is {:.1}% slower.",
-            differences(best, next),
-            100.0 * d
+            "A more complex plan ({}) is {:.1}% faster, within the tolerance: the simpler one is chosen.",
+            differences(best, fast),
+            100.0 * (1.0 - fast.result.predicted.iteration_time_s / t)
         ));
+    }
+
+    // The runner-up.
+    let passed = result.passed_over.as_ref().map(key_of);
+    if let Some(next) = result
+        .alternatives
+        .iter()
+        .find(|n| Some(key_of(n)) != passed)
+    {
+        let d = next.result.predicted.iteration_time_s / t - 1.0;
+        out.push(if d >= 0.0 {
+            format!(
+                "The runner-up ({}) is {:.1}% slower.",
+                differences(best, next),
+                100.0 * d
+            )
+        } else {
+            format!(
+                "The runner-up ({}) is {:.1}% faster but more complex.",
+                differences(best, next),
+                -100.0 * d
+            )
+        });
     }
 
     // The next step.

@@ -39,6 +39,7 @@ use crate::config::{EvalSettings, ParallelConfig, PlanError};
 use crate::estimate::Estimate;
 use crate::framework::Framework;
 use crate::memory;
+use crate::schedule::ScheduleKind;
 
 pub use crate::pins::Fixed;
 use evaluator::ScheduleShape;
@@ -54,6 +55,11 @@ pub const MAX_SEQUENCES_PER_GPU: u64 = 65_536;
 
 pub const DEFAULT_TOP_K: usize = 5;
 
+/// Plans within this fraction of the fastest count as equally fast, and the simplest of them
+/// wins (`--tolerance`, 1%): closer than the model's own uncertainty, a simpler plan is the
+/// safer bet.
+pub const DEFAULT_TOLERANCE: f64 = 0.01;
+
 /// What to search.
 #[derive(Debug, Clone)]
 pub struct SearchOptions {
@@ -65,6 +71,8 @@ pub struct SearchOptions {
     pub fixed: Fixed,
     /// Alternatives to report besides the best.
     pub top_k: usize,
+    /// Plans within this fraction of the fastest count as equally fast; the simplest wins.
+    pub tolerance: f64,
     /// Precision, memory headroom, attention kernel and framework runtime every candidate is
     /// evaluated under.
     pub settings: EvalSettings,
@@ -87,6 +95,7 @@ impl SearchOptions {
             limits: SpaceLimits::new(framework, gpus_per_node),
             fixed: Fixed::default(),
             top_k: DEFAULT_TOP_K,
+            tolerance: DEFAULT_TOLERANCE,
             settings: EvalSettings {
                 runtime: framework.runtime(),
                 ..EvalSettings::default()
@@ -104,6 +113,8 @@ pub struct SearchResult {
     pub best: Estimate,
     /// The next fastest distinct configurations that fit, fastest first.
     pub alternatives: Vec<Estimate>,
+    /// The fastest plan, when a simpler one within the tolerance was chosen over it.
+    pub passed_over: Option<Estimate>,
     /// The fastest configuration found that does *not* fit, when it would beat the best (what
     /// more memory would buy).
     pub fastest_unfit: Option<Estimate>,
@@ -175,11 +186,13 @@ pub fn search(
     let simulated = phases.simulate(&chosen);
     let exact = phases.other_splits(simulated)?;
     let exact = phases.refine(exact);
+    let (exact, passed_over) = prefer_simple(exact, opts.tolerance);
     let (best, alternatives) = phases.answers(exact)?;
     let fastest_unfit = phases.fastest_unfit(&scored, &best);
     Ok(SearchResult {
         best,
         alternatives,
+        passed_over,
         fastest_unfit,
         candidates: phases.keys.len(),
         simulated: phases.simulated,
@@ -203,6 +216,39 @@ fn rank_cmp(a: &Estimate, b: &Estimate) -> std::cmp::Ordering {
                 .cmp(&b.result.predicted.peak_memory_bytes),
         )
         .then(key_of(a).cmp(&key_of(b)))
+}
+
+/// How much a plan asks of whoever runs it, least first: pipeline ranks, stages per rank, a
+/// schedule other than plain 1F1B, then tensor parallelism.
+pub fn complexity(k: &Key) -> (u64, u64, bool, u64) {
+    let d = k.degrees;
+    let fancy = d.pp > 1 && k.schedule != ScheduleKind::OneFOneB;
+    (d.pp, d.virtual_stages, fancy, d.tp)
+}
+
+/// `exact` (in rank order) with the simplest plan within `tolerance` of the fastest moved to
+/// the front, and the fastest when it was passed over. On equal complexity the faster wins.
+pub fn prefer_simple(
+    mut exact: Vec<Estimate>,
+    tolerance: f64,
+) -> (Vec<Estimate>, Option<Estimate>) {
+    let Some(fastest) = exact.first().map(time_of) else {
+        return (exact, None);
+    };
+    let limit = fastest * (1.0 + tolerance.max(0.0));
+    let simplest = exact
+        .iter()
+        .enumerate()
+        .take_while(|(_, e)| time_of(e) <= limit)
+        .min_by_key(|(i, e)| (complexity(&key_of(e)), *i))
+        .map_or(0, |(i, _)| i);
+    if simplest == 0 {
+        return (exact, None);
+    }
+    let passed = exact[0].clone();
+    let chosen = exact.remove(simplest);
+    exact.insert(0, chosen);
+    (exact, Some(passed))
 }
 
 /// The search key of an evaluated plan.

@@ -26,8 +26,9 @@ pub(super) fn below_memory_floor(
 ) -> bool {
     let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
     let floor = table.params as f64 * per_param / key.degrees.pp as f64;
-    let usable =
-        profile.cluster.gpu.memory_bytes as f64 - opts.settings.memory_reserve_bytes as f64;
+    let usable = profile.cluster.gpu.memory_bytes as f64
+        - opts.settings.memory_reserve_bytes as f64
+        - opts.settings.memory_margin_bytes as f64;
     floor > usable
 }
 
@@ -355,7 +356,9 @@ impl<'a> KeyScorer<'a> {
 
 /// Bytes one rank has for its layers' model states and activations: the GPU's memory less the
 /// reserve, the CUDA context, communication buffers and the backward's working set. `None`
-/// when nothing is left.
+/// when nothing is left. The memory margin is not taken off: these budgets are conservative
+/// (in-flight bounds, whole-layer working sets), and the exact evaluation of every candidate
+/// checks the margin.
 fn rank_budget_bytes(
     profile: &AnalyticProfile,
     opts: &SearchOptions,

@@ -130,6 +130,7 @@ fn layer_table(
                 cp: d.cp,
                 cp_link: cluster.group_link(d.cp, layout.cp_stride()),
                 cp_kv_bytes,
+                tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
             };
             stages::stage_costs(&layers, &singles, &ctx)
         })

@@ -23,24 +23,27 @@ use serde::Serialize;
 
 use crate::degrees::Degrees;
 use crate::plan::Breakdown;
+use crate::runtime::Stack;
 use crate::search::{self, SearchOptions};
-use crate::{cost_profile, Framework, PlanError};
+use crate::{bands, cost_profile, PlanError};
 
 /// Below this share of the iteration in compute, a row names the term that binds.
 pub const COMPUTE_BOUND_SHARE: f64 = 0.8;
 
-/// One point of a sweep: a cluster and the series it belongs to.
+/// One point of a sweep: a machine (GPU kind, GPUs per node, NIC, latencies) at a GPU count.
 #[derive(Debug, Clone)]
 pub struct Point {
-    /// The machine: GPU kind, GPUs, GPUs per node, NIC.
-    pub cluster: Cluster,
+    /// The machine; its own GPU count is ignored.
+    pub template: Cluster,
+    /// GPUs at this point.
+    pub gpus: u64,
 }
 
 impl Point {
     /// The series this point draws in: GPU kind, NIC Gbit/s and GPUs per node (the label of a
     /// line in the pictures; scaling efficiency compares points of one series).
     pub fn series(&self) -> String {
-        let c = &self.cluster;
+        let c = &self.template;
         format!(
             "{} · {} Gb/s · {}/node",
             c.gpu.name,
@@ -65,8 +68,8 @@ fn fmt_gbps(g: f64) -> String {
 /// What a sweep runs at every point.
 #[derive(Debug, Clone)]
 pub struct Sweep {
-    /// The framework whose space and runtime every search uses.
-    pub framework: Framework,
+    /// The framework (and version) whose space and runtime every search uses.
+    pub framework: Stack,
     /// Math precision.
     pub precision: Precision,
     /// Global batch at each point.
@@ -174,7 +177,10 @@ pub fn sweep(
     sweep: &Sweep,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<Vec<Row>, PlanError> {
-    let kinds: Vec<&str> = points.iter().map(|p| p.cluster.gpu.name.as_str()).collect();
+    let kinds: Vec<&str> = points
+        .iter()
+        .map(|p| p.template.gpu.name.as_str())
+        .collect();
     sweep.prices.check_kinds(&kinds)?;
     let done = std::sync::atomic::AtomicUsize::new(0);
     let mut rows: Vec<Row> = points
@@ -192,35 +198,42 @@ pub fn sweep(
 }
 
 fn run_point(model: &Model, point: &Point, sweep: &Sweep) -> Row {
-    let c = &point.cluster;
-    let gpus = c.num_gpus();
-    let global_batch = sweep.batch.global_batch(gpus, model.seq_length());
-    let row = |outcome| Row {
-        gpu: c.gpu.name.clone(),
-        gpus,
-        gpus_per_node: c.gpus_per_node,
-        nic_gbps: nic_gbps(c),
+    let t = &point.template;
+    let global_batch = sweep.batch.global_batch(point.gpus, model.seq_length());
+    let outcome = match t.resized(point.gpus) {
+        Ok(cluster) => match best_plan(model, &cluster, sweep, global_batch) {
+            Ok(p) => Outcome::Plan(Box::new(p)),
+            Err(e) => Outcome::NoPlan(e.to_string()),
+        },
+        Err(e) => Outcome::NoPlan(e.to_string()),
+    };
+    Row {
+        gpu: t.gpu.name.clone(),
+        gpus: point.gpus,
+        gpus_per_node: t.gpus_per_node,
+        nic_gbps: nic_gbps(t),
         series: point.series(),
         global_batch,
         outcome,
-    };
-    match best_plan(model, point, sweep, global_batch) {
-        Ok(p) => row(Outcome::Plan(Box::new(p))),
-        Err(e) => row(Outcome::NoPlan(e.to_string())),
     }
 }
 
 fn best_plan(
     model: &Model,
-    point: &Point,
+    c: &Cluster,
     sweep: &Sweep,
     global_batch: u64,
 ) -> Result<PointPlan, PlanError> {
-    let c = &point.cluster;
     let profile = cost_profile(c.clone(), sweep.precision, None, model)?;
-    let mut opts = SearchOptions::new(sweep.framework, global_batch, c.gpus_per_node);
-    opts.limits.schedules = sweep.framework.schedules_to_search(None)?;
+    let family = sweep.framework.family();
+    let mut opts = SearchOptions::new(family, global_batch, c.gpus_per_node);
+    opts.limits.schedules = family.schedules_to_search(None)?;
+    opts.settings.runtime = sweep.framework.runtime();
     opts.settings.precision = sweep.precision;
+    // `plan`'s default margin: the GPU kind's memory band (the widest band for kinds without
+    // published memory figures)
+    opts.settings.memory_margin_bytes = bands::memory_band(&c.gpu.name)
+        .map_or(0, |(f, _)| bands::margin_bytes(f, c.gpu.memory_bytes));
     opts.top_k = 0;
     let result = search::search(model, &profile, &opts, &|_, _| {})?;
     let (plan, pr) = (&result.best.result.plan, &result.best.result.predicted);

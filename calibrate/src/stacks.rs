@@ -1,0 +1,169 @@
+//! A published row's software stack and the facts of its runtime, and the model a row names
+//! without its sizes. Every row maps to a stack ([`stack_of`]): a framework autopp does not
+//! recognise is modelled with the modern defaults and says so, so no run is refused for its
+//! framework alone.
+
+use autopp_models::{presets, Model};
+use autopp_planner::config::Runtime;
+use autopp_planner::Stack;
+
+use super::rows::PublishedRow;
+
+/// The stack a row's `framework` names, and an assumption when the mapping had to guess.
+pub fn stack_of(row: &PublishedRow) -> (Stack, Option<String>) {
+    let raw = row.framework.as_deref().unwrap_or("");
+    let f = raw.to_ascii_lowercase();
+    let stack = if f.contains("megatron-deepspeed") {
+        Stack::MegatronDeepspeed
+    } else if f.contains("nemo") {
+        Stack::Nemo
+    } else if f.contains("megatron") && (f.contains("2021") || f.contains("zero-3")) {
+        Stack::MegatronLm2021
+    } else if f.contains("megatron") {
+        // Megatron-LM after 2022 (MegaScale's baseline commit, Megatron-Core): today's runtime
+        Stack::MegatronCore
+    } else if f.contains("torchtitan") {
+        Stack::Torchtitan
+    } else if f.contains("composer") || f.contains("llm-foundry") {
+        Stack::Composer
+    } else if f.contains("deepspeed") {
+        Stack::Deepspeed
+    } else {
+        let shown = if raw.is_empty() {
+            "(not reported)"
+        } else {
+            raw
+        };
+        return (
+            Stack::Any,
+            Some(format!(
+                "framework '{shown}' not recognised: the modern defaults (every overlap on) assumed"
+            )),
+        );
+    };
+    (stack, None)
+}
+
+/// Whether the row's framework always shards weights (ZeRO-3): Megatron-LM driving DeepSpeed
+/// ZeRO-3 (Narayanan et al. 2021, Table 2) and Composer's FSDP.
+pub fn always_zero3(row: &PublishedRow, stack: Stack) -> bool {
+    let f = row.framework.as_deref().unwrap_or("").to_ascii_lowercase();
+    stack == Stack::Composer || (f.contains("megatron") && f.contains("zero-3"))
+}
+
+/// The stack's runtime with what the row states about its own run: PyTorch DDP's bucketed
+/// all-reduce overlaps the backward in 2021 (`DDP impl 'torch'`); ZeRO-3 under Megatron-LM 2021
+/// did not; Composer's DEFAULT mixed precision reduces in fp32 and PURE in bf16; torchtitan's
+/// async TP (named in the row's notes) overlaps the tensor-parallel collectives.
+pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
+    let zero = row
+        .zero_or_distributed_optimizer
+        .as_deref()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let precision = row.precision.as_deref().unwrap_or("").to_ascii_lowercase();
+    let notes = row.notes.as_deref().unwrap_or("").to_ascii_lowercase();
+    let mut r = stack.runtime();
+    match stack {
+        Stack::MegatronLm2021 => {
+            r.overlap_grad_reduce = zero.contains("'torch'") && !always_zero3(row, stack);
+        }
+        Stack::Composer => r.fp32_main_grads = !precision.contains("pure"),
+        Stack::Torchtitan => r.tp_comm_overlap = notes.contains("asynctp"),
+        _ => {}
+    }
+    r
+}
+
+/// Whether the stack runs a fused attention kernel: not the 2021–22 Megatron-LM and
+/// Megatron-DeepSpeed runs (FlashAttention appeared in 2022 and they predate its use).
+pub fn flash_attention(stack: Stack) -> bool {
+    !matches!(
+        stack,
+        Stack::MegatronLm2021 | Stack::MegatronDeepspeed | Stack::Deepspeed
+    )
+}
+
+/// The preset a row's model name means, by its letters and digits alone (`LLAMA3-70B`,
+/// `Llama 3.1 8B` → `llama3-70b`, `llama3-8b`: Llama 3.1 has Llama 3's architecture).
+pub fn preset_named(name: &str) -> Option<&'static presets::Preset> {
+    let key = |s: &str| -> String {
+        s.to_ascii_lowercase()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .replace("llama31", "llama3")
+    };
+    let wanted = key(name);
+    presets::presets().iter().find(|p| key(p.name) == wanted)
+}
+
+/// The model of a row that names a preset but lacks some sizes, at the row's sequence length;
+/// `None` when the name is no preset.
+pub fn preset_model(row: &PublishedRow) -> Option<Result<Model, String>> {
+    let p = preset_named(row.model_name.as_deref()?)?;
+    Some(
+        p.load()
+            .map_err(|e| e.to_string())
+            .and_then(|m| match row.seq_length {
+                Some(s) => m.with_seq_length(s).map_err(|e| e.to_string()),
+                None => Ok(m),
+            }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(framework: &str) -> PublishedRow {
+        let text = format!(
+            r#"[{{"id": "r", "kind": "end_to_end_training_throughput", "source_group": "g",
+                 "framework": "{framework}"}}]"#
+        );
+        crate::rows::parse_rows(&text, "test").unwrap().remove(0)
+    }
+
+    #[test]
+    fn every_published_framework_has_a_stack() {
+        for (text, stack) in [
+            ("Megatron-LM (2021)", Stack::MegatronLm2021),
+            ("Megatron-LM + DeepSpeed ZeRO-3", Stack::MegatronLm2021),
+            (
+                "Megatron-DeepSpeed (BigScience fork) + DeepSpeed",
+                Stack::MegatronDeepspeed,
+            ),
+            ("NeMo 24.07 (Megatron-Core)", Stack::Nemo),
+            ("Megatron-LM commit 285068c8", Stack::MegatronCore),
+            ("torchtitan (FSDP2/DTensor)", Stack::Torchtitan),
+            ("MosaicML Composer / llm-foundry", Stack::Composer),
+        ] {
+            assert_eq!(stack_of(&row(text)), (stack, None), "{text}");
+        }
+        let (any, why) = stack_of(&row("JAX/Pax"));
+        assert_eq!(any, Stack::Any);
+        assert!(why.unwrap().contains("JAX/Pax"));
+        assert!(always_zero3(
+            &row("Megatron-LM + DeepSpeed ZeRO-3"),
+            Stack::MegatronLm2021
+        ));
+    }
+
+    #[test]
+    fn model_names_find_presets() {
+        assert_eq!(
+            preset_named("LLAMA3-70B").map(|p| p.name),
+            Some("llama3-70b")
+        );
+        assert_eq!(
+            preset_named("Llama 3.1 8B").map(|p| p.name),
+            Some("llama3-8b")
+        );
+        assert_eq!(preset_named("GPT3-175B").map(|p| p.name), Some("gpt3-175b"));
+        assert_eq!(
+            preset_named("LLAMA2-70B").map(|p| p.name),
+            Some("llama2-70b")
+        );
+        assert!(preset_named("Nemotron-340B").is_none());
+    }
+}

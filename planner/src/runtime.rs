@@ -1,0 +1,228 @@
+//! Framework runtimes as data: which software stack runs a plan, with the version where its
+//! behaviour changed, and the time and memory facts of that stack ([`Runtime`]).
+//!
+//! `--framework` names a stack; its [`Stack::family`] fixes what the search may try
+//! ([`Framework`]) and [`Stack::runtime`] how each candidate runs. `validate` maps every
+//! published row's `framework` to a stack the same way, so that a row's predictions use the
+//! facts of the software that produced it.
+//!
+//! Sources of the facts (each stack's arm quotes the flag or default it encodes):
+//! Megatron-LM `megatron/training/arguments.py` and `docs/source/api-guide/dist_optimizer.md`
+//! (Megatron-Core 0.13), NeMo 2.0 performance recipes (`nemo/collections/llm/recipes/*`,
+//! `tp_comm_overlap=True`), torchtitan `docs/fsdp.md` and `docs/float8.md`, DeepSpeed's pipeline
+//! engine (`deepspeed/runtime/pipe/engine.py`), and `../shared/reference/megatron-lm.md`,
+//! `torchtitan-deepspeed.md`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Runtime;
+use crate::framework::Framework;
+
+/// A software stack (framework and version) a plan runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stack {
+    /// No framework named: the modern defaults, every overlap on (what each framework that
+    /// runs the plan offers).
+    #[default]
+    Any,
+    /// Megatron-Core (0.13, 2025) as its examples run it: distributed optimizer with
+    /// `--overlap-grad-reduce --overlap-param-gather`, no `--tp-comm-overlap`.
+    MegatronCore,
+    /// Megatron-LM as of 2021 (Narayanan et al.): fp16 gradients reduced in 16 bits after the
+    /// pipeline flush, no overlap.
+    MegatronLm2021,
+    /// NeMo (24.07 and 2.0) on Megatron-Core: Megatron-Core plus the userbuffers tensor-parallel
+    /// overlap its performance recipes turn on (`tp_comm_overlap=True`).
+    Nemo,
+    /// torchtitan (2025): FSDP2 with prefetched all-gathers and overlapped reduce-scatters,
+    /// whole activations between pipeline stages, no vocabulary padding.
+    Torchtitan,
+    /// DeepSpeed's pipeline engine (0.16): whole activations sent synchronously, gradients
+    /// reduced after the flush.
+    Deepspeed,
+    /// BigScience's Megatron-DeepSpeed (2022): DeepSpeed's pipeline engine with Megatron's
+    /// layers, fp16 ZeRO-1 optimizer with 16-bit gradients.
+    MegatronDeepspeed,
+    /// MosaicML Composer / llm-foundry (2023): PyTorch FSDP (ZeRO-3) with prefetch and
+    /// FlashAttention.
+    Composer,
+}
+
+impl Stack {
+    /// Every stack, in the order they are documented.
+    pub const ALL: [Stack; 8] = [
+        Stack::Any,
+        Stack::MegatronCore,
+        Stack::MegatronLm2021,
+        Stack::Nemo,
+        Stack::Torchtitan,
+        Stack::Deepspeed,
+        Stack::MegatronDeepspeed,
+        Stack::Composer,
+    ];
+
+    /// The name used on the command line and in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stack::Any => "any",
+            Stack::MegatronCore => "megatron-core",
+            Stack::MegatronLm2021 => "megatron-lm-2021",
+            Stack::Nemo => "nemo",
+            Stack::Torchtitan => "torchtitan",
+            Stack::Deepspeed => "deepspeed",
+            Stack::MegatronDeepspeed => "megatron-deepspeed",
+            Stack::Composer => "composer",
+        }
+    }
+
+    /// The framework whose search space the stack has: NeMo and every Megatron-LM version run
+    /// Megatron's schedules; Megatron-DeepSpeed runs DeepSpeed's pipeline engine; Composer has
+    /// no pipeline of its own and is not restricted.
+    pub fn family(self) -> Framework {
+        match self {
+            Stack::Any | Stack::Composer => Framework::Any,
+            Stack::MegatronCore | Stack::MegatronLm2021 | Stack::Nemo => Framework::Megatron,
+            Stack::Torchtitan => Framework::Torchtitan,
+            Stack::Deepspeed | Stack::MegatronDeepspeed => Framework::Deepspeed,
+        }
+    }
+
+    /// The stack's time and memory facts.
+    pub fn runtime(self) -> Runtime {
+        let modern = Runtime {
+            stack: self,
+            overlap_grad_reduce: true,
+            overlap_param_gather: true,
+            tp_comm_overlap: false,
+            fp32_main_grads: true,
+            pp_scatter_gather: true,
+            pp_blocking_sends: false,
+            vocab_pad_multiple: 128,
+        };
+        match self {
+            // every overlap any framework offers
+            Stack::Any => Runtime {
+                tp_comm_overlap: true,
+                ..modern
+            },
+            // `--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather`
+            // (Megatron-Core's dist_optimizer guide); `--tp-comm-overlap` is opt-in.
+            Stack::MegatronCore => modern,
+            // NeMo's performance recipes set `tp_comm_overlap=True` (userbuffers overlap of
+            // the tensor-parallel all-gather/reduce-scatter with the GEMMs).
+            Stack::Nemo => Runtime {
+                tp_comm_overlap: true,
+                ..modern
+            },
+            // PyTorch or local DDP of 2021 reduced fp16 gradients after the flush (the row
+            // mapping turns the overlap on for `DDP impl 'torch'`).
+            Stack::MegatronLm2021 => Runtime {
+                overlap_grad_reduce: false,
+                overlap_param_gather: false,
+                fp32_main_grads: false,
+                ..modern
+            },
+            // FSDP2: reduce-scatter in fp32 during the backward, all-gathers prefetched one
+            // layer ahead; async TP is opt-in (`enable_async_tensor_parallel`); pipeline
+            // stages send whole activations; the vocabulary is not padded.
+            Stack::Torchtitan => Runtime {
+                pp_scatter_gather: false,
+                vocab_pad_multiple: 1,
+                ..modern
+            },
+            // The pipeline engine reduces after the flush and sends whole activations
+            // synchronously (`engine.py`: `_exec_send_activations` blocks).
+            Stack::Deepspeed => Runtime {
+                overlap_grad_reduce: false,
+                overlap_param_gather: false,
+                pp_scatter_gather: false,
+                pp_blocking_sends: true,
+                ..modern
+            },
+            // DeepSpeed's pipeline engine and its fp16 ZeRO-1 optimizer (16-bit gradients,
+            // an fp32 copy for the optimizer).
+            Stack::MegatronDeepspeed => Runtime {
+                fp32_main_grads: false,
+                ..Stack::Deepspeed.runtime()
+            },
+            // PyTorch FSDP: backward prefetch and overlapped reduce-scatter.
+            Stack::Composer => modern,
+        }
+        .named(self)
+    }
+}
+
+impl Runtime {
+    /// These facts, recorded as `stack`'s.
+    fn named(self, stack: Stack) -> Runtime {
+        Runtime { stack, ..self }
+    }
+}
+
+impl FromStr for Stack {
+    type Err = String;
+
+    /// A stack by name; `megatron` is Megatron-Core, today's Megatron-LM.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.trim().to_ascii_lowercase();
+        if wanted == "megatron" || wanted == "megatron-lm" {
+            return Ok(Stack::MegatronCore);
+        }
+        Stack::ALL
+            .into_iter()
+            .find(|f| f.as_str() == wanted)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Stack::ALL.iter().map(|s| s.as_str()).collect();
+                format!(
+                    "unknown framework `{s}`; valid frameworks are: megatron, {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl fmt::Display for Stack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_megatron_is_megatron_core() {
+        for s in Stack::ALL {
+            assert_eq!(s.as_str().parse::<Stack>(), Ok(s));
+            assert_eq!(s.runtime().stack, s);
+        }
+        assert_eq!("Megatron".parse::<Stack>(), Ok(Stack::MegatronCore));
+        assert!("pytorch".parse::<Stack>().is_err());
+        assert_eq!(Stack::Nemo.family(), Framework::Megatron);
+        assert_eq!(Stack::MegatronDeepspeed.family(), Framework::Deepspeed);
+    }
+
+    /// The facts each stack is documented with (module doc, sources there).
+    #[test]
+    fn facts_of_each_stack() {
+        let any = Stack::Any.runtime();
+        assert!(any.overlap_grad_reduce && any.overlap_param_gather && any.tp_comm_overlap);
+        let core = Stack::MegatronCore.runtime();
+        assert!(core.overlap_grad_reduce && core.overlap_param_gather && !core.tp_comm_overlap);
+        assert!(core.fp32_main_grads && core.pp_scatter_gather);
+        assert!(Stack::Nemo.runtime().tp_comm_overlap);
+        let old = Stack::MegatronLm2021.runtime();
+        assert!(!old.overlap_grad_reduce && !old.fp32_main_grads);
+        let titan = Stack::Torchtitan.runtime();
+        assert!(titan.overlap_grad_reduce && !titan.pp_scatter_gather);
+        assert_eq!(titan.vocab_pad_multiple, 1);
+        let ds = Stack::MegatronDeepspeed.runtime();
+        assert!(ds.pp_blocking_sends && !ds.fp32_main_grads && !ds.overlap_grad_reduce);
+        assert_eq!(ds.stack, Stack::MegatronDeepspeed);
+    }
+}
