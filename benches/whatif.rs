@@ -1,5 +1,5 @@
 //! `autopp whatif`'s acceptance sweep: llama3-70b at 5 GPU counts × 5 GPU kinds × 2 NICs (50
-//! points, each a full planner search, in fp16) — `cargo bench --bench whatif`.
+//! points, each a full planner search) — `cargo bench --bench whatif`.
 
 use autopp_hardware::{hardware, Cluster, Precision};
 use autopp_models::load;
@@ -12,7 +12,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The GPU kinds and NICs (Gbit/s per GPU) of the 50-point sweep.
-pub const KINDS: [&str; 5] = ["v100-32g", "a100-40g", "a100-80g", "h100-sxm", "h200"];
+pub const KINDS: [&str; 5] = ["a100-40g", "a100-80g", "h100-sxm", "h200", "b200"];
 const NICS: [f64; 2] = [200.0, 400.0];
 const COUNTS: [u64; 5] = [64, 128, 256, 512, 1024];
 
@@ -38,8 +38,7 @@ fn bench(c: &mut Criterion) {
     let points = fifty_points();
     let sweep = Sweep {
         framework: Stack::Any,
-        // fp16: the one precision every kind of the catalog has (the V100 has no bf16)
-        precision: Precision::Fp16,
+        precision: Precision::Bf16,
         batch: BatchPolicy::Fixed { sequences: 512 },
         train_tokens: Some(15e12),
         prices: Prices::example(),

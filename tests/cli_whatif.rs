@@ -94,5 +94,17 @@ fn bad_input_gets_one_line_naming_the_flag() {
     );
     fails_one_line(&with(&["--gpus", "8", "--tokens", "0"]), "--tokens");
     fails_one_line(&with(&["--gpus", "8", "--price", "h100-sxm=-2"]), "--price");
-    fails_one_line(&with(&["--gpus", "12"]), "--gpus");
+}
+
+#[test]
+fn a_point_that_does_not_fill_whole_nodes_is_a_row_that_says_so() {
+    let text = stdout(&["whatif", "llama3-8b", "--gpus", "8,12"]);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("h100-sxm") && l.contains(" 12 "))
+        .expect("row");
+    assert!(
+        row.contains("no plan: --gpus 12 GPUs do not fill whole nodes of 8"),
+        "{row}"
+    );
 }
