@@ -12,7 +12,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 kinds=$("$bin" gpus --json | python3 -c 'import json,sys; print(",".join(g["name"] for g in json.load(sys.stdin) if g["name"] in ("a100-80g","h100-sxm","h200","b200")))')
-"$bin" whatif llama3-70b --gpus 64..2048 --gpu "$kinds" --tokens 15T --out "$tmp/sweep" > "$tmp/table.txt"
+"$bin" whatif llama3-70b --gpus 64..2048 --gpu "$kinds" --tokens 15T --out "$tmp/sweep" | grep -v "^wrote " > "$tmp/table.txt"
 cp "$tmp"/sweep/*.svg "$img/"
 
 # the acceptance sweep's time: 50 full searches
