@@ -283,13 +283,7 @@ where
                     });
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
             }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .label_font((FAMILY, 14))
-                .position(SeriesLabelPosition::UpperLeft)
-                .draw()?;
+            legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         }};
     }
     if log_y {
@@ -297,6 +291,26 @@ where
     } else {
         body!(b.build_cartesian_2d((x0..x1).log_scale(), y0..y1)?);
     }
+    Ok(())
+}
+
+/// Draws the chart's legend at `position`, in the pictures' one style.
+fn legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> DrawResult
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font((FAMILY, 14))
+        .position(position)
+        .draw()?;
     Ok(())
 }
 
@@ -380,12 +394,7 @@ where
             .label(*name)
             .legend(move |(x, y)| Circle::new((x + 10, y), 5, c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font((FAMILY, 14))
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::MiddleRight)?;
     Ok(())
 }
 
@@ -476,13 +485,7 @@ where
             .label(*name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font((FAMILY, 14))
-        .position(SeriesLabelPosition::UpperMiddle)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperMiddle)?;
     Ok(())
 }
 
