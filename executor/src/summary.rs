@@ -1,11 +1,13 @@
-//! The run as one JSON object: what `exec --json` prints (after the check, which is why it is
-//! not in `report`).
+//! The run as `exec` prints it, in words or as one JSON object (after the check, which is why
+//! this is not in `report`).
 
+use autopp_models::units::{mib, secs};
 use autopp_models::Model;
 use serde_json::json;
 
 use crate::check::CheckReport;
 use crate::config::ExecConfig;
+use crate::record::StepSummary;
 use crate::report::ExecReport;
 
 impl ExecReport {
@@ -64,5 +66,93 @@ impl ExecReport {
             .model_flops_per_sequence()
             .unwrap_or(0.0);
         per_sequence * cfg.global_batch_size() as f64 / r.iteration_time_s.max(1e-12)
+    }
+
+    /// The run as `exec` prints it: the configuration, one line per step, the iteration time
+    /// next to the simulator's prediction, the tensor-parallel share, bubble and peak
+    /// activations per rank, and the check when there was one. `transport` names where the
+    /// ranks ran (`threads`, `MPI processes`); `gpu` the GPU of `--backend cuda`.
+    pub fn to_text(
+        &self,
+        cfg: &ExecConfig,
+        steps: &[StepSummary],
+        checked: Option<&CheckReport>,
+        transport: &str,
+        gpu: Option<&str>,
+    ) -> String {
+        let r = self;
+        let flops = self.model_flops_per_s(cfg);
+        let mut out = format!(
+            "{} · {} · pp {} · dp {}{}{} · {} micro-batches of {} × {} tokens · {} {}{}\n\n",
+            cfg.model.name,
+            cfg.schedule.kind,
+            cfg.pp(),
+            cfg.dp,
+            if cfg.tp > 1 {
+                format!(" · tp {}", cfg.tp)
+            } else {
+                String::new()
+            },
+            if cfg.schedule.virtual_stages > 1 {
+                format!(" · {} stages per rank", cfg.schedule.virtual_stages)
+            } else {
+                String::new()
+            },
+            cfg.num_microbatches(),
+            cfg.micro_batch_size,
+            cfg.seq_len(),
+            cfg.world_size(),
+            transport,
+            match gpu {
+                Some(name) => format!(" · GEMMs on cuBLAS ({name})"),
+                None => String::new(),
+            },
+        );
+        out.push_str("step   loss      time\n");
+        for s in steps {
+            out.push_str(&format!(
+                "{:<6} {:<9.4} {}\n",
+                s.step,
+                s.loss,
+                secs(s.time_s)
+            ));
+        }
+        out.push_str(&format!(
+            "\niteration time {} (median of the steps after the first) · {:.1} GFLOP/s of model FLOPs over all ranks\n",
+            secs(r.iteration_time_s),
+            flops / 1e9
+        ));
+        out.push_str(&format!(
+            "predicted {} ({:+.1}%): the simulator with the measured median time of each action and hop\n\n",
+            secs(r.predicted_iteration_time_s),
+            100.0 * (r.predicted_iteration_time_s / r.iteration_time_s.max(1e-12) - 1.0)
+        ));
+        if cfg.tp > 1 {
+            let total = |v: &[[f64; 4]]| v.iter().flatten().sum::<f64>();
+            let (comm, all) = (total(&r.measured.tp_comm_s), total(&r.measured.stage_s));
+            out.push_str(&format!(
+                "tensor-parallel collectives: {:.0}% of the median action times (in the prediction as part of each action)\n\n",
+                100.0 * comm / all.max(1e-12)
+            ));
+        }
+        out.push_str("rank   bubble  (simulated)   peak activations   (simulated)\n");
+        for rank in 0..cfg.pp() {
+            out.push_str(&format!(
+                "{rank:<6} {:<7.3} ({:.3})       {:<18} ({})\n",
+                r.bubble_fraction[rank],
+                r.predicted_bubble_fraction[rank],
+                mib(r.peak_activation_bytes[rank]),
+                mib(r.predicted_peak_activation_bytes[rank]),
+            ));
+        }
+        if let Some(c) = checked {
+            out.push_str(&format!(
+                "\ncheck against single-worker training: max_rel_err {:.2e} ({}) — {}\n",
+                c.max_rel_err,
+                c.worst,
+                if c.passed { "PASSED" } else { "FAILED" }
+            ));
+        }
+        out
     }
 }

@@ -78,6 +78,9 @@ pub struct GpuSpec {
     /// and DGX boards and MI300X platforms, 72 for GB200/GB300 NVL72 racks).
     #[serde(default = "eight")]
     pub nvlink_domain: u64,
+    /// Where the figures come from (a datasheet), for the catalog's kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 fn eight() -> u64 {
@@ -138,141 +141,58 @@ impl GpuSpec {
     }
 }
 
-const GIB: u64 = 1 << 30;
-const MIB: u64 = 1 << 20;
+/// The built-in GPU kinds, one JSON object per kind with its datasheet source
+/// (`hardware/data/gpus.json`).
+pub const BUNDLED_CATALOG: &str = include_str!("../data/gpus.json");
 
 /// The built-in GPU kinds, in catalog order.
 pub fn catalog() -> Vec<GpuSpec> {
-    vec![
-        GpuSpec {
-            name: "v100-32g".into(),
-            peak_bf16_flops: 0.0,
-            peak_fp16_flops: 125e12,
-            peak_fp8_flops: 0.0,
-            memory_bytes: 32 * GIB,
-            hbm_bw_bytes_per_s: 900e9,
-            nvlink_bw_bytes_per_s: 150e9,
-            default_nic_gbps: 100.0,
-            nvlink_domain: 8,
-        },
-        GpuSpec {
-            name: "a100-40g".into(),
-            peak_bf16_flops: 312e12,
-            peak_fp16_flops: 312e12,
-            peak_fp8_flops: 0.0,
-            memory_bytes: 40 * GIB,
-            hbm_bw_bytes_per_s: 1555e9,
-            nvlink_bw_bytes_per_s: 300e9,
-            default_nic_gbps: 200.0,
-            nvlink_domain: 8,
-        },
-        GpuSpec {
-            name: "a100-80g".into(),
-            peak_bf16_flops: 312e12,
-            peak_fp16_flops: 312e12,
-            peak_fp8_flops: 0.0,
-            memory_bytes: 80 * GIB,
-            hbm_bw_bytes_per_s: 2039e9,
-            nvlink_bw_bytes_per_s: 300e9,
-            default_nic_gbps: 200.0,
-            nvlink_domain: 8,
-        },
-        GpuSpec {
-            name: "h100-sxm".into(),
-            peak_bf16_flops: 989e12,
-            peak_fp16_flops: 989e12,
-            peak_fp8_flops: 1979e12,
-            memory_bytes: 81559 * MIB,
-            hbm_bw_bytes_per_s: 3350e9,
-            nvlink_bw_bytes_per_s: 450e9,
-            default_nic_gbps: 400.0,
-            nvlink_domain: 8,
-        },
-        GpuSpec {
-            name: "h200".into(),
-            peak_bf16_flops: 989e12,
-            peak_fp16_flops: 989e12,
-            peak_fp8_flops: 1979e12,
-            memory_bytes: 143771 * MIB,
-            hbm_bw_bytes_per_s: 4800e9,
-            nvlink_bw_bytes_per_s: 450e9,
-            default_nic_gbps: 400.0,
-            nvlink_domain: 8,
-        },
-        // NVIDIA HGX B200 datasheet (2025): per GPU 2.25 PFLOP/s dense FP16/BF16 and 4.5 dense
-        // FP8 (the sheet's 4.5 / 9 are with sparsity), 180 GB HBM3e at 8 TB/s (1.44 TB and
-        // 64 TB/s per 8-GPU board), fifth-generation NVLink 1.8 TB/s both ways, ConnectX-7 at
-        // 400 Gb/s per GPU.
-        GpuSpec {
-            name: "b200".into(),
-            peak_bf16_flops: 2.25e15,
-            peak_fp16_flops: 2.25e15,
-            peak_fp8_flops: 4.5e15,
-            memory_bytes: 180_000_000_000,
-            hbm_bw_bytes_per_s: 8e12,
-            nvlink_bw_bytes_per_s: 900e9,
-            default_nic_gbps: 400.0,
-            nvlink_domain: 8,
-        },
-        // NVIDIA GB200 NVL72 datasheet (2025), per GPU of the rack: 180 PFLOP/s dense
-        // FP16/BF16 and 360 dense FP8 over 72 GPUs (2.5 and 5.0 each), 13.4 TB of HBM3e (186 GB
-        // each) at 8 TB/s, one NVLink domain of 72 GPUs at 1.8 TB/s both ways, ConnectX-7 at
-        // 400 Gb/s per GPU between racks.
-        GpuSpec {
-            name: "gb200".into(),
-            peak_bf16_flops: 2.5e15,
-            peak_fp16_flops: 2.5e15,
-            peak_fp8_flops: 5e15,
-            memory_bytes: 186_000_000_000,
-            hbm_bw_bytes_per_s: 8e12,
-            nvlink_bw_bytes_per_s: 900e9,
-            default_nic_gbps: 400.0,
-            nvlink_domain: 72,
-        },
-        // NVIDIA HGX B300 (Blackwell Ultra) datasheet (2025): dense FP16/BF16 and FP8 as B200
-        // (Blackwell Ultra raises FP4, not 8- or 16-bit, throughput), 288 GB HBM3e at 8 TB/s,
-        // NVLink 1.8 TB/s both ways, ConnectX-8 at 800 Gb/s per GPU.
-        GpuSpec {
-            name: "b300".into(),
-            peak_bf16_flops: 2.25e15,
-            peak_fp16_flops: 2.25e15,
-            peak_fp8_flops: 4.5e15,
-            memory_bytes: 288_000_000_000,
-            hbm_bw_bytes_per_s: 8e12,
-            nvlink_bw_bytes_per_s: 900e9,
-            default_nic_gbps: 800.0,
-            nvlink_domain: 8,
-        },
-        // NVIDIA GB300 NVL72 datasheet (2025), per GPU of the rack: dense FP16/BF16 and FP8 as
-        // GB200 (2.5 and 5.0 PFLOP/s), 20.7 TB of HBM3e (288 GB each) at 8 TB/s, one NVLink
-        // domain of 72 at 1.8 TB/s both ways, ConnectX-8 at 800 Gb/s per GPU.
-        GpuSpec {
-            name: "gb300".into(),
-            peak_bf16_flops: 2.5e15,
-            peak_fp16_flops: 2.5e15,
-            peak_fp8_flops: 5e15,
-            memory_bytes: 288_000_000_000,
-            hbm_bw_bytes_per_s: 8e12,
-            nvlink_bw_bytes_per_s: 900e9,
-            default_nic_gbps: 800.0,
-            nvlink_domain: 72,
-        },
-        // AMD Instinct MI300X datasheet (2023): 1307.4 TFLOP/s dense FP16/BF16 and 2614.9 dense
-        // FP8, 192 GB HBM3 at 5.3 TB/s; 7 Infinity Fabric links of 64 GB/s each way to the
-        // other 7 GPUs of the platform (448 GB/s each way in all; a ring reaches less, which
-        // the calibrated intra-node efficiency must absorb); 400 Gb/s NICs per GPU.
-        GpuSpec {
-            name: "mi300x".into(),
-            peak_bf16_flops: 1307.4e12,
-            peak_fp16_flops: 1307.4e12,
-            peak_fp8_flops: 2614.9e12,
-            memory_bytes: 192_000_000_000,
-            hbm_bw_bytes_per_s: 5.3e12,
-            nvlink_bw_bytes_per_s: 448e9,
-            default_nic_gbps: 400.0,
-            nvlink_domain: 8,
-        },
-    ]
+    static CATALOG: std::sync::OnceLock<Vec<GpuSpec>> = std::sync::OnceLock::new();
+    CATALOG
+        .get_or_init(|| {
+            // bundled with the binary and parsed by the tests below, so never user data
+            serde_json::from_str(BUNDLED_CATALOG).expect("hardware/data/gpus.json parses")
+        })
+        .clone()
+}
+
+/// The catalog as `autopp gpus` prints it: one row per kind with its peaks, memory and
+/// bandwidths.
+pub fn catalog_table() -> String {
+    let mut o = format!(
+        "{:<10} {:>11} {:>11} {:>11} {:>10} {:>9} {:>13} {:>9} {:>7}\n",
+        "gpu",
+        "bf16 TF/s",
+        "fp16 TF/s",
+        "fp8 TF/s",
+        "memory",
+        "HBM TB/s",
+        "NVLink GB/s",
+        "NIC Gb/s",
+        "domain"
+    );
+    let tf = |x: f64| {
+        if x > 0.0 {
+            format!("{:.0}", x / 1e12)
+        } else {
+            "—".into()
+        }
+    };
+    for g in catalog() {
+        o += &format!(
+            "{:<10} {:>11} {:>11} {:>11} {:>6.1} GiB {:>9.2} {:>13.0} {:>9.0} {:>7}\n",
+            g.name,
+            tf(g.peak_bf16_flops),
+            tf(g.peak_fp16_flops),
+            tf(g.peak_fp8_flops),
+            g.memory_bytes as f64 / (1u64 << 30) as f64,
+            g.hbm_bw_bytes_per_s / 1e12,
+            g.nvlink_bw_bytes_per_s / 1e9,
+            g.default_nic_gbps,
+            g.nvlink_domain
+        );
+    }
+    o
 }
 
 /// Looks a GPU kind up by name; the error lists the kinds there are.
@@ -293,9 +213,16 @@ mod tests {
 
     #[test]
     fn catalog_names_are_unique_and_valid() {
-        let all = catalog();
+        let all: Vec<GpuSpec> = serde_json::from_str(BUNDLED_CATALOG).unwrap();
+        assert_eq!(all.len(), 10);
+        assert!(catalog_table().lines().count() == 11);
         for g in &all {
             g.validate().unwrap();
+            assert!(
+                g.source.as_deref().is_some_and(|s| s.contains("datasheet")),
+                "{}",
+                g.name
+            );
             assert_eq!(all.iter().filter(|o| o.name == g.name).count(), 1);
         }
     }
@@ -321,6 +248,10 @@ mod tests {
         assert_eq!(mi.peak_bf16_flops, 1307.4e12);
         assert_eq!(mi.nvlink_bw_bytes_per_s, 7.0 * 64e9);
         assert_eq!(gpu("h100-sxm").unwrap().nvlink_domain, 8);
+        // 80 GB of HBM3 of which nvidia-smi reports 81,559 MiB; H200's 141 GB as 143,771 MiB
+        assert_eq!(gpu("h100-sxm").unwrap().memory_bytes, 81_559 << 20);
+        assert_eq!(gpu("h200").unwrap().memory_bytes, 143_771 << 20);
+        assert_eq!(gpu("a100-80g").unwrap().memory_bytes, 80 << 30);
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub mod layer;
 pub mod load;
 pub mod presets;
 pub mod transformer;
+pub mod units;
 
 pub use custom::{CustomLayer, LayerListSpec};
 pub use defaults::Defaulted;

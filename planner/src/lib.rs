@@ -23,6 +23,7 @@ pub mod pins;
 pub mod plan;
 pub mod planfile;
 pub mod profile;
+pub mod report;
 pub mod runtime;
 pub mod search;
 pub mod stages;

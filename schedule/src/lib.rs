@@ -26,6 +26,7 @@ pub mod generators;
 pub mod inflight;
 pub mod ir;
 pub mod pipeline;
+pub mod report;
 pub mod simulator;
 pub mod split;
 pub mod svg;

@@ -10,27 +10,7 @@ pub fn gpus(json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(());
     }
-    println!(
-        "{:<10} {:>11} {:>11} {:>10} {:>9} {:>13} {:>9}",
-        "gpu", "bf16 TF/s", "fp16 TF/s", "memory", "HBM TB/s", "NVLink GB/s", "NIC Gb/s"
-    );
-    for g in all {
-        let bf16 = if g.peak_bf16_flops > 0.0 {
-            format!("{:.0}", g.peak_bf16_flops / 1e12)
-        } else {
-            "—".into()
-        };
-        println!(
-            "{:<10} {:>11} {:>11.0} {:>6.1} GiB {:>9.2} {:>13.0} {:>9.0}",
-            g.name,
-            bf16,
-            g.peak_fp16_flops / 1e12,
-            g.memory_bytes as f64 / (1u64 << 30) as f64,
-            g.hbm_bw_bytes_per_s / 1e12,
-            g.nvlink_bw_bytes_per_s / 1e9,
-            g.default_nic_gbps
-        );
-    }
+    print!("{}", hardware::catalog_table());
     Ok(())
 }
 

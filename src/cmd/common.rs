@@ -3,6 +3,7 @@
 use anyhow::{Context, Result};
 use autopp_executor::ExecError;
 use autopp_hardware::{hardware, Cluster};
+use autopp_models::units::thousands;
 use autopp_models::{Defaulted, Model};
 use autopp_planner::PlanError;
 use autopp_schedule::{ScheduleError, SpecField, SplitError};
@@ -108,39 +109,6 @@ pub fn reserve_bytes(gib: f64) -> Result<u64> {
         anyhow::bail!("--memory-reserve-gib: must be zero or a positive number of GiB");
     }
     Ok((gib * (1u64 << 30) as f64) as u64)
-}
-
-/// Bytes as GiB with one decimal.
-pub fn gib(bytes: u64) -> String {
-    format!("{:.1}", bytes as f64 / (1u64 << 30) as f64)
-}
-
-/// A duration in seconds with a unit that keeps three significant figures.
-pub fn secs(t_s: f64) -> String {
-    if t_s.abs() < 5e-8 {
-        // floating-point residue of a subtraction, not a duration
-        String::from("0 s")
-    } else if t_s >= 1.0 {
-        format!("{t_s:.2} s")
-    } else if t_s >= 1e-3 {
-        format!("{:.1} ms", t_s * 1e3)
-    } else {
-        format!("{:.1} µs", t_s * 1e6)
-    }
-}
-
-/// A large count with thousands separators.
-pub fn thousands(x: f64) -> String {
-    let n = x.round() as u64;
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, then a rename,
@@ -250,20 +218,5 @@ fn field_of(e: &(dyn std::error::Error + 'static)) -> Option<SpecField> {
         Some(ExecError::Split(s)) => Some(s.field()),
         Some(ExecError::ScheduleSpec(s)) => Some(s.field()),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formatting() {
-        assert_eq!(thousands(1234567.4), "1,234,567");
-        assert_eq!(thousands(12.0), "12");
-        assert_eq!(secs(2.5), "2.50 s");
-        assert_eq!(secs(0.0125), "12.5 ms");
-        assert_eq!(gib(3 << 29), "1.5");
-        assert_eq!(secs(-1e-12), "0 s");
     }
 }

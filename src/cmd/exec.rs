@@ -13,7 +13,7 @@ use autopp_planner::PlanFile;
 use autopp_schedule::{PipelinePlan, ScheduleKind, ScheduleSpec};
 use clap::Args;
 
-use super::common::{load_model_at, secs, write_atomic};
+use super::common::{load_model_at, write_atomic};
 
 /// Train a small model (such as tiny-gpt) on the CPU with a pipeline schedule: one thread per
 /// rank, real activations and gradients between them, AdamW; report losses, step times, the
@@ -357,16 +357,23 @@ pub fn run_exec(args: &ExecArgs) -> Result<()> {
         let text = serde_json::to_string(&trace::chrome_trace(&report))?;
         write_atomic(path, text.as_bytes()).context("--trace")?;
     }
-    let flops = report.model_flops_per_s(&cfg);
     if args.json {
         let out = report.to_json(&cfg, checked.as_ref(), gpu.as_deref());
         println!("{}", serde_json::to_string(&out)?);
     } else {
+        let transport = match args.transport {
+            TransportKind::Threads => "threads",
+            TransportKind::Mpi => "MPI processes",
+            TransportKind::Nccl => "threads, NCCL between GPUs",
+        };
         let c = checked.as_ref();
         print!(
             "{}",
-            text(&cfg, &report, &lines, flops, c, args, gpu.as_deref())
+            report.to_text(&cfg, &lines, c, transport, gpu.as_deref())
         );
+        if let Some(path) = &args.trace {
+            println!("wrote Chrome trace to {path}");
+        }
     }
     if let Some(c) = checked.filter(|c| !c.passed) {
         bail!(
@@ -407,98 +414,4 @@ fn train(args: &ExecArgs, cfg: &ExecConfig) -> Result<Option<(ExecReport, Vec<St
         b.finish_and_clear();
     }
     Ok(Some((report, lines)))
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
-}
-
-fn text(
-    cfg: &ExecConfig,
-    r: &ExecReport,
-    steps: &[StepSummary],
-    flops: f64,
-    checked: Option<&check::CheckReport>,
-    args: &ExecArgs,
-    gpu: Option<&str>,
-) -> String {
-    let mut out = format!(
-        "{} · {} · pp {} · dp {}{}{} · {} micro-batches of {} × {} tokens · {} {}{}\n\n",
-        cfg.model.name,
-        cfg.schedule.kind,
-        cfg.pp(),
-        cfg.dp,
-        if cfg.tp > 1 {
-            format!(" · tp {}", cfg.tp)
-        } else {
-            String::new()
-        },
-        if cfg.schedule.virtual_stages > 1 {
-            format!(" · {} stages per rank", cfg.schedule.virtual_stages)
-        } else {
-            String::new()
-        },
-        cfg.num_microbatches(),
-        cfg.micro_batch_size,
-        cfg.seq_len(),
-        cfg.world_size(),
-        match args.transport {
-            TransportKind::Threads => "threads",
-            TransportKind::Mpi => "MPI processes",
-            TransportKind::Nccl => "threads, NCCL between GPUs",
-        },
-        match gpu {
-            Some(name) => format!(" · GEMMs on cuBLAS ({name})"),
-            None => String::new(),
-        },
-    );
-    out.push_str("step   loss      time\n");
-    for s in steps {
-        out.push_str(&format!(
-            "{:<6} {:<9.4} {}\n",
-            s.step,
-            s.loss,
-            secs(s.time_s)
-        ));
-    }
-    out.push_str(&format!(
-        "\niteration time {} (median of the steps after the first) · {:.1} GFLOP/s of model FLOPs over all ranks\n",
-        secs(r.iteration_time_s),
-        flops / 1e9
-    ));
-    out.push_str(&format!(
-        "predicted {} ({:+.1}%): the simulator with the measured median time of each action and hop\n\n",
-        secs(r.predicted_iteration_time_s),
-        100.0 * (r.predicted_iteration_time_s / r.iteration_time_s.max(1e-12) - 1.0)
-    ));
-    if cfg.tp > 1 {
-        let total = |v: &[[f64; 4]]| v.iter().flatten().sum::<f64>();
-        let (comm, all) = (total(&r.measured.tp_comm_s), total(&r.measured.stage_s));
-        out.push_str(&format!(
-            "tensor-parallel collectives: {:.0}% of the median action times (in the prediction as part of each action)\n\n",
-            100.0 * comm / all.max(1e-12)
-        ));
-    }
-    out.push_str("rank   bubble  (simulated)   peak activations   (simulated)\n");
-    for rank in 0..cfg.pp() {
-        out.push_str(&format!(
-            "{rank:<6} {:<7.3} ({:.3})       {:<18} ({})\n",
-            r.bubble_fraction[rank],
-            r.predicted_bubble_fraction[rank],
-            mib(r.peak_activation_bytes[rank]),
-            mib(r.predicted_peak_activation_bytes[rank]),
-        ));
-    }
-    if let Some(c) = checked {
-        out.push_str(&format!(
-            "\ncheck against single-worker training: max_rel_err {:.2e} ({}) — {}\n",
-            c.max_rel_err,
-            c.worst,
-            if c.passed { "PASSED" } else { "FAILED" }
-        ));
-    }
-    if let Some(path) = &args.trace {
-        out.push_str(&format!("wrote Chrome trace to {path}\n"));
-    }
-    out
 }

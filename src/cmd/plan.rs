@@ -3,17 +3,15 @@
 use anyhow::{bail, Result};
 use autopp_hardware::{AnalyticProfile, Cluster, Precision};
 use autopp_models::Model;
-use autopp_planner::bands;
-use autopp_planner::search::{self, explain, SearchOptions, SearchResult};
+use autopp_planner::report::{self, Margin};
+use autopp_planner::search::{self, SearchOptions, SearchResult};
 use autopp_planner::{cost_profile, Fixed, Framework, PlanFile, Stack};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
 use super::common::{
-    gib, global_batch, load_model_at, reserve_bytes, secs, thousands, write_atomic, ClusterArgs,
-    Progress,
+    global_batch, load_model_at, reserve_bytes, write_atomic, ClusterArgs, Progress,
 };
-use super::estimate;
 
 /// Find the fastest plan that fits: degrees, schedule, micro-batching, recompute, sharding and
 /// the layer split, searched jointly, with the reasons and the runner-ups.
@@ -153,7 +151,7 @@ impl PlanArgs {
         opts.settings.runtime = self.framework.runtime();
         opts.settings.precision = self.precision;
         opts.settings.memory_reserve_bytes = memory_reserve_bytes;
-        opts.settings.memory_margin_bytes = self.margin(cluster)?.0;
+        opts.settings.memory_margin_bytes = self.margin(cluster)?.mem_bytes;
         opts.settings.flash_attention = !self.no_flash_attention;
         opts.even_split_only |= self.even_split;
         Ok(opts)
@@ -161,46 +159,14 @@ impl PlanArgs {
 }
 
 impl PlanArgs {
-    /// The memory margin a plan must keep, bytes, and where it comes from.
-    fn margin(&self, cluster: &Cluster) -> Result<(u64, String)> {
-        let capacity = cluster.gpu.memory_bytes;
-        let Some(text) = self.memory_margin.as_deref() else {
-            return Ok(match bands::memory_band(&cluster.gpu.name) {
-                Some((f, why)) => (
-                    bands::margin_bytes(f, capacity),
-                    format!("±{:.1}%: {why}", 100.0 * f),
-                ),
-                None => (0, "no memory band bundled".to_string()),
-            });
-        };
-        let t = text.trim();
-        let number = |s: &str| {
-            s.trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|x| x.is_finite() && *x >= 0.0)
-        };
-        let bad = || {
-            anyhow::anyhow!(
-                "--memory-margin: '{text}' is not a margin; give GiB (e.g. 4) or a share of the GPU's memory (e.g. 8%)"
-            )
-        };
-        if let Some(pct) = t.strip_suffix('%') {
-            let p = number(pct).filter(|p| *p < 100.0).ok_or_else(bad)?;
-            return Ok((
-                bands::margin_bytes(p / 100.0, capacity),
-                format!("--memory-margin {t}"),
-            ));
-        }
-        let g = t
-            .strip_suffix("GiB")
-            .or_else(|| t.strip_suffix("gib"))
-            .unwrap_or(t);
-        let g = number(g).ok_or_else(bad)?;
-        Ok((
-            (g * (1u64 << 30) as f64).round() as u64,
-            format!("--memory-margin {t}"),
-        ))
+    /// The memory margin a plan must keep, and where it comes from.
+    fn margin(&self, cluster: &Cluster) -> Result<Margin> {
+        Margin::new(
+            self.memory_margin.as_deref(),
+            &cluster.gpu.name,
+            cluster.gpu.memory_bytes,
+        )
+        .map_err(|e| anyhow::anyhow!("--memory-margin: {e}"))
     }
 }
 
@@ -252,35 +218,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    println!(
-        "searched {} configurations in {} ({} simulated exactly)\n",
-        thousands(result.candidates as f64),
-        secs(result.elapsed_s),
-        result.simulated
+    let margin = args.margin(&cluster)?;
+    print!(
+        "{}",
+        report::plan_text(&model, &profile, &config, &result, &margin)
     );
-    print!("{}", estimate::render(&model, &profile, &config, best));
-    let pr = &best.result.predicted;
-    let (needed, why) = args.margin(&cluster)?;
-    let free = pr
-        .memory_capacity_bytes
-        .saturating_sub(pr.peak_memory_bytes);
-    println!(
-        "  margin        {} GiB free ({:.1}% of {} GiB); kept at least {} GiB ({why})",
-        gib(free),
-        100.0 * free as f64 / pr.memory_capacity_bytes.max(1) as f64,
-        gib(pr.memory_capacity_bytes),
-        gib(needed)
-    );
-    if let Some(layout) = &best.result.plan.megatron_layout {
-        println!("  layout        {layout}");
-    }
-    println!("\nwhy");
-    for line in wrap(&explain::explain(&result), 92) {
-        println!("  {line}");
-    }
-    if !result.alternatives.is_empty() {
-        print!("\nalternatives\n{}", alternatives_table(&result));
-    }
     if let Some(path) = &args.out {
         println!("\nplan written to {path}");
     }
@@ -297,54 +239,4 @@ fn search_with_progress(
     Ok(search::search(model, profile, opts, &|d, t| {
         bar.update(d, t)
     })?)
-}
-
-/// The best plan and the alternatives, one line each.
-fn alternatives_table(result: &SearchResult) -> String {
-    let mut o = String::from(
-        "   #   tp  pp   dp  v mbs  schedule          recompute   sp zero        time    MFU peak GiB\n",
-    );
-    for (i, e) in std::iter::once(&result.best)
-        .chain(&result.alternatives)
-        .enumerate()
-    {
-        let (p, pr) = (&e.result.plan, &e.result.predicted);
-        let d = &p.degrees;
-        o += &format!(
-            "  {:>2}  {:>3} {:>3} {:>4} {:>2} {:>3}  {:<17} {:<10} {:>3} {:>4}  {:>10} {:>5.1}% {:>8}\n",
-            i + 1,
-            d.tp,
-            d.pp,
-            d.dp,
-            d.virtual_stages,
-            p.micro_batch_size,
-            p.schedule.as_str(),
-            p.recompute_label(),
-            if p.sequence_parallel { "on" } else { "off" },
-            p.zero_stage,
-            secs(pr.iteration_time_s),
-            100.0 * pr.mfu,
-            gib(pr.peak_memory_bytes)
-        );
-    }
-    o
-}
-
-/// Greedy word wrap.
-fn wrap(text: &str, width: usize) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
-            lines.push(std::mem::take(&mut line));
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    if !line.is_empty() {
-        lines.push(line);
-    }
-    lines
 }

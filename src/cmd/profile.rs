@@ -6,7 +6,8 @@ use anyhow::{Context, Result};
 use autopp_profiler::profile_layers;
 use clap::{Args, ValueEnum};
 
-use super::common::{load_model_at, secs, write_atomic};
+use super::common::{load_model_at, write_atomic};
+use autopp_models::units::secs;
 
 /// What `profile` times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use autopp_schedule::{
-    self as schedule, ascii, check, generate, resolve_group_size, simulate, ScheduleKind,
+    self as schedule, check, generate, report, resolve_group_size, simulate, ScheduleKind,
     ScheduleSpec, SimCosts, UniformCosts,
 };
 use clap::Args;
@@ -61,26 +61,6 @@ pub struct ScheduleArgs {
     pub trace: Option<String>,
 }
 
-/// What `--json` prints, in this key order.
-#[derive(serde::Serialize)]
-struct JsonOut<'a> {
-    schedule: ScheduleKind,
-    pp: usize,
-    virtual_stages: usize,
-    num_microbatches: usize,
-    ranks: Vec<Vec<String>>,
-    metrics: JsonMetrics<'a>,
-}
-
-/// The `metrics` object of `--json`.
-#[derive(serde::Serialize)]
-struct JsonMetrics<'a> {
-    makespan: f64,
-    bubble_fraction: f64,
-    busy: &'a [f64],
-    peak_inflight: &'a [u32],
-}
-
 /// A schedule and its simulation, with how to describe them.
 struct Simulated {
     s: schedule::Schedule,
@@ -101,18 +81,11 @@ fn from_plan(path: &str) -> Result<Simulated> {
         autopp_hardware::AnalyticProfile::new(file.cluster.clone(), config.settings.precision)?;
     let e = autopp_planner::evaluate(&model, &profile, &config)?;
     let title = format!(
-        "{} on {} × {}: {} · pp {} · {} micro-batches{}",
+        "{} on {} × {}: {}",
         model.name(),
         file.plan.gpus,
         file.plan.gpu,
-        e.schedule.kind,
-        e.schedule.pp,
-        e.schedule.num_microbatches,
-        if e.schedule.virtual_stages > 1 {
-            format!(" · {} stages per rank", e.schedule.virtual_stages)
-        } else {
-            String::new()
-        }
+        report::title(&e.schedule)
     );
     Ok(Simulated {
         s: std::sync::Arc::unwrap_or_clone(e.schedule),
@@ -148,47 +121,10 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     }
 
     if args.json {
-        let out = JsonOut {
-            schedule: s.kind,
-            pp: s.pp,
-            virtual_stages: s.virtual_stages,
-            num_microbatches: s.num_microbatches,
-            ranks: s.ranks_text(),
-            metrics: JsonMetrics {
-                makespan: r.makespan_s,
-                bubble_fraction: r.bubble_fraction,
-                busy: &r.busy_s,
-                peak_inflight: &r.peak_inflight,
-            },
-        };
-        println!("{}", serde_json::to_string(&out)?);
+        println!("{}", serde_json::to_string(&report::Summary::new(&s, &r))?);
         return Ok(());
     }
-
-    let mut out = String::new();
-    out.push_str(&format!("{title}\n{costs_line}\n\n"));
-    let longest = s.ranks.iter().map(Vec::len).max().unwrap_or(0);
-    if longest <= ASCII_MAX_STEPS {
-        out.push_str(&ascii::timeline(&s, &r));
-    } else {
-        out.push_str(&format!(
-            "(the timeline has {longest} steps per rank: too long for a terminal; use --svg or --trace)\n"
-        ));
-    }
-    out.push_str(&format!(
-        "\nmakespan {}   bubble fraction {:.4}\n",
-        fmt(r.makespan_s),
-        r.bubble_fraction
-    ));
-    out.push_str("rank   busy      idle      peak in-flight\n");
-    for (rank, busy) in r.busy_s.iter().enumerate() {
-        out.push_str(&format!(
-            "{rank:<6} {:<9} {:<9} {}\n",
-            fmt(*busy),
-            fmt(r.makespan_s - busy),
-            r.peak_inflight[rank]
-        ));
-    }
+    let mut out = report::text(&s, &r, &title, &costs_line);
     if let Some(path) = &args.svg {
         out.push_str(&format!("wrote SVG to {path}\n"));
     }
@@ -198,9 +134,6 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     print!("{out}");
     Ok(())
 }
-
-/// Ranks with more steps than this get no ASCII timeline.
-const ASCII_MAX_STEPS: usize = 96;
 
 /// The schedule the flags describe, simulated with uniform costs.
 fn from_flags(args: &ScheduleArgs) -> Result<Simulated> {
@@ -224,15 +157,8 @@ fn from_flags(args: &ScheduleArgs) -> Result<Simulated> {
     let costs = SimCosts::uniform(s.num_stages(), c.f, c.b, c.i, c.w, args.comm);
     let r = simulate(&s, &costs)?;
     let title = format!(
-        "{} · pp {} · {} micro-batches{}{}",
-        s.kind,
-        s.pp,
-        s.num_microbatches,
-        if s.virtual_stages > 1 {
-            format!(" · {} stages per rank", s.virtual_stages)
-        } else {
-            String::new()
-        },
+        "{}{}",
+        report::title(&s),
         group_size
             .map(|g| format!(" · micro-batch groups of {g}"))
             .unwrap_or_default(),
@@ -247,10 +173,4 @@ fn from_flags(args: &ScheduleArgs) -> Result<Simulated> {
         ),
         us_per_unit: 1e3,
     })
-}
-
-/// A time with at most three decimals and no trailing zeros.
-fn fmt(t: f64) -> String {
-    let s = format!("{t:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }

@@ -1,13 +1,9 @@
 //! `autopp validate`: predictions against published, measured runs.
 
 use anyhow::{Context, Result};
-use autopp_calibrate::fit::{self, FitOptions, FitReport};
-use autopp_calibrate::report::{acceptance_text, fit_text, markdown, rows_table, summary_table};
-use autopp_calibrate::{
-    self as validate, band, rows::parse_rows, summarize, Calibration, RowResult, Summary,
-};
+use autopp_calibrate::validation::Validation;
+use autopp_calibrate::{band, rows::parse_rows};
 use clap::Args;
-use serde::Serialize;
 
 use super::common::write_atomic;
 
@@ -34,32 +30,15 @@ pub struct ValidateArgs {
     pub bands: Option<String>,
 }
 
-/// Everything `validate --json` prints.
-#[derive(Serialize)]
-struct JsonReport<'a> {
-    rows: &'a [RowResult],
-    summary: &'a Summary,
-    calibrated_gpus: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    fit: Option<&'a FitReport>,
-}
-
 /// Runs `autopp validate`.
 pub fn run(args: &ValidateArgs) -> Result<()> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read published-runs file '{}'", args.file))?;
     let rows = parse_rows(&text, &args.file)?;
-    let prepared = validate::prepare(&rows);
-    let results = validate::evaluate_all(&prepared, &Calibration::default());
-    let summary = summarize(&results);
-    let fit = if args.fit || args.docs.is_some() {
-        Some(fit::fit_all(&prepared, &fit::PRIOR, FitOptions::default()))
-    } else {
-        None
-    };
+    let v = Validation::new(&rows, args.fit || args.docs.is_some());
     if let Some(path) = &args.bands {
         let bands = band::bands(
-            &results,
+            &v.rows,
             &format!("autopp validate {} --bands {path}", args.file),
         );
         let mut text = serde_json::to_string_pretty(&bands)?;
@@ -67,24 +46,12 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
         write_atomic(path, text.as_bytes())?;
     }
     if let Some(path) = &args.docs {
-        let doc = markdown(&args.file, &prepared, &results, &summary, fit.as_ref());
-        write_atomic(path, doc.as_bytes())?;
+        write_atomic(path, v.markdown(&args.file).as_bytes())?;
     }
     if args.json {
-        let report = JsonReport {
-            rows: &results,
-            summary: &summary,
-            calibrated_gpus: validate::calibrated_gpus(&results),
-            fit: fit.as_ref(),
-        };
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{}", rows_table(&results));
-        print!("{}", summary_table(&summary));
-        print!("\nacceptance bounds:\n{}", acceptance_text(&summary));
-        if let Some(f) = &fit {
-            print!("{}", fit_text(f));
-        }
+        print!("{}", v.text());
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! `autopp whatif`: the planner over a grid of clusters, with time and cost to train.
 
 use anyhow::{Context, Result};
-use autopp_hardware::{hardware, Cluster, Precision};
+use autopp_hardware::{Cluster, Precision};
 use autopp_planner::runtime::Stack;
 use autopp_planner::whatif::{self, BatchPolicy, Point, Prices, Sweep};
 use clap::Args;
@@ -73,41 +73,22 @@ pub struct WhatifArgs {
 
 /// The machines to sweep, each at every GPU count.
 fn points(args: &WhatifArgs, counts: &[u64]) -> Result<Vec<Point>> {
-    let mut templates: Vec<Cluster> = Vec::new();
-    if let Some(files) = &args.cluster {
-        for path in files {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--cluster: cannot read '{path}'"))?;
-            templates.push(Cluster::from_json(&text, path)?);
-        }
-    } else {
-        let nics: Vec<Option<f64>> = match &args.nic_gbps {
-            Some(v) => v.iter().map(|&x| Some(x)).collect(),
-            None => vec![None],
-        };
-        for kind in &args.gpu {
-            let gpu = hardware::gpu(kind).context("--gpu")?;
-            let domains = args
-                .gpus_per_node
-                .clone()
-                .unwrap_or_else(|| vec![gpu.nvlink_domain]);
-            for gpn in domains {
-                for &nic in &nics {
-                    templates.push(Cluster::new(gpu.clone(), gpn, gpn, nic)?);
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for t in &templates {
-        for &n in counts {
-            out.push(Point {
-                template: t.clone(),
-                gpus: n,
-            });
-        }
-    }
-    Ok(out)
+    let templates = match &args.cluster {
+        Some(files) => files
+            .iter()
+            .map(|path| {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("--cluster: cannot read '{path}'"))?;
+                Ok(Cluster::from_json(&text, path)?)
+            })
+            .collect::<Result<Vec<_>>>()?,
+        None => whatif::machines(
+            &args.gpu,
+            args.gpus_per_node.as_deref(),
+            args.nic_gbps.as_deref(),
+        )?,
+    };
+    Ok(whatif::points(&templates, counts))
 }
 
 fn prices(args: &WhatifArgs) -> Result<Prices> {

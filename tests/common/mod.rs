@@ -3,6 +3,8 @@
 // each test crate uses its own subset
 #![allow(dead_code)]
 
+pub mod launch;
+
 use std::process::{Command, Output};
 
 /// Runs `autopp ARGS…` and returns what it did.

@@ -13,6 +13,7 @@ mod megatron;
 mod scripts;
 mod torchtitan;
 pub mod view;
+mod write;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -26,6 +27,7 @@ use crate::framework::Framework;
 use crate::planfile::PlanFile;
 pub use torchtitan::Era as TorchtitanEra;
 pub use view::{PlanView, RecomputePlan, Stage};
+pub use write::{summary_text, write_dir, WriteError, OURS};
 
 /// The Megatron-LM the arguments are written for (flag names and rules read from its code).
 pub const MEGATRON_VERSION: &str = "Megatron-LM main d98e8a64 (Megatron-Core 0.16.1)";

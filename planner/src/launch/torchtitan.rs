@@ -245,6 +245,9 @@ const CUSTOM_MODULE: &str = "autopp_torchtitan";
 /// The config function autopp writes for a model torchtitan ships no config for.
 const CUSTOM_FUNCTION: &str = "autopp_model";
 
+/// The text of [`CONFIG_MODULE`] with `@key@` where [`custom_module`] puts the plan's sizes.
+const CUSTOM_TEMPLATE: &str = include_str!("autopp_torchtitan.py.in");
+
 /// RoPE base of torchtitan's Llama 3 configs.
 const LLAMA3_ROPE_THETA: u64 = 500_000;
 
@@ -260,99 +263,34 @@ fn custom_module(view: &PlanView) -> String {
     } else {
         "none"
     };
-    format!(
-        r#""""torchtitan config for autopp's plan: {name}, which torchtitan ships no config for.
-
-Written by `autopp launch --framework torchtitan` for {TITAN}. The model is built with
-torchtitan's own Llama 3 classes (`_build_llama3_layers`, `Llama3Model.Config`) from the plan's
-sizes, the FFN width passed as is; the recipe (optimizer, data, checkpointing) is llama3_8b's,
-and the launch's flags set what the plan decides. Point --hf_assets_path at the model's
-tokenizer. Select it with `--module {CUSTOM_MODULE} --config {CUSTOM_FUNCTION}` (this directory
-on PYTHONPATH).
-"""
-
-import dataclasses
-
-from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-from torchtitan.models.llama3 import (
-    _build_llama3_layers,
-    _EMBEDDING_INIT,
-    _NORM_INIT,
-    _output_linear_init,
-    model_registry,
-)
-from torchtitan.models.llama3.config_registry import llama3_8b
-from torchtitan.models.llama3.model import Llama3Model
-
-# the plan's model
-NAME = {quoted}
-N_LAYERS = {layers}
-DIM = {dim}
-N_HEADS = {heads}
-N_KV_HEADS = {kv_heads}
-FFN_HIDDEN_DIM = {ffn}
-VOCAB_SIZE = {vocab}
-SEQ_LEN = {seq}
-ROPE_THETA = {theta}
-ROPE_SCALING = "{scaling}"
-NORM_EPS = {eps:e}
-
-
-def model_config(attn_backend="flex"):
-    """The plan's model as torchtitan's Llama3Model.Config."""
-    layers = _build_llama3_layers(
-        n_layers=N_LAYERS,
-        dim=DIM,
-        n_heads=N_HEADS,
-        n_kv_heads=N_KV_HEADS,
-        hidden_dim=FFN_HIDDEN_DIM,
-        rope=ComplexRoPE.Config(
-            dim=DIM // N_HEADS,
-            max_seq_len=SEQ_LEN,
-            theta=ROPE_THETA,
-            scaling=ROPE_SCALING,
+    let eps = format!("{:e}", view.norm_eps());
+    let fills = [
+        ("TITAN", TITAN.to_string()),
+        ("CUSTOM_MODULE", CUSTOM_MODULE.to_string()),
+        ("CUSTOM_FUNCTION", CUSTOM_FUNCTION.to_string()),
+        ("layers", m.num_layers.to_string()),
+        ("dim", m.hidden_size.to_string()),
+        ("heads", m.num_attention_heads.to_string()),
+        ("kv_heads", m.kv_heads().to_string()),
+        ("ffn", m.ffn().to_string()),
+        ("vocab", m.vocab_size.to_string()),
+        ("seq", m.seq_length.to_string()),
+        ("theta", theta.to_string()),
+        ("scaling", scaling.to_string()),
+        ("eps", eps),
+        // last, so that a name cannot hold a key: a JSON string is a Python string literal;
+        // the docstring gets the name without quotes
+        (
+            "quoted",
+            serde_json::Value::from(m.name.as_str()).to_string(),
         ),
-        fuse_qkv=True,
-        attn_backend=attn_backend,
-    )
-    for layer in layers:
-        layer.attention_norm.eps = NORM_EPS
-        layer.ffn_norm.eps = NORM_EPS
-    return Llama3Model.Config(
-        dim=DIM,
-        vocab_size=VOCAB_SIZE,
-        tok_embeddings=Embedding.Config(
-            num_embeddings=VOCAB_SIZE, embedding_dim=DIM, param_init=_EMBEDDING_INIT
-        ),
-        norm=RMSNorm.Config(normalized_shape=DIM, eps=NORM_EPS, param_init=_NORM_INIT),
-        lm_head=Linear.Config(
-            in_features=DIM, out_features=VOCAB_SIZE, param_init=_output_linear_init(DIM)
-        ),
-        layers=layers,
-    )
-
-
-def {CUSTOM_FUNCTION}():
-    """llama3_8b's recipe with the plan's model."""
-    config = llama3_8b()
-    config.model_spec = dataclasses.replace(
-        model_registry("8B"), flavor=NAME, model=model_config()
-    )
-    config.loss.loss_fn.global_vocab_size = VOCAB_SIZE
-    return config
-"#,
-        // a JSON string is a Python string literal; the docstring gets the name without quotes
-        quoted = serde_json::Value::from(m.name.as_str()),
-        name = m.name.replace(['"', '\\'], "_"),
-        layers = m.num_layers,
-        dim = m.hidden_size,
-        heads = m.num_attention_heads,
-        kv_heads = m.kv_heads(),
-        ffn = m.ffn(),
-        vocab = m.vocab_size,
-        seq = m.seq_length,
-        eps = view.norm_eps(),
-    )
+        ("name", m.name.replace(['"', '\\'], "_")),
+    ];
+    fills
+        .iter()
+        .fold(CUSTOM_TEMPLATE.to_string(), |text, (k, v)| {
+            text.replace(&format!("@{k}@"), v)
+        })
 }
 
 const TITAN: &str = "torchtitan 0.3.0";

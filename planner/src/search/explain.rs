@@ -8,20 +8,23 @@ fn pct(x: f64) -> String {
 }
 
 fn gib(b: u64) -> String {
-    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+    format!("{} GiB", autopp_models::units::gib(b))
 }
 
 /// A short paragraph: what the time goes to, what binds, how the runner-up differs, and what
 /// would make it faster.
 pub fn explain(result: &SearchResult) -> String {
-    let best = &result.best;
+    let mut out = vec![time_sentence(&result.best), memory_sentence(&result.best)];
+    out.extend(runner_up_sentences(result));
+    out.extend(next_step_sentence(result));
+    out.join(" ")
+}
+
+/// Where the time goes: compute's share and every overhead of at least 3%.
+fn time_sentence(best: &Estimate) -> String {
     let p = &best.result.predicted;
-    let plan = &best.result.plan;
     let t = p.iteration_time_s;
     let b = &p.breakdown_s;
-    let mut out = Vec::new();
-
-    // Where the time goes.
     let mut parts = [
         ("compute", b.compute),
         ("the pipeline bubble", b.bubble),
@@ -36,7 +39,7 @@ pub fn explain(result: &SearchResult) -> String {
         .filter(|(name, v)| *name != "compute" && *v / t >= 0.03)
         .map(|(name, v)| format!("{name} {}", pct(v / t)))
         .collect();
-    out.push(format!(
+    format!(
         "Compute is {} of the iteration{}.",
         pct(b.compute / t),
         if overheads.is_empty() {
@@ -44,13 +47,17 @@ pub fn explain(result: &SearchResult) -> String {
         } else {
             format!("; the rest is {}", overheads.join(", "))
         }
-    ));
+    )
+}
 
-    // Memory.
+/// Whether memory binds (less than 10% free on the fullest rank), and what it costs if so.
+fn memory_sentence(best: &Estimate) -> String {
+    let p = &best.result.predicted;
+    let plan = &best.result.plan;
     let headroom = 1.0 - p.peak_memory_bytes as f64 / p.memory_capacity_bytes as f64;
     let peak_rank = plan.peak_rank();
     if headroom < 0.10 {
-        out.push(format!(
+        format!(
             "Memory binds: rank {peak_rank} needs {} of {}, which is why it uses {}{}{}.",
             gib(p.peak_memory_bytes),
             gib(p.memory_capacity_bytes),
@@ -65,16 +72,21 @@ pub fn explain(result: &SearchResult) -> String {
             } else {
                 ""
             }
-        ));
+        )
     } else {
-        out.push(format!(
+        format!(
             "Memory does not bind: the fullest rank ({peak_rank}) uses {} of {}.",
             gib(p.peak_memory_bytes),
             gib(p.memory_capacity_bytes)
-        ));
+        )
     }
+}
 
-    // A faster but more complex plan within the tolerance.
+/// The faster but more complex plan passed over within the tolerance, and the runner-up.
+fn runner_up_sentences(result: &SearchResult) -> Vec<String> {
+    let best = &result.best;
+    let t = best.result.predicted.iteration_time_s;
+    let mut out = Vec::new();
     if let Some(fast) = &result.passed_over {
         out.push(format!(
             "A more complex plan ({}) is {:.1}% faster, within the tolerance: the simpler one is chosen.",
@@ -82,8 +94,6 @@ pub fn explain(result: &SearchResult) -> String {
             100.0 * (1.0 - fast.result.predicted.iteration_time_s / t)
         ));
     }
-
-    // The runner-up.
     let passed = result.passed_over.as_ref().map(key_of);
     if let Some(next) = result
         .alternatives
@@ -105,30 +115,37 @@ pub fn explain(result: &SearchResult) -> String {
             )
         });
     }
+    out
+}
 
-    // The next step.
+/// What would buy the next step: more memory, a larger batch, or a faster network.
+fn next_step_sentence(result: &SearchResult) -> Option<String> {
+    let p = &result.best.result.predicted;
+    let t = p.iteration_time_s;
+    let b = &p.breakdown_s;
     if let Some(u) = &result.fastest_unfit {
         let gain = 1.0 - u.result.predicted.iteration_time_s / t;
         let up = &u.result.plan;
-        out.push(format!(
+        Some(format!(
             "More memory would buy the next step: {} (recompute {}, micro-batch {}) would be {:.1}% faster but needs {} per GPU.",
             degrees(up),
             up.recompute,
             up.micro_batch_size,
             100.0 * gain,
             gib(u.result.predicted.peak_memory_bytes)
-        ));
+        ))
     } else if b.bubble / t >= 0.05 {
-        out.push(format!(
+        Some(format!(
             "A larger global batch (more micro-batches per pipeline) would shrink the bubble: it is {} of the pipeline now.",
             pct(p.bubble_fraction)
-        ));
+        ))
     } else if b.dp_comm / t >= 0.05 {
-        out.push(String::from(
+        Some(String::from(
             "A faster network between nodes would cut the data-parallel reduction, which this plan cannot hide.",
-        ));
+        ))
+    } else {
+        None
     }
-    out.join(" ")
 }
 
 fn degrees(p: &crate::plan::Plan) -> String {

@@ -1,10 +1,51 @@
 //! The sweep's axes: GPU counts (`64,128,256` or a doubling range `64..4096`) and the batch
 //! policy.
 
+use autopp_hardware::{hardware, Cluster};
+
+use super::Point;
 use crate::PlanError;
 
 /// Most points one `--gpus` value may give (a doubling range from 1 reaches 2^63 in 64).
 const MAX_COUNTS: usize = 64;
+
+/// The machines of a sweep from the catalog: every GPU kind of `kinds` with every GPUs-per-node
+/// of `gpus_per_node` (default: the kind's NVLink domain) and every NIC of `nic_gbps` in Gbit/s
+/// per GPU (default: the kind's).
+pub fn machines(
+    kinds: &[String],
+    gpus_per_node: Option<&[u64]>,
+    nic_gbps: Option<&[f64]>,
+) -> Result<Vec<Cluster>, PlanError> {
+    let nics: Vec<Option<f64>> = match nic_gbps {
+        Some(v) => v.iter().map(|&x| Some(x)).collect(),
+        None => vec![None],
+    };
+    let mut out = Vec::new();
+    for kind in kinds {
+        let gpu = hardware::gpu(kind).map_err(|e| PlanError::invalid("--gpu", e.to_string()))?;
+        let domain = [gpu.nvlink_domain];
+        for &gpn in gpus_per_node.unwrap_or(&domain) {
+            for &nic in &nics {
+                out.push(Cluster::new(gpu.clone(), gpn, gpn, nic)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every machine of `templates` at every GPU count of `counts`.
+pub fn points(templates: &[Cluster], counts: &[u64]) -> Vec<Point> {
+    templates
+        .iter()
+        .flat_map(|t| {
+            counts.iter().map(|&gpus| Point {
+                template: t.clone(),
+                gpus,
+            })
+        })
+        .collect()
+}
 
 /// Parses `--gpus`: a comma-separated list of counts (`64,128,256`) or a doubling range
 /// (`64..4096`: 64, 128, …, 4096; the upper end is included when the doubling reaches it).

@@ -12,7 +12,7 @@ pub mod plot;
 mod prices;
 mod table;
 
-pub use grid::{parse_gpu_counts, parse_tokens, BatchPolicy};
+pub use grid::{machines, parse_gpu_counts, parse_tokens, points, BatchPolicy};
 pub use prices::Prices;
 pub use table::{to_csv, to_table};
 

@@ -1,0 +1,11 @@
+//! What `autopp estimate` and `autopp plan` print for people: the configuration, the time with
+//! its breakdown and band, memory per rank, whether it fits, and for a search the margin, the
+//! reasons and the alternatives. The CLI prints these strings; `--json` prints the types.
+
+mod estimate;
+mod margin;
+mod plan;
+
+pub use estimate::estimate_text;
+pub use margin::{BadMargin, Margin};
+pub use plan::{alternatives_table, plan_text};
