@@ -26,6 +26,7 @@ impl ExecReport {
             "pp": cfg.pp(),
             "dp": cfg.dp,
             "tp": cfg.tp,
+            "sequence_parallel": cfg.sequence_parallel,
             "virtual_stages": cfg.schedule.virtual_stages,
             "num_microbatches": cfg.num_microbatches(),
             "micro_batch_size": cfg.micro_batch_size,
