@@ -48,7 +48,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "D")]
     pub dp: Option<usize>,
     /// Tensor-parallel ranks per pipeline rank, Megatron-style (heads, FFN columns and the
-    /// vocabulary split over them; threads only) [default: 1]. Must divide the heads, the FFN
+    /// vocabulary split over them; threads or MPI) [default: 1]. Must divide the heads, the FFN
     /// width and the vocabulary. World rank = (replica · pp + pipeline rank) · tp + tp rank.
     #[arg(long, value_name = "T")]
     pub tp: Option<usize>,
@@ -212,6 +212,7 @@ fn run_mpi(cfg: &ExecConfig, on_step: &mut dyn FnMut(StepSummary)) -> Result<Opt
     use autopp_profiler::device::mpi::Mpi;
     let mut mpi = Mpi::init(
         cfg.pp(),
+        cfg.tp,
         std::time::Duration::from_secs_f64(cfg.recv_timeout_s),
         cfg.pipeline_messages_per_step(),
         cfg.pipeline_message_bytes(),
