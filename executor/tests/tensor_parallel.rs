@@ -13,6 +13,12 @@
 //! (~1e-9 in the loss), which AdamW's normalisation turns into ~1e-4 in weights whose
 //! gradients are near zero — above the tolerance.
 //!
+//! With sequence parallelism (`ExecConfig::sequence_parallel`, `autopp_profiler::device::sp`)
+//! the same matrix passes bit for bit as well: reduce-scatters and all-gathers give the
+//! all-reduce's bits, and the single worker sums the norm-weight gradients per sequence shard as
+//! the ranks do. The default suite runs tp 2 · pp 2 1F1B with it; the release acceptance the
+//! whole matrix.
+//!
 //! The default suite runs every case at tp 2 (tp 4 for 1f1b, zb-v and interleaved-zb) at a
 //! 16-token sequence for 2 steps; `cargo test -p autopp-executor --release -- --ignored` runs
 //! every case at 64 tokens for 3 steps, with dp = 2 too (`.ci/run` does).
