@@ -6,8 +6,34 @@
 # PyTorch's pipelining runtime (scripts/bench-vs-torch.sh, which installs PyTorch into a venv
 # outside the clone on first use).
 # Usage: scripts/executor-docs.sh            (writes docs/executor.md; about 25 minutes)
+#        scripts/executor-docs.sh --tp-only  (only the tensor-parallel section, replaced in place;
+#                                             a few minutes: scripts/executor-docs-tp.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# tp 2 · pp 2, without and with sequence parallelism, into folder $1
+tp_runs() {
+  for sp in "" "--sequence-parallel"; do
+    target/release/autopp exec tiny-gpt --pp 2 --tp 2 $sp --microbatches 8 --mbs 2 \
+      --schedule 1f1b --steps 12 --check --json > "$1/tp2${sp:+sp}.json"
+  done
+}
+if [ "${1:-}" = "--tp-only" ]; then
+  cargo build --release --quiet
+  runs=$(mktemp -d)
+  tp_runs "$runs"
+  python3 scripts/executor-docs-tp.py "$runs" > "$runs/tp.md"
+  # the old section out, the new one in before the PyTorch side-by-side
+  python3 - "$runs/tp.md" <<'PY'
+import re, sys
+doc = open("docs/executor.md").read()
+doc = re.sub(r"## Tensor parallelism: .*?(?=\n## )\n", "", doc, flags=re.S)
+at = doc.index("## Against PyTorch")
+open("docs/executor.md", "w").write(doc[:at] + open(sys.argv[1]).read() + doc[at:])
+PY
+  rm -rf "$runs"
+  echo "wrote the tensor-parallel section of docs/executor.md"
+  exit 0
+fi
 bench=$(mktemp)
 cargo bench -p autopp-profiler --features gemm-bench --bench gemm 2>/dev/null > "$bench"
 cargo bench -p autopp-profiler --bench block 2>/dev/null >> "$bench"
@@ -19,6 +45,7 @@ scripts/bench-vs-torch.sh --out "$runs/torch.json" > /dev/null
   > "$runs/1f1b.json"
 "$bin" exec tiny-gpt --pp 2 --microbatches 8 --mbs 2 --schedule interleaved-1f1b --virtual 2 \
   --steps 12 --json > "$runs/interleaved.json"
+tp_runs "$runs"
 # the planner with this CPU's measured layer times, for the same configuration as 1f1b above
 "$bin" profile --backend cpu tiny-gpt --mbs 2 --out "$runs/profile.json" --json > /dev/null
 "$bin" estimate tiny-gpt --gpus 2 --pp 2 --mbs 2 --global-batch 16 --schedule 1f1b \
@@ -167,6 +194,8 @@ for label, f in [("1f1b", "1f1b.json"), ("interleaved-1f1b, v = 2", "interleaved
     hops = ", ".join(f"{h*1e6:.0f}" for h in t["p2p_s"])
     print(f"| {label} | {m*1e3:.0f} ms | {p*1e3:.0f} ms | {(p/m-1):+.1%} | {fb} | {hops} |")
 print()
+sys.stdout.flush()
+os.system(f"python3 scripts/executor-docs-tp.py {runs}")
 t = json.load(open(os.path.join(runs, "torch.json")))
 print("## Against PyTorch's pipelining runtime")
 print()

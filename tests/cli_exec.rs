@@ -178,6 +178,54 @@ fn tensor_parallel_runs_and_plans_with_tp_run() {
     fails_with(&bad, "--tp: 3 does not divide the attention heads");
 }
 
+/// `--sequence-parallel` with `--tp 2 --pp 2` under 1F1B passes the check, its peak bytes (the
+/// norms' tensors on a shard of the sequence) equal the prediction; the plan of
+/// `plan tiny-gpt --gpus 8 --fix tp=2,pp=2,sequence_parallel=true` runs with it; a sequence
+/// length that tp does not divide is one line naming the flag.
+#[test]
+fn sequence_parallel_runs_with_the_flag_and_from_a_plan() {
+    let mut args = TWO_RANKS.to_vec();
+    args.extend(["--tp", "2", "--sequence-parallel", "--check", "--json"]);
+    args.extend(SMALL);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&args)).unwrap();
+    assert_eq!(
+        (v["tp"].clone(), v["sequence_parallel"].clone()),
+        (2.into(), true.into())
+    );
+    assert_eq!(v["check"]["passed"], true);
+    assert_eq!(
+        v["peak_activation_bytes"],
+        v["predicted_peak_activation_bytes"]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("sp.json");
+    let plan_text = plan.to_str().unwrap();
+    let fix = "tp=2,pp=2,sequence_parallel=true";
+    stdout(&[
+        "plan", "tiny-gpt", "--gpus", "8", "--fix", fix, "--out", plan_text,
+    ]);
+    let args = [
+        "exec",
+        "--plan",
+        plan_text,
+        "--check",
+        "--json",
+        "--seq-len",
+        "16",
+        "--steps",
+        "2",
+    ];
+    let v: serde_json::Value = serde_json::from_str(&stdout(&args)).unwrap();
+    assert_eq!(v["check"]["passed"], true);
+    assert_eq!(v["sequence_parallel"], true);
+    let mut bad = TWO_RANKS.to_vec();
+    bad.extend(["--tp", "2", "--sequence-parallel", "--seq-len", "15"]);
+    fails_with(
+        &bad,
+        "--sequence-parallel: needs the sequence length (15) divisible by --tp 2",
+    );
+}
+
 /// `--scale-down` runs a `llama3-70b --gpus 64` plan (64 ranks: tp 8 · pp 4 · dp 2, 7 stages
 /// per rank, interleaved zero bubble, at a global batch of 32) as planned on a small model,
 /// says so on stderr, and passes the check. A minute or more even in release on a loaded

@@ -1,5 +1,5 @@
 //! `exec --transport mpi` under `mpirun` (feature `mpi`; needs Open MPI): the 4-rank grids of
-//! the acceptance (p = 2, dp = 2 and p = 4, dp = 1) pass `--check`, as do four replicas of one
+//! the acceptance (p = 2, dp = 2 and p = 4, dp = 1, and tp = 2 · p = 2) pass `--check`, as do four replicas of one
 //! stage (dp = 4), bit for bit equal to the threaded run; an injected failure ends every
 //! process within 30 s with the failing rank's error line, and so does a killed process, which
 //! mpirun names.
@@ -73,6 +73,26 @@ fn printed<'a>(json: &'a str, key: &str) -> &'a str {
 fn four_ranks_as_two_pipelines_of_two_match_single_worker_training() {
     let (v, _) = passes_check(&["--pp", "2", "--dp", "2", "--schedule", "1f1b"]);
     assert_eq!(v["dp"], 2);
+}
+
+/// Tensor parallelism across processes: tp 2 · pp 2 (world rank = pp rank · 2 + tp rank, as
+/// on threads; a tensor-parallel communicator per pipeline rank) passes the check, with and
+/// without sequence parallelism, and its collectives are timed.
+#[test]
+fn four_ranks_as_tp_two_times_pp_two_match_single_worker_training() {
+    for sp in [false, true] {
+        let mut extra = vec!["--pp", "2", "--tp", "2", "--schedule", "1f1b"];
+        if sp {
+            extra.push("--sequence-parallel");
+        }
+        let (v, _) = passes_check(&extra);
+        assert_eq!((v["tp"].clone(), v["pp"].clone()), (2.into(), 2.into()));
+        assert_eq!(v["sequence_parallel"], sp);
+        let comm = &v["measured_action_times_s"]["tp_comm_s"];
+        let timed = comm.as_array().unwrap().iter().filter_map(|a| a.as_array());
+        let total: f64 = timed.flatten().filter_map(|x| x.as_f64()).sum();
+        assert!(total > 0.0, "{comm}");
+    }
 }
 
 #[test]

@@ -77,17 +77,16 @@ pub fn train_single_worker(cfg: &ExecConfig) -> Result<Reference, ExecError> {
     let tokens = n * cfg.seq_len();
     let scale = 1.0 / tokens as f32;
     let mut losses = Vec::with_capacity(cfg.steps);
+    // the whole layers compute every tensor-parallel sum as the ranks split it
+    let mut emulated = Emulated {
+        tp: cfg.tp,
+        sequence_parallel: cfg.sequence_parallel,
+    };
     for step in 0..cfg.steps {
         let input = Flow::Tokens(data.inputs(step, 0..n));
         let targets = data.targets(step, 0..n);
         let (out, saved) = model
-            .forward(
-                input,
-                Some(targets),
-                n,
-                cfg.seq_len(),
-                &mut Emulated(cfg.tp),
-            )
+            .forward(input, Some(targets), n, cfg.seq_len(), &mut emulated)
             .map_err(|e| fail(step, e))?;
         let Flow::Loss(sum) = out else {
             return Err(fail(
@@ -97,7 +96,7 @@ pub fn train_single_worker(cfg: &ExecConfig) -> Result<Reference, ExecError> {
         };
         losses.push(sum / tokens as f64);
         let (_, ws) = model
-            .backward_input(saved, None, scale, &mut Emulated(cfg.tp))
+            .backward_input(saved, None, scale, &mut emulated)
             .map_err(|e| fail(step, e))?;
         pipelined_weight_gradients(cfg, &mut model, &ws).map_err(|e| fail(step, e))?;
         adam.step(&cfg.optimizer, &mut model);

@@ -118,6 +118,10 @@ pub struct ExecConfig {
     /// Tensor-parallel ranks per pipeline rank (Megatron-style: heads, FFN columns and the
     /// vocabulary split over them; see `autopp_profiler::device::tp`). 1 unless set.
     pub tp: usize,
+    /// Megatron's sequence parallelism within the tensor-parallel group (see
+    /// `autopp_profiler::device::sp`): the hidden state between tensor-parallel regions is cut
+    /// along the sequence. Needs the sequence length divisible by `tp`. Off unless set.
+    pub sequence_parallel: bool,
     /// Sequences per micro-batch.
     pub micro_batch_size: usize,
     /// Layer-list entries (embedding, blocks, head) per global stage, in stage order.
@@ -170,6 +174,7 @@ impl ExecConfig {
             schedule,
             dp,
             tp: 1,
+            sequence_parallel: false,
             micro_batch_size,
             split,
             steps: 10,
@@ -273,6 +278,13 @@ impl ExecConfig {
                     ),
                 ));
             }
+        }
+        let s = self.seq_len() as u64;
+        if self.sequence_parallel && !s.is_multiple_of(tp) {
+            return Err(ExecError::invalid(
+                "--sequence-parallel",
+                format!("needs the sequence length ({s}) divisible by --tp {tp}; use --seq-len a multiple of {tp}"),
+            ));
         }
         Ok(())
     }

@@ -34,19 +34,13 @@ pub fn run_rank<T: Transport>(
     on_step: &mut dyn FnMut(StepSummary),
 ) -> Result<Option<ExecReport>, ExecError> {
     cfg.validate()?;
-    if cfg.tp > 1 {
-        return Err(ExecError::invalid(
-            "--tp",
-            "the MPI transport has no tensor-parallel communicators yet; run --tp with --transport threads",
-        ));
-    }
     let world = cfg.world_size();
     let rank = transport.rank();
     if transport.world_size() != world {
         return Err(ExecError::invalid(
             "--transport",
             format!(
-                "the job has {} processes, but pp × dp = {world}: run `mpirun -np {world}`",
+                "the job has {} processes, but pp × dp × tp = {world}: run `mpirun -np {world}`",
                 transport.world_size()
             ),
         ));

@@ -13,10 +13,11 @@ use crate::measure::Measured;
 /// to `W`, on tensor-parallel rank 0 (the most): the sums of the stage's layers'
 /// [`autopp_profiler::Fp32LayerBytes`].
 pub fn stage_bytes(cfg: &ExecConfig) -> Vec<(u64, u64)> {
-    let layers = autopp_profiler::fp32_layers::fp32_layer_bytes_tp(
+    let layers = autopp_profiler::fp32_layers::fp32_layer_bytes_sp(
         &cfg.model,
         cfg.micro_batch_size as u64,
         cfg.tp as u64,
+        cfg.sequence_parallel,
     );
     cfg.stage_ranges()
         .into_iter()

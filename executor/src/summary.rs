@@ -28,6 +28,7 @@ impl ExecReport {
             "pp": cfg.pp(),
             "dp": cfg.dp,
             "tp": cfg.tp,
+            "sequence_parallel": cfg.sequence_parallel,
             "virtual_stages": cfg.schedule.virtual_stages,
             "num_microbatches": cfg.num_microbatches(),
             "micro_batch_size": cfg.micro_batch_size,
@@ -89,7 +90,8 @@ impl ExecReport {
             cfg.pp(),
             cfg.dp,
             if cfg.tp > 1 {
-                format!(" · tp {}", cfg.tp)
+                let sp = if cfg.sequence_parallel { " · sp" } else { "" };
+                format!(" · tp {}{sp}", cfg.tp)
             } else {
                 String::new()
             },

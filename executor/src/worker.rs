@@ -331,7 +331,8 @@ impl<'a, T: Transport> Worker<'a, T> {
                 let start_s = self.now_s();
                 let (stage, _) = &self.stages[&s];
                 let mut tp =
-                    GroupComm::new(&mut self.transport, &self.tp_group, &mut self.tp_buffer);
+                    GroupComm::new(&mut self.transport, &self.tp_group, &mut self.tp_buffer)
+                        .sequence_parallel(cfg.sequence_parallel);
                 let (out, saved) =
                     stage.forward(input, targets, sequences.len(), cfg.seq_len(), &mut tp)?;
                 tp_comm_s = tp.spent_s;
@@ -361,7 +362,8 @@ impl<'a, T: Transport> Worker<'a, T> {
                 };
                 let (stage, _) = self.stages.get_mut(&s).ok_or_else(|| missing("stage"))?;
                 let mut tp =
-                    GroupComm::new(&mut self.transport, &self.tp_group, &mut self.tp_buffer);
+                    GroupComm::new(&mut self.transport, &self.tp_group, &mut self.tp_buffer)
+                        .sequence_parallel(cfg.sequence_parallel);
                 let (dx, ws) = stage.backward_input(saved, d_out, self.loss_scale, &mut tp)?;
                 tp_comm_s = tp.spent_s;
                 if a.kind == ActionKind::B {

@@ -13,6 +13,12 @@
 //! (~1e-9 in the loss), which AdamW's normalisation turns into ~1e-4 in weights whose
 //! gradients are near zero — above the tolerance.
 //!
+//! With sequence parallelism (`ExecConfig::sequence_parallel`, `autopp_profiler::device::sp`)
+//! the same matrix passes bit for bit as well: reduce-scatters and all-gathers give the
+//! all-reduce's bits, and the single worker sums the norm-weight gradients per sequence shard as
+//! the ranks do. The default suite runs tp 2 · pp 2 1F1B with it; the release acceptance the
+//! whole matrix.
+//!
 //! The default suite runs every case at tp 2 (tp 4 for 1f1b, zb-v and interleaved-zb) at a
 //! 16-token sequence for 2 steps; `cargo test -p autopp-executor --release -- --ignored` runs
 //! every case at 64 tokens for 3 steps, with dp = 2 too (`.ci/run` does).
@@ -64,7 +70,11 @@ fn config(
 }
 
 fn check_matrix(seq: u64, steps: usize, dps: &[usize], all: bool) {
-    println!("kind | pp | v | tp | dp | max_rel_err | worst");
+    check_matrix_sp(seq, steps, dps, all, false);
+}
+
+fn check_matrix_sp(seq: u64, steps: usize, dps: &[usize], all: bool, sp: bool) {
+    println!("kind | pp | v | tp | dp | sp | max_rel_err | worst");
     let few = [
         ScheduleKind::OneFOneB,
         ScheduleKind::ZbV,
@@ -75,13 +85,14 @@ fn check_matrix(seq: u64, steps: usize, dps: &[usize], all: bool) {
             continue;
         }
         for &dp in dps {
-            let case = format!("{kind} pp={pp} v={v} tp={tp} dp={dp}");
-            let cfg = config(kind, pp, v, tp, dp, seq, steps);
+            let case = format!("{kind} pp={pp} v={v} tp={tp} dp={dp} sp={sp}");
+            let mut cfg = config(kind, pp, v, tp, dp, seq, steps);
+            cfg.sequence_parallel = sp;
             let r = run(&cfg, &mut |_| {}).unwrap_or_else(|e| panic!("{case}: {e}"));
             let reference = check::train_single_worker(&cfg).unwrap();
             let c = check::compare(&r, &reference, check::DEFAULT_TOLERANCE);
             println!(
-                "{kind} | {pp} | {v} | {tp} | {dp} | {:.2e} | {}",
+                "{kind} | {pp} | {v} | {tp} | {dp} | {sp} | {:.2e} | {}",
                 c.max_rel_err, c.worst
             );
             assert!(
@@ -123,6 +134,41 @@ fn tensor_parallel_runs_pass_the_check() {
 #[ignore = "release-mode acceptance: cargo test -p autopp-executor --release -- --ignored"]
 fn tensor_parallel_runs_pass_the_check_at_64_tokens_with_data_parallelism() {
     check_matrix(64, 3, &[1, 2], true);
+}
+
+/// Sequence parallelism (all-gathers and reduce-scatters in place of the all-reduces, norms
+/// on a shard of the sequence) passes the check bit for bit too: tp 2 · pp 2 under 1F1B in
+/// the default suite, every case of the matrix in the release acceptance.
+#[test]
+fn sequence_parallel_tp2_pp2_1f1b_passes_the_check() {
+    let mut cfg = config(ScheduleKind::OneFOneB, 2, 1, 2, 1, 16, 2);
+    cfg.sequence_parallel = true;
+    let r = run(&cfg, &mut |_| {}).unwrap();
+    let reference = check::train_single_worker(&cfg).unwrap();
+    let c = check::compare(&r, &reference, check::DEFAULT_TOLERANCE);
+    assert!(c.passed, "max_rel_err {:.3e} at {}", c.max_rel_err, c.worst);
+    assert_eq!(r.peak_activation_bytes, r.predicted_peak_activation_bytes);
+}
+
+#[test]
+#[ignore = "release-mode acceptance: cargo test -p autopp-executor --release -- --ignored"]
+fn sequence_parallel_runs_pass_the_check_at_64_tokens_with_data_parallelism() {
+    check_matrix_sp(64, 3, &[1, 2], true, true);
+}
+
+/// Sequence parallelism needs the sequence length divisible by tp; otherwise it is refused
+/// naming the flag.
+#[test]
+fn sequence_parallel_needs_a_divisible_sequence() {
+    let mut cfg = config(ScheduleKind::OneFOneB, 2, 1, 4, 1, 18, 1);
+    cfg.sequence_parallel = true;
+    match cfg.validate() {
+        Err(e @ ExecError::Invalid { .. }) => {
+            let text = e.to_string();
+            assert!(text.starts_with("--sequence-parallel: needs"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A degree that does not divide the heads is refused naming --tp.

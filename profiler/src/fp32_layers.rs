@@ -58,6 +58,24 @@ pub fn fp32_layer_bytes_tp(
     micro_batch_size: u64,
     tp: u64,
 ) -> Vec<Fp32LayerBytes> {
+    fp32_layer_bytes_sp(spec, micro_batch_size, tp, false)
+}
+
+/// [`fp32_layer_bytes_tp`], with sequence parallelism when `sp`: what a norm reads and writes
+/// — its `x̂` and `rstd`, its output gradient — is the rank's `1/tp` of the tokens, while the
+/// gathered norm outputs and the gathered gradients entering `proj`, `fc2` stay whole: per
+/// block `T·(2h + 2(h + 1)/tp + (4h + 2f)/tp) + b·(a/tp)·s²` from `F` and
+/// `T·(4h + 4h/tp + (4h + 2f)/tp)` from `I`; the head `T·((h + 1)/tp + h + ⌈V/tp⌉ + 1)` and
+/// `T·(h + 2h/tp + ⌈V/tp⌉)`. The sequence length must be divisible by `tp`.
+pub fn fp32_layer_bytes_sp(
+    spec: &TransformerSpec,
+    micro_batch_size: u64,
+    tp: u64,
+    sp: bool,
+) -> Vec<Fp32LayerBytes> {
+    if sp && tp > 1 {
+        return sequence_parallel_bytes(spec, micro_batch_size, tp);
+    }
     let e = FP32_BYTES;
     let tp = tp.max(1);
     let (b, s) = (micro_batch_size, spec.seq_length);
@@ -83,6 +101,32 @@ pub fn fp32_layer_bytes_tp(
     };
     let mut out = Vec::with_capacity(spec.num_layers as usize + 2);
     out.push(embedding);
+    out.extend(std::iter::repeat_n(block, spec.num_layers as usize));
+    out.push(head);
+    out
+}
+
+fn sequence_parallel_bytes(
+    spec: &TransformerSpec,
+    micro_batch_size: u64,
+    tp: u64,
+) -> Vec<Fp32LayerBytes> {
+    let e = FP32_BYTES;
+    let (b, s) = (micro_batch_size, spec.seq_length);
+    let t = b * s;
+    let (h, f, a) = (spec.hidden_size, spec.ffn(), spec.num_attention_heads);
+    let (split, v) = ((4 * h + 2 * f) / tp, spec.vocab_size.div_ceil(tp));
+    let whole = fp32_layer_bytes_tp(spec, micro_batch_size, 1);
+    let block = Fp32LayerBytes {
+        activation_bytes: e * (t * 2 * h + t / tp * 2 * (h + 1) + t * split + b * (a / tp) * s * s),
+        weight_grad_bytes: e * (t * 4 * h + t / tp * 4 * h + t * split),
+    };
+    let head = Fp32LayerBytes {
+        activation_bytes: e * (t / tp * (h + 1) + t * (h + v) + t),
+        weight_grad_bytes: e * (t * (h + v) + t / tp * 2 * h),
+    };
+    let mut out = Vec::with_capacity(whole.len());
+    out.push(whole[0]);
     out.extend(std::iter::repeat_n(block, spec.num_layers as usize));
     out.push(head);
     out

@@ -29,10 +29,10 @@ pub struct ExecArgs {
     pub model: Option<String>,
     /// A plan file from `autopp plan --out`: runs its model, tensor-parallel degree, pipeline
     /// ranks, data-parallel degree, stages per rank, micro-batching, schedule and split
-    /// (context parallelism is refused; sequence parallelism and recompute are not applied).
+    /// (and its sequence parallelism; context parallelism is refused, recompute is not applied).
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "model", "pp", "dp", "tp", "virtual_stages", "microbatches", "mbs", "schedule", "group_size",
-        "split",
+        "split", "sequence_parallel",
     ])]
     pub plan: Option<String>,
     /// With --plan: run the plan's degrees, schedule, micro-batching and split shape on a
@@ -48,10 +48,16 @@ pub struct ExecArgs {
     #[arg(long, value_name = "D")]
     pub dp: Option<usize>,
     /// Tensor-parallel ranks per pipeline rank, Megatron-style (heads, FFN columns and the
-    /// vocabulary split over them; threads only) [default: 1]. Must divide the heads, the FFN
+    /// vocabulary split over them; threads or MPI) [default: 1]. Must divide the heads, the FFN
     /// width and the vocabulary. World rank = (replica · pp + pipeline rank) · tp + tp rank.
     #[arg(long, value_name = "T")]
     pub tp: Option<usize>,
+    /// Megatron's sequence parallelism within the tensor-parallel group: between the
+    /// tensor-parallel regions each rank holds 1/T of every sequence (norms and residuals run
+    /// on it), all-gathers and reduce-scatters replace the all-reduces. The sequence length
+    /// must be divisible by --tp.
+    #[arg(long)]
+    pub sequence_parallel: bool,
     /// Stages per rank (interleaved and V schedules) [default: 2 for zb-v and dualpipe-v, 1
     /// otherwise].
     #[arg(long = "virtual", value_name = "V")]
@@ -206,6 +212,7 @@ fn run_mpi(cfg: &ExecConfig, on_step: &mut dyn FnMut(StepSummary)) -> Result<Opt
     use autopp_profiler::device::mpi::Mpi;
     let mut mpi = Mpi::init(
         cfg.pp(),
+        cfg.tp,
         std::time::Duration::from_secs_f64(cfg.recv_timeout_s),
         cfg.pipeline_messages_per_step(),
         cfg.pipeline_message_bytes(),
@@ -233,18 +240,19 @@ fn run_mpi(_cfg: &ExecConfig, _on_step: &mut dyn FnMut(StepSummary)) -> Result<O
 
 /// The configuration the flags or the plan file describe.
 fn config(args: &ExecArgs) -> Result<ExecConfig> {
-    let (model, pipeline, tp) = match &args.plan {
+    let (model, pipeline, tp, sp) = match &args.plan {
         Some(path) => {
-            let (model, pipeline, tp) = from_plan_file(path, args.json)?;
+            let (model, pipeline, tp, sp) = from_plan_file(path, args.json)?;
             let model: Model = match (args.seq_len, args.scale_down) {
                 (Some(s), false) => model.with_seq_length(s).context("--seq-len")?,
                 _ => model,
             };
-            (model, pipeline, tp)
+            (model, pipeline, tp, sp)
         }
         None => {
             let (model, pipeline) = from_flags(args)?;
-            (model, pipeline, args.tp.unwrap_or(1))
+            let tp = args.tp.unwrap_or(1);
+            (model, pipeline, tp, args.sequence_parallel)
         }
     };
     let (model, pipeline) = match (&model, args.scale_down) {
@@ -259,6 +267,7 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
     };
     let mut cfg = ExecConfig::from_plan(&model, &pipeline)?;
     cfg.tp = tp;
+    cfg.sequence_parallel = sp && tp > 1;
     cfg.steps = args.steps;
     cfg.seed = args.seed;
     if !(args.lr > 0.0 && args.lr.is_finite()) {
@@ -271,10 +280,10 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
     Ok(cfg)
 }
 
-/// The model, pipeline and tensor-parallel degree of the plan file at `path`, after refusing
-/// what exec cannot run (context parallelism) and noting what it does not apply (recompute)
-/// unless `quiet`.
-fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan, usize)> {
+/// The model, pipeline, tensor-parallel degree and sequence parallelism of the plan file at
+/// `path`, after refusing what exec cannot run (context parallelism) and noting what it does
+/// not apply (recompute) unless `quiet`.
+fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan, usize, bool)> {
     let file = PlanFile::load(path)?;
     let c = file.config()?;
     if c.degrees.cp != 1 {
@@ -289,12 +298,12 @@ fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan, usize
             c.recompute
         ));
     }
-    if c.sequence_parallel && c.degrees.tp > 1 && !quiet {
-        super::common::note(
-            "exec all-reduces within the tensor-parallel group; the plan's sequence parallelism is not applied".to_string(),
-        );
-    }
-    Ok((file.model()?, file.pipeline()?, c.degrees.tp as usize))
+    Ok((
+        file.model()?,
+        file.pipeline()?,
+        c.degrees.tp as usize,
+        c.sequence_parallel,
+    ))
 }
 
 /// The model and pipeline the flags describe.

@@ -16,6 +16,7 @@ use super::kernels;
 use super::linear::Linear;
 use super::norm::{LayerNorm, NormSaved};
 use super::rng::Rng;
+use super::sp::NormGrads;
 use super::tensor::Tensor;
 use super::tp::{alone, even_cols, even_rows, heads_cols, split_product, TpComm};
 use super::transport::TransportError;
@@ -23,18 +24,20 @@ use super::transport::TransportError;
 pub use super::kernels::{gelu, gelu_grad};
 
 /// `residual + b + x·W` of a row-parallel projection: with a group of one in one pass
-/// ([`Linear::forward_residual`]); otherwise the partial `x·W` all-reduced over the group, then
-/// added to `residual + b` (`b` replicated, added once).
+/// ([`Linear::forward_residual`]); otherwise the partial `x·W` all-reduced over the group (with
+/// sequence parallelism reduce-scattered to the rank's shard, which `residual` is), then added
+/// to `residual + b` (`b` replicated, added once).
 fn row_parallel(
     lin: &Linear,
     x: &Tensor,
     residual: &Tensor,
+    sequences: usize,
     tp: &mut dyn TpComm,
 ) -> Result<Tensor, TransportError> {
     if tp.shard().size == 1 && tp.emulated() == 1 {
         return Ok(lin.forward_residual(x, residual));
     }
-    let partial = split_product(x, &lin.weight, false, even_cols, even_rows, tp)?;
+    let partial = split_product(x, &lin.weight, false, (even_cols, even_rows), sequences, tp)?;
     let mut y = Tensor::scratch(residual.rows(), residual.cols());
     y.data_mut().copy_from_slice(residual.data());
     if let Some(b) = &lin.bias {
@@ -118,6 +121,8 @@ pub struct BlockWeightSaved {
     d_fc1_out: Tensor,
     gelu_out: Tensor,
     d_out: Tensor,
+    ln1_grads: NormGrads,
+    ln2_grads: NormGrads,
 }
 
 impl BlockWeightSaved {
@@ -191,23 +196,27 @@ impl Block {
     }
 
     /// [`Block::forward`] on a tensor-parallel rank (see [`super::tp`]): the partial products
-    /// of `proj` and `fc2` are all-reduced over the group.
+    /// of `proj` and `fc2` are all-reduced over the group. With sequence parallelism
+    /// ([`super::sp`]) `x` and the output are the rank's sequence shard: the norms' outputs
+    /// are all-gathered and the partial products reduce-scattered.
     pub fn forward_tp(
         &self,
         x: &Tensor,
         sequences: usize,
         tp: &mut dyn TpComm,
     ) -> Result<(Tensor, BlockSaved), TransportError> {
-        let shape = self.shape(x.rows(), sequences);
         let (ln1_out, ln1) = self.ln1.forward(x);
+        let ln1_out = tp.gather_rows(&ln1_out, sequences)?.unwrap_or(ln1_out);
+        let shape = self.shape(ln1_out.rows(), sequences);
         let qkv = self.qkv.forward(&ln1_out);
         let (attn_out, probs) = attention::forward(&qkv, shape);
-        let x2 = row_parallel(&self.proj, &attn_out, x, tp)?;
+        let x2 = row_parallel(&self.proj, &attn_out, x, sequences, tp)?;
         let (ln2_out, ln2) = self.ln2.forward(&x2);
+        let ln2_out = tp.gather_rows(&ln2_out, sequences)?.unwrap_or(ln2_out);
         let fc1_out = self.fc1.forward(&ln2_out);
         let mut gelu_out = Tensor::scratch(fc1_out.rows(), fc1_out.cols());
         kernels::gelu_forward(fc1_out.data(), gelu_out.data_mut());
-        let y = row_parallel(&self.fc2, &gelu_out, &x2, tp)?;
+        let y = row_parallel(&self.fc2, &gelu_out, &x2, sequences, tp)?;
         let saved = BlockSaved {
             sequences,
             ln1,
@@ -230,26 +239,40 @@ impl Block {
     }
 
     /// [`Block::backward_input`] on a tensor-parallel rank: the partial input gradients of
-    /// `fc1` and `qkv` are all-reduced over the group.
+    /// `fc1` and `qkv` are all-reduced over the group. With sequence parallelism `d_out` and
+    /// the input gradient are the rank's sequence shard: the gradients entering `fc2` and
+    /// `proj` are all-gathered, the partial input gradients reduce-scattered, and the norms'
+    /// weight gradients summed over the group ([`NormGrads`]).
     pub fn backward_input_tp(
         &self,
         saved: BlockSaved,
         d_out: Tensor,
         tp: &mut dyn TpComm,
     ) -> Result<(Tensor, BlockWeightSaved), TransportError> {
-        let shape = self.shape(d_out.rows(), saved.sequences);
+        let seqs = saved.sequences;
+        let d_out_whole = tp.gather_rows(&d_out, seqs)?;
+        let dy = d_out_whole.as_ref().unwrap_or(&d_out);
+        let shape = self.shape(dy.rows(), seqs);
+        let seq_len = dy.rows() / seqs.max(1);
         // the GeLU output's gradient becomes its input's in place
-        let mut d_fc1_out = self.fc2.backward_input(&d_out);
+        let mut d_fc1_out = self.fc2.backward_input(dy);
         kernels::gelu_backward(d_fc1_out.data_mut(), saved.fc1_out.data());
-        let d_ln2_out =
-            split_product(&d_fc1_out, &self.fc1.weight, true, even_cols, even_cols, tp)?;
+        let (w1, wqkv) = (&self.fc1.weight, &self.qkv.weight);
+        let d_ln2_out = split_product(&d_fc1_out, w1, true, (even_cols, even_cols), seqs, tp)?;
         let mut d_x2 = self.ln2.backward_input(&saved.ln2, &d_ln2_out);
         d_x2.add_assign(&d_out);
-        let d_attn = self.proj.backward_input(&d_x2);
+        let d_x2_whole = tp.gather_rows(&d_x2, seqs)?;
+        let d_attn = self
+            .proj
+            .backward_input(d_x2_whole.as_ref().unwrap_or(&d_x2));
         let d_qkv = attention::backward(&saved.qkv, &saved.probs, &d_attn, shape);
-        let d_ln1_out = split_product(&d_qkv, &self.qkv.weight, true, heads_cols, heads_cols, tp)?;
+        let d_ln1_out = split_product(&d_qkv, wqkv, true, (heads_cols, heads_cols), seqs, tp)?;
         let mut dx = self.ln1.backward_input(&saved.ln1, &d_ln1_out);
         dx.add_assign(&d_x2);
+        let ln1_grads = NormGrads::in_backward_input(tp, &saved.ln1.xhat, &d_ln1_out, seq_len)?;
+        let ln2_grads = NormGrads::in_backward_input(tp, &saved.ln2.xhat, &d_ln2_out, seq_len)?;
+        let d_x2 = d_x2_whole.unwrap_or(d_x2);
+        let d_out = d_out_whole.unwrap_or(d_out);
         let ws = BlockWeightSaved {
             ln1_xhat: saved.ln1.xhat,
             d_ln1_out,
@@ -263,6 +286,8 @@ impl Block {
             d_fc1_out,
             gelu_out: saved.gelu_out,
             d_out,
+            ln1_grads,
+            ln2_grads,
         };
         Ok((dx, ws))
     }
@@ -275,7 +300,9 @@ impl Block {
     /// (`Σ_j dS_ij = 0`). Leaving it at zero rather than at rounding noise keeps AdamW — which
     /// normalises a gradient's size away — from turning that noise into updates.
     pub fn backward_weight(&self, ws: &BlockWeightSaved, grads: &mut Block, rows: Range<usize>) {
-        LayerNorm::backward_weight(&ws.ln1_xhat, &ws.d_ln1_out, &mut grads.ln1, rows.clone());
+        let norm =
+            |g: &NormGrads, xhat, dy, acc: &mut LayerNorm| g.add(xhat, dy, acc, rows.clone());
+        norm(&ws.ln1_grads, &ws.ln1_xhat, &ws.d_ln1_out, &mut grads.ln1);
         // this rank's width of each of Q, K and V
         let h = self.qkv.weight.cols() / 3;
         Linear::backward_weight(&ws.ln1_out, &ws.d_qkv, &mut grads.qkv, rows.clone());
@@ -283,7 +310,7 @@ impl Block {
             b.data_mut()[h..2 * h].fill(0.0);
         }
         Linear::backward_weight(&ws.attn_out, &ws.d_x2, &mut grads.proj, rows.clone());
-        LayerNorm::backward_weight(&ws.ln2_xhat, &ws.d_ln2_out, &mut grads.ln2, rows.clone());
+        norm(&ws.ln2_grads, &ws.ln2_xhat, &ws.d_ln2_out, &mut grads.ln2);
         Linear::backward_weight(&ws.ln2_out, &ws.d_fc1_out, &mut grads.fc1, rows.clone());
         Linear::backward_weight(&ws.gelu_out, &ws.d_out, &mut grads.fc2, rows);
     }

@@ -89,7 +89,8 @@ impl Embedding {
 
     /// [`Embedding::forward`] on a tensor-parallel rank: the rows of the ids it holds (zero
     /// for the others), all-reduced over the group (exact: one non-zero term per element),
-    /// then the positions added.
+    /// then the positions added. With sequence parallelism reduce-scattered instead: the
+    /// output is the rank's sequence shard.
     pub fn forward_tp(
         &self,
         ids: &[u32],
@@ -105,10 +106,17 @@ impl Embedding {
                 None => y.row_mut(t).fill(0.0),
             }
         }
-        tp.all_reduce(y.data_mut())?;
+        let mut y = tp.reduce_rows(y, ids.len() / seq_len.max(1))?;
+        // with sequence parallelism `y` is the rank's shard: `c` positions of each sequence
+        let part = tp.seq_part();
+        let c = seq_len.max(1) / part.size.max(1);
         if let Some(p) = &self.positions {
-            for t in 0..ids.len() {
-                for (v, pv) in y.row_mut(t).iter_mut().zip(p.row(t % seq_len.max(1))) {
+            for t in 0..y.rows() {
+                for (v, pv) in y
+                    .row_mut(t)
+                    .iter_mut()
+                    .zip(p.row(part.rank * c + t % c.max(1)))
+                {
                     *v += pv;
                 }
             }

@@ -14,8 +14,9 @@ use super::gemm::{matmul, matmul_tn_acc};
 use super::kernels;
 use super::norm::{LayerNorm, NormSaved};
 use super::rng::Rng;
+use super::sp::NormGrads;
 use super::tensor::Tensor;
-use super::tp::{alone, split_product, vocab_cols, Shard, TpComm};
+use super::tp::{alone, split_product, vocab_cols, Pick, Shard, TpComm};
 use super::transport::TransportError;
 
 /// Final norm and LM head — or, as a second `Head`, their gradients (f32).
@@ -34,6 +35,7 @@ pub struct Head<T = Tensor> {
 /// What the head's forward keeps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeadSaved {
+    sequences: usize,
     norm: NormSaved,
     norm_out: Tensor,
     probs: Tensor,
@@ -57,6 +59,7 @@ pub struct HeadWeightSaved {
     d_norm_out: Tensor,
     norm_out: Tensor,
     d_logits: Tensor,
+    norm_grads: NormGrads,
 }
 
 impl HeadWeightSaved {
@@ -97,21 +100,25 @@ impl Head {
     /// # Panics
     /// If a target is outside the vocabulary or the lengths differ.
     pub fn forward(&self, x: &Tensor, targets: Vec<u32>) -> (f64, HeadSaved) {
-        alone(|tp| self.forward_tp(x, targets, tp))
+        alone(|tp| self.forward_tp(x, targets, 1, tp))
     }
 
     /// [`Head::forward`] on a tensor-parallel rank holding a range of the vocabulary: the
     /// softmax's row maxima are gathered and its sums of exponentials all-reduced over the
     /// group, and each rank adds the losses of the targets it holds before the loss is
-    /// all-reduced (Megatron's vocabulary-parallel cross-entropy).
+    /// all-reduced (Megatron's vocabulary-parallel cross-entropy). With sequence parallelism
+    /// `x` is the rank's sequence shard of `sequences` sequences and the norm's output is
+    /// all-gathered.
     pub fn forward_tp(
         &self,
         x: &Tensor,
         targets: Vec<u32>,
+        sequences: usize,
         tp: &mut dyn TpComm,
     ) -> Result<(f64, HeadSaved), TransportError> {
-        assert_eq!(targets.len(), x.rows(), "head: one target per token");
         let (norm_out, norm) = self.norm.forward(x);
+        let norm_out = tp.gather_rows(&norm_out, sequences)?.unwrap_or(norm_out);
+        assert_eq!(targets.len(), norm_out.rows(), "head: one target per token");
         let mut probs = matmul(&norm_out, false, &self.lm_head, false);
         let v = probs.cols();
         let n = tp.emulated();
@@ -138,6 +145,7 @@ impl Head {
         let mut loss = [parts.iter().fold(0.0f64, |a, p| a + p)];
         tp.all_reduce_f64(&mut loss)?;
         let saved = HeadSaved {
+            sequences,
             norm,
             norm_out,
             probs,
@@ -160,6 +168,7 @@ impl Head {
         tp: &mut dyn TpComm,
     ) -> Result<(Tensor, HeadWeightSaved), TransportError> {
         let HeadSaved {
+            sequences,
             norm,
             norm_out,
             probs,
@@ -172,13 +181,17 @@ impl Head {
             }
         }
         kernels::scale(d_logits.data_mut(), loss_scale);
-        let d_norm_out = split_product(&d_logits, &self.lm_head, true, vocab_cols, vocab_cols, tp)?;
+        let picks: (Pick, Pick) = (vocab_cols, vocab_cols);
+        let d_norm_out = split_product(&d_logits, &self.lm_head, true, picks, sequences, tp)?;
         let dx = self.norm.backward_input(&norm, &d_norm_out);
+        let seq_len = d_logits.rows() / sequences.max(1);
+        let norm_grads = NormGrads::in_backward_input(tp, &norm.xhat, &d_norm_out, seq_len)?;
         let ws = HeadWeightSaved {
             xhat: norm.xhat,
             d_norm_out,
             norm_out,
             d_logits,
+            norm_grads,
         };
         Ok((dx, ws))
     }
@@ -186,7 +199,8 @@ impl Head {
     /// Backward-weight: adds the norm's and the LM head's gradients of the tokens `rows` into
     /// `grads`.
     pub fn backward_weight(ws: &HeadWeightSaved, grads: &mut Head, rows: Range<usize>) {
-        LayerNorm::backward_weight(&ws.xhat, &ws.d_norm_out, &mut grads.norm, rows.clone());
+        ws.norm_grads
+            .add(&ws.xhat, &ws.d_norm_out, &mut grads.norm, rows.clone());
         matmul_tn_acc(&mut grads.lm_head, &ws.norm_out, &ws.d_logits, rows);
     }
 

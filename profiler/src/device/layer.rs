@@ -151,7 +151,7 @@ impl Layer {
         sequences: usize,
         seq_len: usize,
     ) -> Result<(Flow, Saved), DeviceError> {
-        self.forward_tp(input, targets, sequences, seq_len, &mut Emulated(1))
+        self.forward_tp(input, targets, sequences, seq_len, &mut Emulated::tp(1))
     }
 
     /// [`Layer::forward`] on a tensor-parallel rank whose group's collective is `tp` (this
@@ -183,14 +183,15 @@ impl Layer {
                 let targets = targets.ok_or_else(|| {
                     DeviceError::Input("the head needs the targets of its micro-batch".into())
                 })?;
-                if targets.len() != x.rows() {
+                // with sequence parallelism `x` is one shard of the tokens
+                let tokens = x.rows() * tp.seq_part().size;
+                if targets.len() != tokens {
                     return Err(DeviceError::Input(format!(
-                        "the head got {} targets for {} tokens",
+                        "the head got {} targets for {tokens} tokens",
                         targets.len(),
-                        x.rows()
                     )));
                 }
-                let (loss, saved) = h.forward_tp(&x, targets, tp)?;
+                let (loss, saved) = h.forward_tp(&x, targets, sequences, tp)?;
                 Ok((Flow::Loss(loss), Saved::Head(saved)))
             }
             (layer, input) => Err(DeviceError::Input(format!(
@@ -210,7 +211,7 @@ impl Layer {
         d_out: Option<Tensor>,
         loss_scale: f32,
     ) -> Result<(Option<Tensor>, WeightSaved), DeviceError> {
-        self.backward_input_tp(saved, d_out, loss_scale, &mut Emulated(1))
+        self.backward_input_tp(saved, d_out, loss_scale, &mut Emulated::tp(1))
     }
 
     /// [`Layer::backward_input`] on a tensor-parallel rank whose group's collective is `tp`.
@@ -222,10 +223,16 @@ impl Layer {
         tp: &mut dyn TpComm,
     ) -> Result<(Option<Tensor>, WeightSaved), DeviceError> {
         match (self, saved, d_out) {
-            (Layer::Embedding(_), Saved::Embedding { ids, seq_len }, Some(dy)) => Ok((
-                None,
-                WeightSaved::Embedding(Embedding::backward_input(ids, seq_len, dy)),
-            )),
+            (Layer::Embedding(_), Saved::Embedding { ids, seq_len }, Some(dy)) => {
+                // with sequence parallelism the whole sequences' gradient from the shards
+                let dy = tp
+                    .gather_rows(&dy, ids.len() / seq_len.max(1))?
+                    .unwrap_or(dy);
+                Ok((
+                    None,
+                    WeightSaved::Embedding(Embedding::backward_input(ids, seq_len, dy)),
+                ))
+            }
             (Layer::Block(b), Saved::Block(s), Some(dy)) => {
                 let (dx, ws) = b.backward_input_tp(*s, dy, tp)?;
                 Ok((Some(dx), WeightSaved::Block(Box::new(ws))))

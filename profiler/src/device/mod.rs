@@ -39,7 +39,9 @@ pub mod cuda;
 pub mod cuda_gemm;
 pub mod embedding;
 pub mod gemm;
+pub mod group;
 pub mod head;
+pub mod inprocess;
 pub mod kernels;
 pub mod layer;
 pub mod linear;
@@ -50,6 +52,7 @@ pub mod mpi;
 pub mod nccl;
 pub mod norm;
 pub mod rng;
+pub mod sp;
 pub mod tensor;
 pub mod tp;
 pub mod transport;
@@ -60,15 +63,17 @@ pub use gemm::{
     gemm_batched, matmul, matmul_into, matmul_tn_acc, set_thread_engine, set_thread_gemm_threads,
     Engine, Operand,
 };
+pub use group::GroupComm;
 pub use head::Head;
+pub use inprocess::InProcess;
 pub use layer::{Flow, Layer, Saved, WeightSaved};
 pub use linear::Linear;
 pub use model::{check_model, init_layer, MAX_PARAMS};
 pub use norm::LayerNorm;
 pub use rng::Rng;
 pub use tensor::{Tensor, DTYPE_BYTES};
-pub use tp::{Emulated, GroupComm, Shard, TpComm};
-pub use transport::{Abort, Direction, InProcess, Tag, Transport, TransportError, ABORT_POLL};
+pub use tp::{Emulated, Shard, TpComm};
+pub use transport::{Abort, Direction, Tag, Transport, TransportError, ABORT_POLL};
 
 /// A layer was handed input it cannot use (the wrong kind of flow, ids outside the vocabulary,
 /// targets of the wrong length). The runtime checks its inputs, so this means a bug or a bad

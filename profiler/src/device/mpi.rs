@@ -1,14 +1,19 @@
 //! The MPI transport (feature `mpi`): one process per rank under `mpirun`, through the `mpi`
 //! crate (Open MPI or MPICH).
 //!
-//! World rank `r` is replica `r / pp`, pipeline rank `r mod pp`, as in the thread transport.
-//! The world is split into two kinds of communicator, as in a DP × PP grid:
-//! - one *pipeline* communicator per replica (its `pp` ranks): point-to-point sends between
-//!   pipeline neighbours, as a header (`[rows, cols]`, u64) and the data (f32) under one MPI tag
-//!   made from the [`Tag`]; buffered sends (`MPI_Bsend`), so a send never waits for its receive;
-//!   receives poll (`MPI_Improbe`) until their timeout;
-//! - one *data-parallel* communicator per pipeline rank (its `dp` replicas): the gradient
-//!   all-reduce.
+//! World rank `r = (replica · pp + pipeline rank) · tp + tensor-parallel rank`, tp fastest as
+//! in Megatron and in the thread transport. The world is split into three kinds of
+//! communicator, as in a DP × PP × TP grid:
+//! - one *pipeline* communicator per (replica, tensor-parallel rank) (its `pp` ranks):
+//!   point-to-point sends between pipeline neighbours, as a header (`[rows, cols]`, u64) and the
+//!   data (f32) under one MPI tag made from the [`Tag`]; buffered sends (`MPI_Bsend`), so a send
+//!   never waits for its receive; receives poll (`MPI_Improbe`) until their timeout;
+//! - one *data-parallel* communicator per (pipeline rank, tensor-parallel rank) (its `dp`
+//!   replicas): the gradient all-reduce;
+//! - one *tensor-parallel* communicator per (replica, pipeline rank) (its `tp` ranks): the
+//!   layers' all-reduces, and the reduce-scatters and all-gathers of sequence parallelism
+//!   (the trait's defaults: built on the all-reduce below, so the same bits as the threads'
+//!   and more traffic than `MPI_Reduce_scatter` would need).
 //!
 //! An all-reduce over the whole world (the start-of-step barrier, gathering the report) uses
 //! `MPI_COMM_WORLD`. An all-reduce is not `MPI_Allreduce`, whose sums MPI only recommends be
@@ -48,21 +53,26 @@ pub struct Mpi {
     pp: usize,
     timeout: Duration,
     world: SimpleCommunicator,
+    tp: usize,
     pipeline: SimpleCommunicator,
     data_parallel: SimpleCommunicator,
+    tensor_parallel: SimpleCommunicator,
     /// Ranks of this rank's data-parallel group, in order.
     dp_group: Vec<usize>,
+    /// Ranks of this rank's tensor-parallel group, in order.
+    tp_group: Vec<usize>,
     /// Dropped last: finalises MPI after the communicators are freed.
     _universe: Universe,
 }
 
 impl Mpi {
-    /// Initialises MPI and splits the world (which must be `pp × dp` processes) into the
-    /// pipeline and data-parallel communicators; receives give up after `timeout`. Buffered
-    /// sends get a buffer for `max_messages` outstanding tensors of up to `max_tensor_bytes`
-    /// each (one step's sends from one rank).
+    /// Initialises MPI and splits the world (which must be `pp × dp × tp` processes) into the
+    /// pipeline, data-parallel and tensor-parallel communicators; receives give up after
+    /// `timeout`. Buffered sends get a buffer for `max_messages` outstanding tensors of up to
+    /// `max_tensor_bytes` each (one step's sends from one rank).
     pub fn init(
         pp: usize,
+        tp: usize,
         timeout: Duration,
         max_messages: usize,
         max_tensor_bytes: usize,
@@ -73,11 +83,12 @@ impl Mpi {
         let world = universe.world();
         let rank = world.rank() as usize;
         let size = world.size() as usize;
-        if pp == 0 || !size.is_multiple_of(pp) {
+        let grid = pp * tp;
+        if grid == 0 || !size.is_multiple_of(grid) {
             return Err(TransportError::Invalid {
                 rank,
                 message: format!(
-                    "the MPI job has {size} processes, not a multiple of the {pp} pipeline ranks"
+                    "the MPI job has {size} processes, not a multiple of pp × tp = {grid}"
                 ),
             });
         }
@@ -89,19 +100,24 @@ impl Mpi {
                     message: "MPI could not split the world into communicators".into(),
                 })
         };
-        let pipeline = split(rank / pp)?;
-        let data_parallel = split(rank % pp)?;
+        // (replica, tp rank); (pp rank, tp rank); (replica, pp rank)
+        let pipeline = split(rank / grid * tp + rank % tp)?;
+        let data_parallel = split(rank % grid)?;
+        let tensor_parallel = split(rank / tp)?;
         let per_message = max_tensor_bytes + 16 + 2 * BSEND_OVERHEAD_BYTES;
         universe.set_buffer_size(max_messages.max(1) * per_message + (1 << 20));
         Ok(Mpi {
             rank,
             size,
             pp,
+            tp,
             timeout,
-            dp_group: (0..size / pp).map(|d| d * pp + rank % pp).collect(),
+            dp_group: (0..size / grid).map(|d| d * grid + rank % grid).collect(),
+            tp_group: (0..tp).map(|t| rank / tp * tp + t).collect(),
             world,
             pipeline,
             data_parallel,
+            tensor_parallel,
             _universe: universe,
         })
     }
@@ -129,14 +145,18 @@ impl Mpi {
     }
 
     /// This rank's pipeline-communicator rank for world rank `peer`, which must be in its
-    /// replica.
+    /// replica and hold the same tensor-parallel rank.
     fn pipeline_rank(&self, peer: usize) -> Result<i32, TransportError> {
-        if peer >= self.size || peer / self.pp != self.rank / self.pp {
+        let grid = self.pp * self.tp;
+        if peer >= self.size
+            || peer / grid != self.rank / grid
+            || peer % self.tp != self.rank % self.tp
+        {
             return Err(self.invalid(format!(
-                "rank {peer} is not a pipeline neighbour in this rank's replica"
+                "rank {peer} is not a pipeline neighbour of this rank (same replica and tensor-parallel rank)"
             )));
         }
-        Ok((peer % self.pp) as i32)
+        Ok((peer / self.tp % self.pp) as i32)
     }
 
     fn mpi_tag(&self, tag: Tag) -> Result<i32, TransportError> {
@@ -212,7 +232,7 @@ impl Transport for Mpi {
     }
 
     /// Over the data-parallel communicator (`group` = this rank's replicas of its pipeline
-    /// rank) or the world (`group` = every rank), whose ranks are in `group`'s order: for each
+    /// rank), the tensor-parallel one (`group` = its tensor-parallel group) or the world (`group` = every rank), whose ranks are in `group`'s order: for each
     /// [`REDUCE_CHUNK`] values, a gather of every member's values to the first member, their
     /// sum there in group order (`sum_in_group_order`, as [`InProcess`](super::InProcess)
     /// adds), and a broadcast of the sum. Every member must pass the same number of values
@@ -221,12 +241,14 @@ impl Transport for Mpi {
         let whole: Vec<usize> = (0..self.size).collect();
         let comm = if group == self.dp_group.as_slice() {
             &self.data_parallel
+        } else if group == self.tp_group.as_slice() {
+            &self.tensor_parallel
         } else if group == whole.as_slice() {
             &self.world
         } else {
             return Err(self.invalid(format!(
-                "all-reduce over {group:?}: the MPI transport has communicators for the data-parallel group {:?} and the world",
-                self.dp_group
+                "all-reduce over {group:?}: the MPI transport has communicators for the data-parallel group {:?}, the tensor-parallel group {:?} and the world",
+                self.dp_group, self.tp_group
             )));
         };
         if group.len() == 1 {

@@ -23,7 +23,6 @@
 //! rounding, not bit for bit.
 
 use std::ops::Range;
-use std::time::Instant;
 
 use super::block::Block;
 use super::embedding::Embedding;
@@ -32,7 +31,7 @@ use super::head::Head;
 use super::layer::Layer;
 use super::linear::Linear;
 use super::tensor::Tensor;
-use super::transport::{Transport, TransportError};
+use super::transport::TransportError;
 
 /// A rank's place in its tensor-parallel group: `rank` of `size`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,15 +75,65 @@ pub trait TpComm {
     fn emulated(&self) -> usize {
         1
     }
+
+    /// With sequence parallelism on a tensor-parallel rank, its shard of every sequence's
+    /// positions (rank `r` of `T` holds positions `r·s/T..(r+1)·s/T` of each sequence of `s`)
+    /// between the tensor-parallel regions; [`Shard::WHOLE`] otherwise.
+    fn seq_part(&self) -> Shard {
+        Shard::WHOLE
+    }
+
+    /// The sequence shards a *whole* layer imitates ([`Emulated`] with sequence parallelism):
+    /// its norm-weight gradients are summed per shard, as the ranks sum them; 1 otherwise.
+    fn emulated_seq(&self) -> usize {
+        1
+    }
+
+    /// Megatron's `g` after a row-parallel product: the partials `t` (`sequences` whole
+    /// sequences in its rows) summed over the group — all-reduced, or with sequence
+    /// parallelism reduce-scattered to this rank's [`TpComm::seq_part`].
+    fn reduce_rows(&mut self, mut t: Tensor, sequences: usize) -> Result<Tensor, TransportError> {
+        let _ = sequences;
+        self.all_reduce(t.data_mut())?;
+        Ok(t)
+    }
+
+    /// Megatron's `f` before a column-parallel product: with sequence parallelism the whole
+    /// sequences gathered from every rank's shard `t`; `None` (use `t` itself) otherwise.
+    fn gather_rows(
+        &mut self,
+        t: &Tensor,
+        sequences: usize,
+    ) -> Result<Option<Tensor>, TransportError> {
+        let _ = (t, sequences);
+        Ok(None)
+    }
 }
 
 /// A group of one (every collective the identity) whose whole layers compute every sum a
-/// tensor-parallel group of `n` ranks splits, split the same way (`Emulated(1)`: the plain
+/// tensor-parallel group of `n` ranks splits, split the same way (`Emulated::tp(1)`: the plain
 /// whole layer): each rank's partial product on its slices, the partials added
 /// in f64 from 0.0 in rank order and rounded once, as the all-reduce does. `--check`'s single
 /// worker trains with it, so a tensor-parallel run matches it bit for bit.
+/// With `sequence_parallel`, the norm-weight gradients are also summed per sequence shard, as
+/// ranks with sequence parallelism sum them ([`super::sp`]).
 #[derive(Debug, Clone, Copy)]
-pub struct Emulated(pub usize);
+pub struct Emulated {
+    /// The tensor-parallel degree imitated.
+    pub tp: usize,
+    /// Whether the group imitated runs sequence parallelism.
+    pub sequence_parallel: bool,
+}
+
+impl Emulated {
+    /// `tp` ranks without sequence parallelism (`Emulated::tp(1)`: the plain whole layer).
+    pub const fn tp(tp: usize) -> Emulated {
+        Emulated {
+            tp,
+            sequence_parallel: false,
+        }
+    }
+}
 
 impl TpComm for Emulated {
     fn shard(&self) -> Shard {
@@ -100,35 +149,46 @@ impl TpComm for Emulated {
     }
 
     fn emulated(&self) -> usize {
-        self.0.max(1)
+        self.tp.max(1)
+    }
+
+    fn emulated_seq(&self) -> usize {
+        if self.sequence_parallel {
+            self.tp.max(1)
+        } else {
+            1
+        }
     }
 }
 
 /// `f` with the group of one, whose collectives cannot fail.
 pub(crate) fn alone<R>(f: impl FnOnce(&mut dyn TpComm) -> Result<R, TransportError>) -> R {
-    match f(&mut Emulated(1)) {
+    match f(&mut Emulated::tp(1)) {
         Ok(r) => r,
         Err(e) => unreachable!("a group of one does not fail: {e}"),
     }
 }
 
+/// Cuts rank `s`'s slice of a tensor (a column or row range, its heads, its vocabulary).
+pub(crate) type Pick = fn(&Tensor, Shard) -> Tensor;
+
 /// The sum over a group's ranks of the partial products `x·W` (`wt`: `x·Wᵀ`) of their slices
-/// (`pick_x`, `pick_w` cut rank `r`'s): on a tensor-parallel rank its own product all-reduced;
-/// on a whole layer imitating `n` ranks, the `n` products added in f64 from 0.0 in rank order
-/// and rounded once (what the all-reduce computes).
+/// (`pick_x`, `pick_w` cut rank `r`'s): on a tensor-parallel rank its own product summed by
+/// [`TpComm::reduce_rows`] (`x` holds `sequences` whole sequences); on a whole layer imitating
+/// `n` ranks, the `n` products added in f64 from 0.0 in rank order and rounded once (what the
+/// all-reduce and the reduce-scatter compute).
 pub(crate) fn split_product(
     x: &Tensor,
     w: &Tensor,
     wt: bool,
-    pick_x: fn(&Tensor, Shard) -> Tensor,
-    pick_w: fn(&Tensor, Shard) -> Tensor,
+    picks: (Pick, Pick),
+    sequences: usize,
     tp: &mut dyn TpComm,
 ) -> Result<Tensor, TransportError> {
+    let (pick_x, pick_w) = picks;
     let n = tp.emulated();
     if n <= 1 {
-        let mut p = matmul(x, false, w, wt);
-        tp.all_reduce(p.data_mut())?;
-        return Ok(p);
+        return tp.reduce_rows(matmul(x, false, w, wt), sequences);
     }
     let mut acc: Vec<f64> = Vec::new();
     let mut shape = (0, 0);
@@ -168,68 +228,6 @@ pub(crate) fn heads_cols(t: &Tensor, s: Shard) -> Tensor {
 /// Rank `s`'s vocabulary columns.
 pub(crate) fn vocab_cols(t: &Tensor, s: Shard) -> Tensor {
     cols(t, s.vocab(t.cols()))
-}
-
-/// [`TpComm`] over a [`Transport`]'s all-reduce within `group` (world ranks in tensor-parallel
-/// rank order): f32 data are widened into a reused f64 buffer, summed in group order and
-/// rounded once, so every member gets the same bits. Keeps the seconds its collectives took.
-pub struct GroupComm<'t, T: Transport + ?Sized> {
-    transport: &'t mut T,
-    group: &'t [usize],
-    shard: Shard,
-    buffer: &'t mut Vec<f64>,
-    /// Seconds spent in collectives since this was made.
-    pub spent_s: f64,
-}
-
-impl<'t, T: Transport + ?Sized> GroupComm<'t, T> {
-    /// The collective of `transport`'s rank within `group` (which must contain it), widening
-    /// into `buffer`.
-    pub fn new(transport: &'t mut T, group: &'t [usize], buffer: &'t mut Vec<f64>) -> Self {
-        let me = transport.rank();
-        let rank = group.iter().position(|&r| r == me).unwrap_or(0);
-        GroupComm {
-            transport,
-            group,
-            shard: Shard {
-                rank,
-                size: group.len().max(1),
-            },
-            buffer,
-            spent_s: 0.0,
-        }
-    }
-}
-
-impl<T: Transport + ?Sized> TpComm for GroupComm<'_, T> {
-    fn shard(&self) -> Shard {
-        self.shard
-    }
-
-    fn all_reduce(&mut self, data: &mut [f32]) -> Result<(), TransportError> {
-        if self.group.len() < 2 {
-            return Ok(());
-        }
-        let start = Instant::now();
-        self.buffer.clear();
-        self.buffer.extend(data.iter().map(|&x| f64::from(x)));
-        self.transport.all_reduce_sum(self.group, self.buffer)?;
-        for (x, &v) in data.iter_mut().zip(self.buffer.iter()) {
-            *x = v as f32;
-        }
-        self.spent_s += start.elapsed().as_secs_f64();
-        Ok(())
-    }
-
-    fn all_reduce_f64(&mut self, data: &mut [f64]) -> Result<(), TransportError> {
-        if self.group.len() < 2 {
-            return Ok(());
-        }
-        let start = Instant::now();
-        self.transport.all_reduce_sum(self.group, data)?;
-        self.spent_s += start.elapsed().as_secs_f64();
-        Ok(())
-    }
 }
 
 /// Columns `cols` of `t`.
@@ -412,7 +410,7 @@ mod tests {
     use super::*;
     use crate::device::Rng;
 
-    use crate::device::{Flow, InProcess};
+    use crate::device::{Flow, GroupComm, InProcess, Transport};
     use std::time::Duration;
 
     /// Each layer's forward and backward-input on `size` tensor-parallel threads equal the
@@ -451,7 +449,7 @@ mod tests {
             (out, dx, g)
         };
         for layer in &layers {
-            let (out, dx, g) = run(layer, &mut Emulated(1));
+            let (out, dx, g) = run(layer, &mut Emulated::tp(1));
             for size in [2, 4] {
                 let world = InProcess::world(size, Duration::from_secs(10));
                 let group: Vec<usize> = (0..size).collect();
@@ -475,7 +473,7 @@ mod tests {
                 });
                 let close = |a: &Tensor, b: &Tensor| a.distance(b) <= 1e-5 * b.norm().max(1e-6);
                 // a whole layer imitating the group computes the same bits
-                let (e_out, e_dx, e_g) = run(layer, &mut Emulated(size));
+                let (e_out, e_dx, e_g) = run(layer, &mut Emulated::tp(size));
                 let parts: Vec<&Layer> = results.iter().map(|r| &r.2).collect();
                 assert_eq!(
                     Layer::unshard(&parts),

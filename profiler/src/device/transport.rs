@@ -1,5 +1,6 @@
 //! Moving tensors between ranks: the [`Transport`] trait and its in-process implementation
-//! ([`InProcess`]: one thread per rank, `std::sync::mpsc` channels).
+//! ([`InProcess`](super::InProcess), in `inprocess.rs`: one thread per rank, `std::sync::mpsc`
+//! channels).
 //!
 //! The trait is what every backend provides — point-to-point sends and receives of tensors
 //! named by a [`Tag`], and a summing all-reduce within a group of ranks — so the MPI backend
@@ -8,12 +9,10 @@
 //! receives wait at most a timeout and then fail naming the peer, and give up within
 //! [`ABORT_POLL`] once the world's [`Abort`] switch is set (a rank failed).
 
-use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::tensor::Tensor;
 
@@ -152,6 +151,51 @@ pub trait Transport {
     /// The data is f64: the executor widens its f32 weight gradients, sums them here and
     /// rounds each sum once back to f32 (NCCL and MPI reduce f64 natively).
     fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError>;
+
+    /// Reduce-scatter: `data` holds `group.len()` chunks of `out.len()` values; member `i` of
+    /// `group` gets in `out` the sum over the members of their chunk `i`, each element summed
+    /// from 0.0 in group order (the bits of [`Transport::all_reduce_sum`]'s sum). By default
+    /// an all-reduce of the whole `data`, of which this member keeps its chunk.
+    fn reduce_scatter_sum(
+        &mut self,
+        group: &[usize],
+        data: &[f64],
+        out: &mut [f64],
+    ) -> Result<(), TransportError> {
+        let me = member_index(self.rank(), group)?;
+        let mut all = data.to_vec();
+        self.all_reduce_sum(group, &mut all)?;
+        let n = out.len();
+        out.copy_from_slice(&all[me * n..(me + 1) * n]);
+        Ok(())
+    }
+
+    /// All-gather: `out` (`group.len()` chunks of `mine.len()` values) gets every member's
+    /// `mine` in group order. By default an all-reduce in which each member fills its chunk
+    /// and zeros elsewhere (exact: one non-zero term per element).
+    fn all_gather(
+        &mut self,
+        group: &[usize],
+        mine: &[f64],
+        out: &mut [f64],
+    ) -> Result<(), TransportError> {
+        let me = member_index(self.rank(), group)?;
+        let n = mine.len();
+        out.fill(0.0);
+        out[me * n..(me + 1) * n].copy_from_slice(mine);
+        self.all_reduce_sum(group, out)
+    }
+}
+
+/// Where `rank` sits in `group`, or the error of a collective over a group without it.
+fn member_index(rank: usize, group: &[usize]) -> Result<usize, TransportError> {
+    group
+        .iter()
+        .position(|&r| r == rank)
+        .ok_or_else(|| TransportError::Invalid {
+            rank,
+            message: format!("a collective over group {group:?}, which does not contain it"),
+        })
 }
 
 /// A borrowed endpoint is an endpoint (so a caller can keep its own, e.g. to abort an MPI job
@@ -176,6 +220,24 @@ impl<T: Transport + ?Sized> Transport for &mut T {
     fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError> {
         (**self).all_reduce_sum(group, data)
     }
+
+    fn reduce_scatter_sum(
+        &mut self,
+        group: &[usize],
+        data: &[f64],
+        out: &mut [f64],
+    ) -> Result<(), TransportError> {
+        (**self).reduce_scatter_sum(group, data, out)
+    }
+
+    fn all_gather(
+        &mut self,
+        group: &[usize],
+        mine: &[f64],
+        out: &mut [f64],
+    ) -> Result<(), TransportError> {
+        (**self).all_gather(group, mine, out)
+    }
 }
 
 /// Sums the members' parts into `out`: `parts` holds member 0's `out.len()` values, then member
@@ -190,221 +252,11 @@ pub(crate) fn sum_in_group_order(parts: &[f64], out: &mut [f64]) {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Key {
-    P2p(Tag),
-    Reduce { group: Vec<usize>, seq: u64 },
-}
-
-/// What a message carries: a tensor, or one rank's part of an all-reduce.
-enum Payload {
-    Tensor(Tensor),
-    Reduce(Vec<f64>),
-}
-
-struct Message {
-    from: usize,
-    key: Key,
-    payload: Payload,
-}
-
-/// The in-process transport: ranks are threads of one process and messages go over channels.
-/// Make the endpoints with [`InProcess::world`] and move one into each rank's thread.
-pub struct InProcess {
-    rank: usize,
-    senders: Vec<Sender<Message>>,
-    inbox: Receiver<Message>,
-    stash: HashMap<(usize, Key), VecDeque<Payload>>,
-    reduce_seq: HashMap<Vec<usize>, u64>,
-    timeout: Duration,
-    abort: Abort,
-}
-
-impl InProcess {
-    /// `world_size` connected endpoints, rank `i` at index `i`; receives give up after
-    /// `timeout`.
-    pub fn world(world_size: usize, timeout: Duration) -> Vec<InProcess> {
-        InProcess::world_with_abort(world_size, timeout, &Abort::new())
-    }
-
-    /// Like [`InProcess::world`], and receives also give up within [`ABORT_POLL`] once
-    /// `abort` is set.
-    pub fn world_with_abort(world_size: usize, timeout: Duration, abort: &Abort) -> Vec<InProcess> {
-        let (senders, inboxes): (Vec<_>, Vec<_>) = (0..world_size).map(|_| channel()).unzip();
-        inboxes
-            .into_iter()
-            .enumerate()
-            .map(|(rank, inbox)| InProcess {
-                rank,
-                senders: senders.clone(),
-                inbox,
-                stash: HashMap::new(),
-                reduce_seq: HashMap::new(),
-                timeout,
-                abort: abort.clone(),
-            })
-            .collect()
-    }
-
-    fn invalid(&self, message: String) -> TransportError {
-        TransportError::Invalid {
-            rank: self.rank,
-            message,
-        }
-    }
-
-    fn check_peer(&self, peer: usize) -> Result<(), TransportError> {
-        if peer < self.senders.len() {
-            Ok(())
-        } else {
-            Err(self.invalid(format!(
-                "peer {peer} is outside the {} ranks",
-                self.senders.len()
-            )))
-        }
-    }
-
-    fn post(&self, peer: usize, key: Key, payload: Payload) -> Result<(), TransportError> {
-        self.check_peer(peer)?;
-        let message = Message {
-            from: self.rank,
-            key,
-            payload,
-        };
-        self.senders[peer]
-            .send(message)
-            .map_err(|_| TransportError::Disconnected {
-                rank: self.rank,
-                peer,
-            })
-    }
-
-    /// The payload `peer` sent under `key`: from the stash, or from the inbox (stashing what
-    /// else arrives meanwhile), waiting at most the timeout.
-    fn take(
-        &mut self,
-        peer: usize,
-        key: Key,
-        what: impl Fn() -> String,
-    ) -> Result<Payload, TransportError> {
-        self.check_peer(peer)?;
-        let wanted = (peer, key);
-        if let Some(p) = self.stash.get_mut(&wanted).and_then(VecDeque::pop_front) {
-            return Ok(p);
-        }
-        let start = Instant::now();
-        let deadline = start + self.timeout;
-        loop {
-            if self.abort.is_set() {
-                return Err(TransportError::Aborted {
-                    rank: self.rank,
-                    peer,
-                    what: what(),
-                });
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.inbox.recv_timeout(left.min(ABORT_POLL)) {
-                Ok(m) if m.from == wanted.0 && m.key == wanted.1 => return Ok(m.payload),
-                Ok(m) => self
-                    .stash
-                    .entry((m.from, m.key))
-                    .or_default()
-                    .push_back(m.payload),
-                Err(RecvTimeoutError::Timeout) if !left.is_zero() => {}
-                Err(RecvTimeoutError::Timeout) => {
-                    return Err(TransportError::Timeout {
-                        rank: self.rank,
-                        peer,
-                        what: what(),
-                        waited_s: start.elapsed().as_secs_f64(),
-                    })
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(TransportError::Disconnected {
-                        rank: self.rank,
-                        peer,
-                    })
-                }
-            }
-        }
-    }
-}
-
-impl Transport for InProcess {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn world_size(&self) -> usize {
-        self.senders.len()
-    }
-
-    fn send(&mut self, peer: usize, tag: Tag, tensor: Tensor) -> Result<(), TransportError> {
-        self.post(peer, Key::P2p(tag), Payload::Tensor(tensor))
-    }
-
-    fn recv(&mut self, peer: usize, tag: Tag) -> Result<Tensor, TransportError> {
-        match self.take(peer, Key::P2p(tag), || tag.to_string())? {
-            Payload::Tensor(t) => Ok(t),
-            Payload::Reduce(_) => Err(self.invalid(format!(
-                "{tag} from rank {peer} arrived as an all-reduce part"
-            ))),
-        }
-    }
-
-    /// Every member sends its data to every other member, then adds all contributions in
-    /// group order (`sum_in_group_order`), so the sum is bitwise the same everywhere.
-    fn all_reduce_sum(&mut self, group: &[usize], data: &mut [f64]) -> Result<(), TransportError> {
-        if !group.contains(&self.rank) {
-            return Err(self.invalid(format!(
-                "all-reduce over group {group:?}, which does not contain it"
-            )));
-        }
-        if group.len() == 1 {
-            return Ok(());
-        }
-        let counter = self.reduce_seq.entry(group.to_vec()).or_insert(0);
-        let seq = *counter;
-        *counter += 1;
-        let key = Key::Reduce {
-            group: group.to_vec(),
-            seq,
-        };
-        for &peer in group.iter().filter(|&&p| p != self.rank) {
-            self.post(peer, key.clone(), Payload::Reduce(data.to_vec()))?;
-        }
-        let mut parts = Vec::with_capacity(data.len() * group.len());
-        for &peer in group {
-            if peer == self.rank {
-                parts.extend_from_slice(data);
-                continue;
-            }
-            let what = || format!("its part of all-reduce #{seq}");
-            let part = match self.take(peer, key.clone(), what)? {
-                Payload::Reduce(v) => v,
-                Payload::Tensor(_) => {
-                    return Err(self.invalid(format!(
-                        "all-reduce #{seq}: rank {peer} sent a tensor instead"
-                    )))
-                }
-            };
-            if part.len() != data.len() {
-                return Err(self.invalid(format!(
-                    "all-reduce #{seq}: rank {peer} sent {} elements, this rank has {}",
-                    part.len(),
-                    data.len()
-                )));
-            }
-            parts.extend(part);
-        }
-        sum_in_group_order(&parts, data);
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::InProcess;
+    use std::time::Instant;
 
     fn tag(stage: u32, microbatch: u32) -> Tag {
         Tag {
