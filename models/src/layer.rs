@@ -87,6 +87,17 @@ pub struct ShardSpec {
     /// The vocabulary is padded to a multiple of `vocab_pad_multiple · tp` (Megatron:
     /// `--make-vocab-size-divisible-by 128`).
     pub vocab_pad_multiple: u64,
+    /// Expert-parallel degree: each GPU holds `E/ep` routed experts of a MoE layer (1 for a
+    /// dense model).
+    #[serde(default = "one")]
+    pub ep: u64,
+    /// Expert-tensor-parallel degree: each routed expert's FFN is split `etp` ways.
+    #[serde(default = "one")]
+    pub etp: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 impl Default for ShardSpec {
@@ -99,6 +110,8 @@ impl Default for ShardSpec {
             dtype_bytes: 2,
             flash_attention: true,
             vocab_pad_multiple: 128,
+            ep: 1,
+            etp: 1,
         }
     }
 }
@@ -259,6 +272,14 @@ pub struct LayerCost {
     /// Whether this layer's activations follow the recompute mode. Embedding and head layers keep
     /// theirs whatever the mode (Megatron recomputes transformer layers only).
     pub recomputable: bool,
+    /// Of `params`, those of routed experts: sharded over `ep·etp`, their gradients reduced
+    /// over the expert-data-parallel group. 0 for a dense layer.
+    #[serde(default)]
+    pub expert_params: u64,
+    /// Bytes this GPU sends in the expert-parallel all-to-alls of one forward pass, dispatch
+    /// and combine together (`2·T·k·h·e/tp`; the backward sends as many). 0 for a dense layer.
+    #[serde(default)]
+    pub ep_a2a_bytes: u64,
 }
 
 impl LayerCost {

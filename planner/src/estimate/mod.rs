@@ -159,6 +159,8 @@ pub fn shard_spec(c: &ParallelConfig) -> ShardSpec {
         dtype_bytes: c.settings.precision.bytes(),
         flash_attention: c.settings.flash_attention,
         vocab_pad_multiple: c.settings.runtime.vocab_pad_multiple,
+        ep: 1,
+        etp: 1,
     }
 }
 
