@@ -94,6 +94,14 @@ pub struct ShardSpec {
     /// Expert-tensor-parallel degree: each routed expert's FFN is split `etp` ways.
     #[serde(default = "one")]
     pub etp: u64,
+    /// Load of the busiest expert-parallel rank over the balanced load, in thousandths (1000:
+    /// forced balance; `--moe-imbalance 1.2` is 1200): its routed rows scale by it.
+    #[serde(default = "thousand")]
+    pub moe_imbalance_milli: u64,
+}
+
+fn thousand() -> u64 {
+    1000
 }
 
 fn one() -> u64 {
@@ -112,6 +120,7 @@ impl Default for ShardSpec {
             vocab_pad_multiple: 128,
             ep: 1,
             etp: 1,
+            moe_imbalance_milli: 1000,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use autopp_planner::bands::uncertainty;
 use autopp_planner::Stack;
 use autopp_planner::{
-    cost_profile, evaluate, Degrees, Estimate, EvalSettings, ParallelConfig, Plan,
+    cost_profile, evaluate, Degrees, Estimate, EvalSettings, ExpertParallel, ParallelConfig, Plan,
     PlanAndPrediction, PlanFile,
 };
 use autopp_schedule::ScheduleKind;
@@ -34,7 +34,7 @@ pub struct EstimateArgs {
         "model", "gpus", "tp", "pp", "dp", "cp", "mbs", "global_batch", "seq_len", "virtual_stages",
         "schedule", "group_size", "recompute", "sequence_parallel", "zero_stage", "split",
         "precision", "memory_reserve_gib", "no_flash_attention", "gpu", "gpus_per_node",
-        "nic_gbps", "cluster",
+        "nic_gbps", "cluster", "ep", "etp", "moe_imbalance",
     ])]
     pub plan: Option<String>,
     /// Number of GPUs [default with --cluster: all of the cluster's].
@@ -55,6 +55,16 @@ pub struct EstimateArgs {
     /// Micro-batch size in sequences.
     #[arg(long, default_value_t = 1, value_name = "B")]
     pub mbs: u64,
+    /// Expert-parallel degree of a mixture of experts: each GPU holds E/ep routed experts
+    /// (ep · etp must divide tp · cp · dp).
+    #[arg(long, default_value_t = 1, value_name = "E")]
+    pub ep: u64,
+    /// Expert-tensor-parallel degree: each routed expert's FFN split over T GPUs.
+    #[arg(long, default_value_t = 1, value_name = "T")]
+    pub etp: u64,
+    /// Load of the busiest expert rank over the balanced share (1.0: forced balance).
+    #[arg(long, default_value_t = 1.0, value_name = "X")]
+    pub moe_imbalance: f64,
     /// Global batch in sequences [default: the model's published batch, else about 4M tokens].
     #[arg(long, value_name = "G")]
     pub global_batch: Option<u64>,
@@ -168,7 +178,12 @@ impl EstimateArgs {
             .with_sequence_parallel(self.sequence_parallel)
             .with_zero_stage(self.zero_stage)
             .with_split(self.split.clone())
-            .with_settings(settings))
+            .with_settings(settings)
+            .with_experts(ExpertParallel {
+                ep: self.ep,
+                etp: self.etp,
+                imbalance: self.moe_imbalance,
+            }))
     }
 }
 
@@ -240,11 +255,15 @@ fn configuration(o: &mut String, model: &Model, c: &ParallelConfig, plan: &Plan)
     let d = &c.degrees;
     let _ = writeln!(
         o,
-        "  parallelism   tp {} · pp {} · dp {} · cp {}    schedule {}, {} stage{} per rank",
+        "  parallelism   tp {} · pp {} · dp {} · cp {}{}    schedule {}, {} stage{} per rank",
         d.tp,
         d.pp,
         d.dp,
         d.cp,
+        match (plan.ep, plan.etp) {
+            (Some(ep), Some(etp)) => format!(" · ep {ep} · etp {etp}"),
+            _ => String::new(),
+        },
         plan.schedule,
         d.virtual_stages,
         if d.virtual_stages == 1 { "" } else { "s" }
@@ -284,14 +303,19 @@ fn time_lines(o: &mut String, result: &PlanAndPrediction) {
     if let Some(band) = &uncertainty(&result.plan.gpu).time {
         let _ = writeln!(o, "    uncertainty {band}");
     }
+    let moe = result.plan.ep.is_some();
     for (name, v) in [
         ("compute", b.compute),
         ("bubble", b.bubble),
         ("tp comm", b.tp_comm),
+        ("ep comm", b.ep_comm),
         ("pp comm", b.pp_comm),
         ("dp comm", b.dp_comm),
         ("optimizer", b.optimizer),
     ] {
+        if name == "ep comm" && !moe {
+            continue;
+        }
         let share = if v.abs() < 5e-8 { 0.0 } else { 100.0 * v / t };
         let _ = writeln!(o, "    {name:<11} {:>10}  {share:>5.1}%", secs(v));
     }

@@ -165,7 +165,9 @@ impl TransformerSpec {
         let pairs = tok * m.num_experts_per_tok / t;
         let rows_total = pairs * etp;
         let local_experts = m.num_experts / ep;
-        let rows = rows_total.div_ceil(local_experts.max(1));
+        // the busiest rank's rows: balanced × the imbalance factor
+        let busiest = (rows_total * shard.moe_imbalance_milli.max(1)).div_ceil(1000);
+        let rows = busiest.div_ceil(local_experts.max(1));
         p.ffn.push((tok / d.sp_div, m.num_experts, h, 1));
         p.ffn.push((rows, fe_in / etp, h, local_experts));
         p.ffn.push((rows, h, fe / etp, local_experts));
