@@ -214,7 +214,10 @@ pub fn enumerate(
 /// `ep | dp`, etp 1. Powers of two keep the space small (DeepSeek-V3's 256 experts: 9 values).
 pub fn expert_degrees(model: &Model, d: &Degrees, framework: Framework) -> Vec<(u64, u64)> {
     let experts = match model {
-        Model::Transformer(t) => t.moe.as_ref().map(|m| (m.num_experts, m.moe_ffn_hidden_size)),
+        Model::Transformer(t) => t
+            .moe
+            .as_ref()
+            .map(|m| (m.num_experts, m.moe_ffn_hidden_size)),
         Model::Layers(_) => None,
     };
     let Some((e, ffn)) = experts else {
