@@ -48,9 +48,12 @@ enum Command {
     /// Time every layer of a small model on this CPU and write a measured profile.
     #[command(before_help = cmd::help::PROFILE)]
     Profile(cmd::profile::ProfileArgs),
-    /// List the bundled model presets.
+    /// List the bundled model presets, or describe one model (preset, model.json or Hugging Face
+    /// config.json): its shape and its total and activated parameters.
     #[command(before_help = cmd::help::CATALOG)]
     Models {
+        /// A preset name or a model file to describe instead of listing the presets.
+        model: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -118,7 +121,7 @@ fn main() {
         Command::Whatif(args) => cmd::whatif::run(args),
         Command::Exec(args) => cmd::exec::run_exec(args),
         Command::Profile(args) => cmd::profile::run(args),
-        Command::Models { json } => cmd::catalog::models(*json),
+        Command::Models { model, json } => cmd::catalog::models(model.as_deref(), *json),
         Command::Gpus { json } => cmd::catalog::gpus(*json),
         Command::Completions { shell } => cmd::help::completions::<Cli>(*shell),
         Command::Man { out } => cmd::help::man::<Cli>(out.as_deref()),

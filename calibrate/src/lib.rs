@@ -337,6 +337,8 @@ fn layer(lc: &LayerCase, cal: &Calibration) -> Result<Vec<Comparison>, String> {
         cp_link: link,
         cp_kv_bytes: 0,
         tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
+        ep: 1,
+        ep_link: link,
     };
     let cost = stages::stage_costs(&layers, &[[index, index]], &ctx);
     let st = cost

@@ -296,6 +296,8 @@ impl LayerListSpec {
                     weight_grad_bytes: if bw > 0 { none } else { 0 },
                     output_bytes: scale(layer.output_bytes)?,
                     recomputable: true,
+                    expert_params: 0,
+                    ep_a2a_bytes: 0,
                 });
                 previous_output = Some(layer.output_bytes);
             }

@@ -1,5 +1,6 @@
-//! Hugging Face `config.json` loading for decoder-only families: Llama, Mistral, Qwen2, GPT-2,
-//! GPT-NeoX, OPT and BLOOM.
+//! Hugging Face `config.json` loading for decoder-only families: Llama, Mistral, Qwen2, Qwen3,
+//! GPT-2, GPT-NeoX, OPT and BLOOM, and the mixtures of experts Mixtral, Qwen3-MoE, DeepSeek-V2/V3
+//! and gpt-oss (their keys: the `hf_moe` module).
 //!
 //! The family comes from `model_type`, else from `architectures[0]`, else from the key names.
 //! Each family's keys map onto a [`TransformerSpec`]:
@@ -26,9 +27,9 @@
 //! (attention FLOPs and bytes are counted over the whole sequence); Llama's `o_proj` and MLP
 //! biases when `attention_bias` / `mlp_bias` are set (`h` and `2f + h` parameters per layer);
 //! BLOOM's LayerNorm after the word embedding (`2h` parameters). Configs whose shapes autopp
-//! cannot represent are rejected with the key at fault: a `head_dim` other than
-//! `hidden_size / num_attention_heads`, and OPT's `word_embed_proj_dim` other than `hidden_size`
-//! (OPT-350m's projected embeddings).
+//! cannot represent are rejected with the key at fault: OPT's `word_embed_proj_dim` other than
+//! `hidden_size` (OPT-350m's projected embeddings). A `head_dim` other than
+//! `hidden_size / num_attention_heads` becomes the spec's `head_dim` (query width `a·head_dim`).
 
 use serde_json::{Map, Value};
 
@@ -38,10 +39,6 @@ use crate::{ModelError, TransformerSpec};
 
 /// Sequence length for a BLOOM config, which records none: BLOOM was trained at 2048.
 pub const DEFAULT_BLOOM_SEQ_LENGTH: u64 = 2048;
-
-/// The keys that give a mixture-of-experts config's expert count (Mixtral and gpt-oss, Qwen3-MoE,
-/// DeepSeek-V3).
-const MOE_KEYS: [&str; 3] = ["num_local_experts", "num_experts", "n_routed_experts"];
 
 /// A Hugging Face model family autopp reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -60,11 +57,23 @@ pub enum HfFamily {
     Opt,
     /// `model_type: "bloom"`.
     Bloom,
+    /// `model_type: "qwen3"` (qk-norm, `head_dim`).
+    Qwen3,
+    /// `model_type: "qwen3_moe"`.
+    Qwen3Moe,
+    /// `model_type: "mixtral"`.
+    Mixtral,
+    /// `model_type: "deepseek_v2"` (MLA, shared experts).
+    DeepseekV2,
+    /// `model_type: "deepseek_v3"` (MLA, shared experts, MTP).
+    DeepseekV3,
+    /// `model_type: "gpt_oss"` (alternating sliding windows, attention sinks).
+    GptOss,
 }
 
 impl HfFamily {
     /// Every family, in the order messages list them.
-    pub const ALL: [HfFamily; 7] = [
+    pub const ALL: [HfFamily; 13] = [
         HfFamily::Llama,
         HfFamily::Mistral,
         HfFamily::Qwen2,
@@ -72,6 +81,12 @@ impl HfFamily {
         HfFamily::GptNeox,
         HfFamily::Opt,
         HfFamily::Bloom,
+        HfFamily::Qwen3,
+        HfFamily::Qwen3Moe,
+        HfFamily::Mixtral,
+        HfFamily::DeepseekV2,
+        HfFamily::DeepseekV3,
+        HfFamily::GptOss,
     ];
 
     /// The `model_type` value of this family.
@@ -84,6 +99,12 @@ impl HfFamily {
             HfFamily::GptNeox => "gpt_neox",
             HfFamily::Opt => "opt",
             HfFamily::Bloom => "bloom",
+            HfFamily::Qwen3 => "qwen3",
+            HfFamily::Qwen3Moe => "qwen3_moe",
+            HfFamily::Mixtral => "mixtral",
+            HfFamily::DeepseekV2 => "deepseek_v2",
+            HfFamily::DeepseekV3 => "deepseek_v3",
+            HfFamily::GptOss => "gpt_oss",
         }
     }
 
@@ -97,6 +118,12 @@ impl HfFamily {
             HfFamily::GptNeox => "GPTNeoX",
             HfFamily::Opt => "OPT",
             HfFamily::Bloom => "Bloom",
+            HfFamily::Qwen3 => "Qwen3For",
+            HfFamily::Qwen3Moe => "Qwen3MoeFor",
+            HfFamily::Mixtral => "Mixtral",
+            HfFamily::DeepseekV2 => "DeepseekV2",
+            HfFamily::DeepseekV3 => "DeepseekV3",
+            HfFamily::GptOss => "GptOss",
         }
     }
 }
@@ -126,17 +153,6 @@ fn supported() -> String {
 
 /// The family of a Hugging Face config.
 pub fn family(config: &Map<String, Value>) -> Result<HfFamily, ModelError> {
-    // a mixture of experts says so before its family does: what it lacks is experts
-    for key in MOE_KEYS {
-        if let Some(n) = config.get(key).and_then(Value::as_u64).filter(|&n| n > 1) {
-            return Err(ModelError::invalid(
-                key,
-                &format!(
-                    "= {n}: a mixture-of-experts model; autopp does not model experts (expert parallelism, routed FFNs) yet, only dense decoder-only transformers"
-                ),
-            ));
-        }
-    }
     if let Some(value) = config.get("model_type") {
         let Some(name) = value.as_str() else {
             return Err(ModelError::invalid(
@@ -195,20 +211,20 @@ pub fn family(config: &Map<String, Value>) -> Result<HfFamily, ModelError> {
 }
 
 /// Reads typed values from a config, naming the Hugging Face key in every error.
-struct Config<'a> {
-    map: &'a Map<String, Value>,
-    family: HfFamily,
+pub(crate) struct Config<'a> {
+    pub(crate) map: &'a Map<String, Value>,
+    pub(crate) family: HfFamily,
 }
 
 impl Config<'_> {
     /// The first of `keys` present and not null.
-    fn get(&self, keys: &[&'static str]) -> Option<(&'static str, &Value)> {
+    pub(crate) fn get(&self, keys: &[&'static str]) -> Option<(&'static str, &Value)> {
         keys.iter()
             .find_map(|&k| self.map.get(k).filter(|v| !v.is_null()).map(|v| (k, v)))
     }
 
     /// A positive integer under the first of `keys` present, if any.
-    fn uint(&self, keys: &[&'static str]) -> Result<Option<u64>, ModelError> {
+    pub(crate) fn uint(&self, keys: &[&'static str]) -> Result<Option<u64>, ModelError> {
         let Some((key, value)) = self.get(keys) else {
             return Ok(None);
         };
@@ -237,7 +253,7 @@ impl Config<'_> {
     }
 
     /// A positive integer that must be present.
-    fn required(&self, keys: &[&'static str]) -> Result<u64, ModelError> {
+    pub(crate) fn required(&self, keys: &[&'static str]) -> Result<u64, ModelError> {
         self.uint(keys)?.ok_or_else(|| {
             let also = if keys.len() > 1 {
                 format!(" (or {})", keys[1..].join(", "))
@@ -255,7 +271,7 @@ impl Config<'_> {
     }
 
     /// A boolean under `key`, or `default`.
-    fn boolean(&self, key: &'static str, default: bool) -> Result<bool, ModelError> {
+    pub(crate) fn boolean(&self, key: &'static str, default: bool) -> Result<bool, ModelError> {
         match self.get(&[key]) {
             None => Ok(default),
             Some((_, Value::Bool(b))) => Ok(*b),
@@ -267,7 +283,7 @@ impl Config<'_> {
     }
 
     /// Whether any of the dropout probabilities `keys` (each defaulting to `default`) is above 0.
-    fn dropout(&self, keys: &[&'static str], default: f64) -> Result<bool, ModelError> {
+    pub(crate) fn dropout(&self, keys: &[&'static str], default: f64) -> Result<bool, ModelError> {
         for &key in keys {
             let p = match self.get(&[key]) {
                 None => default,
@@ -287,7 +303,10 @@ impl Config<'_> {
     }
 
     /// The sequence length by the module's rule, from `position_keys` when no better key exists.
-    fn seq_length(&self, position_keys: &[&'static str]) -> Result<Option<u64>, ModelError> {
+    pub(crate) fn seq_length(
+        &self,
+        position_keys: &[&'static str],
+    ) -> Result<Option<u64>, ModelError> {
         if let Some(s) = self.uint(&["seq_length"])? {
             return Ok(Some(s));
         }
@@ -323,16 +342,17 @@ pub fn spec_from_config(
         HfFamily::GptNeox => gpt_neox(&c, name)?,
         HfFamily::Opt => opt(&c, name)?,
         HfFamily::Bloom => bloom(&c, name)?,
+        HfFamily::Qwen3 | HfFamily::Qwen3Moe | HfFamily::Mixtral | HfFamily::GptOss => {
+            crate::hf_moe::llama_moe(&c, name)?
+        }
+        HfFamily::DeepseekV2 | HfFamily::DeepseekV3 => crate::hf_moe::deepseek(&c, name)?,
     };
+    let mut spec = spec;
     if let Some(head_dim) = c.uint(&["head_dim"])? {
-        if head_dim != spec.hidden_size / spec.num_attention_heads.max(1) {
-            return Err(ModelError::invalid(
-                "head_dim",
-                &format!(
-                    "= {head_dim} differs from hidden_size / num_attention_heads = {} / {}: autopp's transformer IR needs them equal; describe this model with an explicit layer list",
-                    spec.hidden_size, spec.num_attention_heads
-                ),
-            ));
+        if head_dim != spec.hidden_size / spec.num_attention_heads.max(1)
+            || !spec.hidden_size.is_multiple_of(spec.num_attention_heads)
+        {
+            spec.head_dim = Some(head_dim);
         }
     }
     spec.validate()?;
@@ -340,7 +360,7 @@ pub fn spec_from_config(
 }
 
 /// The common shape keys of the Llama-style and GPT-NeoX families.
-fn base(c: &Config, name: &str, seq: u64) -> Result<TransformerSpec, ModelError> {
+pub(crate) fn base(c: &Config, name: &str, seq: u64) -> Result<TransformerSpec, ModelError> {
     Ok(TransformerSpec::new(
         name,
         c.required(&["num_hidden_layers"])?,
@@ -352,7 +372,7 @@ fn base(c: &Config, name: &str, seq: u64) -> Result<TransformerSpec, ModelError>
 }
 
 /// Llama, Mistral and Qwen2: SwiGLU, RMSNorm, rotary positions, no biases except QKV ones.
-fn llama_like(c: &Config, name: &str) -> Result<TransformerSpec, ModelError> {
+pub(crate) fn llama_like(c: &Config, name: &str) -> Result<TransformerSpec, ModelError> {
     let seq = c.seq_length(&["max_position_embeddings"])?;
     let seq = seq.ok_or_else(|| missing_seq(c))?;
     let mut spec = base(c, name, seq)?;
@@ -445,7 +465,7 @@ fn bloom(c: &Config, name: &str) -> Result<TransformerSpec, ModelError> {
     Ok(spec)
 }
 
-fn missing_seq(c: &Config) -> ModelError {
+pub(crate) fn missing_seq(c: &Config) -> ModelError {
     ModelError::invalid(
         "max_position_embeddings",
         &format!(

@@ -87,6 +87,25 @@ pub struct ShardSpec {
     /// The vocabulary is padded to a multiple of `vocab_pad_multiple · tp` (Megatron:
     /// `--make-vocab-size-divisible-by 128`).
     pub vocab_pad_multiple: u64,
+    /// Expert-parallel degree: each GPU holds `E/ep` routed experts of a MoE layer (1 for a
+    /// dense model).
+    #[serde(default = "one")]
+    pub ep: u64,
+    /// Expert-tensor-parallel degree: each routed expert's FFN is split `etp` ways.
+    #[serde(default = "one")]
+    pub etp: u64,
+    /// Load of the busiest expert-parallel rank over the balanced load, in thousandths (1000:
+    /// forced balance; `--moe-imbalance 1.2` is 1200): its routed rows scale by it.
+    #[serde(default = "thousand")]
+    pub moe_imbalance_milli: u64,
+}
+
+fn thousand() -> u64 {
+    1000
+}
+
+fn one() -> u64 {
+    1
 }
 
 impl Default for ShardSpec {
@@ -99,6 +118,9 @@ impl Default for ShardSpec {
             dtype_bytes: 2,
             flash_attention: true,
             vocab_pad_multiple: 128,
+            ep: 1,
+            etp: 1,
+            moe_imbalance_milli: 1000,
         }
     }
 }
@@ -259,6 +281,14 @@ pub struct LayerCost {
     /// Whether this layer's activations follow the recompute mode. Embedding and head layers keep
     /// theirs whatever the mode (Megatron recomputes transformer layers only).
     pub recomputable: bool,
+    /// Of `params`, those of routed experts: sharded over `ep·etp`, their gradients reduced
+    /// over the expert-data-parallel group. 0 for a dense layer.
+    #[serde(default)]
+    pub expert_params: u64,
+    /// Bytes this GPU sends in the expert-parallel all-to-alls of one forward pass, dispatch
+    /// and combine together (`2·T·k·h·e/tp`; the backward sends as many). 0 for a dense layer.
+    #[serde(default)]
+    pub ep_a2a_bytes: u64,
 }
 
 impl LayerCost {

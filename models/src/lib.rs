@@ -37,6 +37,7 @@
 pub mod custom;
 pub mod defaults;
 pub mod hf;
+mod hf_moe;
 mod json;
 pub mod layer;
 pub mod load;
@@ -51,7 +52,7 @@ pub use layer::{
 };
 pub use load::{load, load_file, load_str};
 pub use presets::{presets, Preset};
-pub use transformer::{Norm, PositionEmbedding, TransformerSpec};
+pub use transformer::{MlaSpec, MoeSpec, Norm, PositionEmbedding, TransformerSpec};
 
 use serde::Serialize;
 
@@ -109,6 +110,8 @@ impl ModelError {
 /// A model autopp can plan: a transformer described by its shape, or an explicit layer list.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
+// one model per run: boxing the spec would buy nothing
+#[allow(clippy::large_enum_variant)]
 pub enum Model {
     /// A decoder-only transformer (`model.json` or a Hugging Face `config.json`).
     Transformer(TransformerSpec),
@@ -133,6 +136,15 @@ impl Model {
         }
     }
 
+    /// Parameters one token activates (the main model: MoE layers count their router, top-k
+    /// and shared experts; MTP modules excluded). A layer list activates all of its parameters.
+    pub fn active_params(&self) -> u64 {
+        match self {
+            Model::Transformer(t) => t.active_params(),
+            Model::Layers(l) => l.num_params(),
+        }
+    }
+
     /// Sequence length in tokens.
     pub fn seq_length(&self) -> u64 {
         match self {
@@ -153,7 +165,7 @@ impl Model {
     /// transformer).
     pub fn num_layer_entries(&self) -> usize {
         match self {
-            Model::Transformer(t) => t.num_layers as usize + 2,
+            Model::Transformer(t) => (t.num_layers + t.mtp_num_layers) as usize + 2,
             Model::Layers(l) => l.num_layer_entries(),
         }
     }

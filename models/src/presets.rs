@@ -61,7 +61,7 @@ macro_rules! preset {
     };
 }
 
-static PRESETS: [Preset; 10] = [
+static PRESETS: [Preset; 17] = [
     preset!(
         "gpt3-175b",
         "GPT-3 175B: 96 layers, h 12288, 96 heads, s 2048, learned positions; batch 1536"
@@ -97,6 +97,34 @@ static PRESETS: [Preset; 10] = [
     preset!(
         "llama3-405b",
         "Llama 3 405B: 126 layers, h 16384, 128 heads / 8 KV, SwiGLU f 53248, s 8192; batch 2048 (16M tokens)"
+    ),
+    preset!(
+        "deepseek-v3",
+        "DeepSeek-V3 671B (37B active): 61 layers (3 dense), MLA, 256 experts top-8 + 1 shared, 1 MTP; s 4096; batch 15360"
+    ),
+    preset!(
+        "qwen3-235b-a22b",
+        "Qwen3-235B-A22B: 94 layers, h 4096, 64 heads / 4 KV, 128 experts top-8 (f 1536); s 4096; batch 1024"
+    ),
+    preset!(
+        "qwen3-30b-a3b",
+        "Qwen3-30B-A3B: 48 layers, h 2048, 32 heads / 4 KV, 128 experts top-8 (f 768); s 4096; batch 1024"
+    ),
+    preset!(
+        "qwen3-32b",
+        "Qwen3-32B: 64 layers, h 5120, 64 heads / 8 KV of 128, qk-norm, SwiGLU f 25600; s 4096; batch 1024"
+    ),
+    preset!(
+        "mixtral-8x7b",
+        "Mixtral 8x7B: 32 layers, h 4096, 32 heads / 8 KV, 8 experts top-2 (f 14336); s 4096; batch 1024"
+    ),
+    preset!(
+        "mixtral-8x22b",
+        "Mixtral 8x22B: 56 layers, h 6144, 48 heads / 8 KV, 8 experts top-2 (f 16384); s 4096; batch 1024"
+    ),
+    preset!(
+        "gpt-oss-120b",
+        "gpt-oss-120b: 36 layers, h 2880, 64 heads / 8 KV, sliding/full, 128 experts top-4; s 4096; batch 1024"
     ),
     preset!(
         "tiny-gpt",

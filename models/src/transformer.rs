@@ -7,9 +7,13 @@
 //! Recomputation in Large Transformer Models"), §4 and Table 2, generalised to grouped-query
 //! attention, any FFN width and gated MLPs by counting the same stored tensors.
 
+mod block;
 mod expand;
+mod moe;
+mod params;
 
 pub(crate) use expand::check_shard;
+pub use moe::{MlaSpec, MoeSpec};
 
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +43,14 @@ pub enum PositionEmbedding {
 
 fn default_true() -> bool {
     true
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Upper bounds on `model.json` sizes. They are far above any real model and keep every count
@@ -111,6 +123,33 @@ pub struct TransformerSpec {
     /// has QKV biases and no others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qkv_bias: Option<bool>,
+    /// Size of one attention head; defaults to `hidden_size / num_attention_heads` (Qwen3 and
+    /// gpt-oss set it apart: the query width is then `num_attention_heads · head_dim`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<u64>,
+    /// RMSNorm of each query and key head (Qwen3): `2·head_dim` parameters per layer.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub qk_norm: bool,
+    /// One learned attention-sink logit per head (gpt-oss): `num_attention_heads` parameters.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub attention_sinks: bool,
+    /// Sliding-window size in tokens of the windowed layers (see `sliding_window_pattern`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<u64>,
+    /// Of every `sliding_window_pattern` layers all but the last attend within the window
+    /// (gpt-oss alternates: 2); defaults to 1 with a window, every layer windowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window_pattern: Option<u64>,
+    /// Mixture-of-experts FFNs (absent: every FFN dense).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeSpec>,
+    /// DeepSeek's multi-head latent attention in place of (grouped-query) attention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<MlaSpec>,
+    /// Multi-token-prediction modules after the last layer (DeepSeek-V3: 1), each a transformer
+    /// layer with its own projection `2h × h` and norms; embedding and LM head shared.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mtp_num_layers: u64,
 }
 
 impl TransformerSpec {
@@ -143,6 +182,14 @@ impl TransformerSpec {
             dropout: true,
             max_position_embeddings: None,
             qkv_bias: None,
+            head_dim: None,
+            qk_norm: false,
+            attention_sinks: false,
+            sliding_window: None,
+            sliding_window_pattern: None,
+            moe: None,
+            mla: None,
+            mtp_num_layers: 0,
         }
     }
 
@@ -156,14 +203,21 @@ impl TransformerSpec {
         self.ffn_hidden_size.unwrap_or(4 * self.hidden_size)
     }
 
-    /// Width of the key (or value) projection: `g·h/a`.
+    /// Width of the key (or value) projection: `g·d` (`d = h/a` unless `head_dim` is set).
     pub fn kv_width(&self) -> u64 {
         self.kv_heads() * self.head_dim()
     }
 
-    /// Hidden size per attention head: `h/a`.
+    /// Width of the query projection (and output-projection input): `a·d`, `h` unless
+    /// `head_dim` is set.
+    pub fn q_width(&self) -> u64 {
+        self.num_attention_heads * self.head_dim()
+    }
+
+    /// Size of one attention head (`d`): `head_dim`, else `h/a`.
     pub fn head_dim(&self) -> u64 {
-        self.hidden_size / self.num_attention_heads.max(1)
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
     /// Whether the QKV projection has a bias.
@@ -208,6 +262,18 @@ impl TransformerSpec {
                 self.max_position_embeddings,
                 MAX_SEQ_LENGTH,
             ),
+            ("head_dim", self.head_dim, MAX_HIDDEN_SIZE / 64),
+            ("sliding_window", self.sliding_window, MAX_SEQ_LENGTH),
+            (
+                "sliding_window_pattern",
+                self.sliding_window_pattern,
+                MAX_NUM_LAYERS,
+            ),
+            (
+                "mtp_num_layers",
+                Some(self.mtp_num_layers).filter(|&n| n > 0),
+                16,
+            ),
         ];
         for (key, value, max) in sizes {
             match value {
@@ -221,7 +287,7 @@ impl TransformerSpec {
                 _ => {}
             }
         }
-        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+        if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(ModelError::invalid(
                 "hidden_size",
                 &format!(
@@ -240,6 +306,7 @@ impl TransformerSpec {
                 ),
             ));
         }
+        self.validate_extensions()?;
         if let Some(rows) = self.max_position_embeddings {
             if self.position_embedding != PositionEmbedding::Learned {
                 return Err(ModelError::invalid(
@@ -258,80 +325,6 @@ impl TransformerSpec {
             }
         }
         Ok(())
-    }
-
-    /// Parameters of one norm: `2·h` (LayerNorm) or `h` (RMSNorm).
-    pub fn norm_params(&self) -> u64 {
-        match self.norm {
-            Norm::Layernorm => 2 * self.hidden_size,
-            Norm::Rmsnorm => self.hidden_size,
-        }
-    }
-
-    /// Parameters of one transformer layer, unsharded: attention `h² + 2·h·(g·h/a) + h²`, MLP
-    /// `2·h·f` (gated `3·h·f`), two norms, and biases when present.
-    pub fn layer_params(&self) -> u64 {
-        self.layer_params_per_gpu(1)
-    }
-
-    /// Parameters of one transformer layer held by one GPU at tensor-parallel degree `tp`
-    /// (Megatron's sharding): the QKV and MLP-up weights and biases are split by columns, the
-    /// output-projection and MLP-down weights by rows, and the row-parallel biases and both
-    /// norms are replicated. When `tp` exceeds the key/value heads each GPU holds one
-    /// (replicated) key/value head. `tp` must divide the heads (see [`TransformerSpec::layers`]).
-    pub fn layer_params_per_gpu(&self, tp: u64) -> u64 {
-        let t = tp.max(1);
-        let h = self.hidden_size;
-        let q = h / t;
-        let kv = self.kv_width_per_gpu(t);
-        let f = self.ffn() / t;
-        let mlp_in = self.mlp_in_width() / t;
-        let weights = h * (q + 2 * kv) + q * h + h * mlp_in + f * h;
-        let qkv_bias = if self.has_qkv_bias() { q + 2 * kv } else { 0 };
-        // output projection (replicated), MLP up / gate (split), MLP down (replicated)
-        let other_bias = if self.bias { h + mlp_in + h } else { 0 };
-        weights + qkv_bias + other_bias + 2 * self.norm_params()
-    }
-
-    /// Width of the MLP's first projection: `f`, or `2·f` for a gated MLP (gate and up).
-    pub fn mlp_in_width(&self) -> u64 {
-        if self.gated_mlp {
-            2 * self.ffn()
-        } else {
-            self.ffn()
-        }
-    }
-
-    /// Key (or value) projection width on one GPU at tensor-parallel degree `tp`: `g·(h/a)/tp`
-    /// when `tp` divides `g`, else one replicated head of `h/a`.
-    pub fn kv_width_per_gpu(&self, tp: u64) -> u64 {
-        let t = tp.max(1);
-        let g = self.kv_heads();
-        if g.is_multiple_of(t) {
-            g / t * self.head_dim()
-        } else {
-            self.head_dim()
-        }
-    }
-
-    /// Parameters of the embedding layer: `V·h` (+ `P·h` for a learned table of `P` positions).
-    pub fn embedding_params(&self) -> u64 {
-        (self.vocab_size + self.position_table_rows()) * self.hidden_size
-    }
-
-    /// Parameters of the head layer: the final norm, plus `V·h` when the head is untied.
-    pub fn head_params(&self) -> u64 {
-        let head = if self.tied_embeddings {
-            0
-        } else {
-            self.vocab_size * self.hidden_size
-        };
-        self.norm_params() + head
-    }
-
-    /// Total parameters of the model (unpadded vocabulary, tied weights counted once).
-    pub fn num_params(&self) -> u64 {
-        self.embedding_params() + self.num_layers * self.layer_params() + self.head_params()
     }
 
     /// The same model planned at another sequence length. A learned position table keeps its

@@ -85,7 +85,8 @@ fn unknown_key_is_named_with_the_valid_keys() {
         "model key 'hiden_size' is not a known key: remove it or fix its spelling (valid keys: \
          name, num_layers, hidden_size, num_attention_heads, num_kv_heads, ffn_hidden_size, \
          vocab_size, seq_length, gated_mlp, tied_embeddings, global_batch_size, bias, norm, \
-         position_embedding, dropout, max_position_embeddings, qkv_bias)"
+         position_embedding, dropout, max_position_embeddings, qkv_bias, head_dim, qk_norm, \
+         attention_sinks, sliding_window, sliding_window_pattern, moe, mla, mtp_num_layers)"
     );
 }
 
@@ -201,7 +202,9 @@ fn unknown_model_lists_presets() {
     assert_eq!(
         e.to_string(),
         "unknown model 'gpt-5': not a preset (gpt3-175b, megatron-1t, mt-nlg-530b, bloom-176b, \
-         opt-175b, llama2-70b, llama3-8b, llama3-70b, llama3-405b, tiny-gpt) and not a file"
+         opt-175b, llama2-70b, llama3-8b, llama3-70b, llama3-405b, deepseek-v3, \
+         qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b, mixtral-8x7b, mixtral-8x22b, gpt-oss-120b, \
+         tiny-gpt) and not a file"
     );
     // presets are case-sensitive
     assert!(matches!(

@@ -206,8 +206,8 @@ fn bloom_560m_and_176b() {
 fn unsupported_and_broken_configs_name_the_key() {
     let cases = [
         (
-            r#"{"model_type": "mixtral", "num_hidden_layers": 32}"#,
-            "model key 'model_type' = \"mixtral\" is not supported: autopp reads llama, mistral, qwen2, gpt2, gpt_neox, opt, bloom configs; describe other models in an autopp model.json",
+            r#"{"model_type": "falcon", "num_hidden_layers": 32}"#,
+            "model key 'model_type' = \"falcon\" is not supported: autopp reads llama, mistral, qwen2, gpt2, gpt_neox, opt, bloom, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, gpt_oss configs; describe other models in an autopp model.json",
         ),
         (
             r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
@@ -225,10 +225,10 @@ fn unsupported_and_broken_configs_name_the_key() {
             "model key 'n_head' must be at least 1",
         ),
         (
-            r#"{"model_type": "mistral", "num_hidden_layers": 40, "hidden_size": 5120,
-                "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-                "intermediate_size": 14336, "vocab_size": 131072, "max_position_embeddings": 8192}"#,
-            "model key 'head_dim' = 128 differs from hidden_size / num_attention_heads = 5120 / 32: autopp's transformer IR needs them equal; describe this model with an explicit layer list",
+            r#"{"model_type": "mixtral", "hidden_size": 4096, "num_attention_heads": 32,
+                "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 4096,
+                "num_local_experts": 8, "num_experts_per_tok": 2}"#,
+            "model key 'num_hidden_layers' is missing from this Hugging Face mixtral config: add it",
         ),
         (
             r#"{"model_type": "opt", "num_hidden_layers": 24, "hidden_size": 1024,
@@ -242,7 +242,7 @@ fn unsupported_and_broken_configs_name_the_key() {
         ),
         (
             r#"{"architectures": ["FalconForCausalLM"], "num_hidden_layers": 2}"#,
-            "model key 'architectures' = [\"FalconForCausalLM\"] is not supported: autopp reads llama, mistral, qwen2, gpt2, gpt_neox, opt, bloom configs",
+            "model key 'architectures' = [\"FalconForCausalLM\"] is not supported: autopp reads llama, mistral, qwen2, gpt2, gpt_neox, opt, bloom, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, gpt_oss configs",
         ),
         (
             r#"{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,

@@ -12,7 +12,7 @@ fn spec(name: &str) -> TransformerSpec {
 
 #[test]
 fn every_preset_loads_and_expands() {
-    assert_eq!(presets().len(), 10);
+    assert_eq!(presets().len(), 17);
     for p in presets() {
         let m = load(p.name).unwrap();
         assert_eq!(m.name(), p.name, "a preset's name matches its file");
@@ -31,7 +31,8 @@ fn every_preset_loads_and_expands() {
     assert_eq!(
         preset_names(),
         "gpt3-175b, megatron-1t, mt-nlg-530b, bloom-176b, opt-175b, llama2-70b, llama3-8b, \
-         llama3-70b, llama3-405b, tiny-gpt"
+         llama3-70b, llama3-405b, deepseek-v3, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b, \
+         mixtral-8x7b, mixtral-8x22b, gpt-oss-120b, tiny-gpt"
     );
     assert!(preset("tiny-gpt").is_some() && preset("Tiny-GPT").is_none());
 }

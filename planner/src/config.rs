@@ -1,5 +1,6 @@
 //! A full parallel configuration and the errors that reject impossible ones.
 
+use crate::experts::ExpertParallel;
 use autopp_hardware::{HardwareError, Precision};
 use autopp_models::{ModelError, Recompute};
 use serde::{Deserialize, Serialize};
@@ -49,6 +50,9 @@ pub struct ParallelConfig {
     /// Precision, memory headroom, attention kernel and framework runtime.
     #[serde(flatten)]
     pub settings: EvalSettings,
+    /// Expert parallelism of a mixture of experts (default: none).
+    #[serde(default, skip_serializing_if = "ExpertParallel::is_default")]
+    pub experts: ExpertParallel,
 }
 
 /// What a configuration is evaluated under besides its layout: the same for every candidate
@@ -152,7 +156,14 @@ impl ParallelConfig {
             zero_stage: 0,
             split: None,
             settings: EvalSettings::default(),
+            experts: ExpertParallel::default(),
         }
+    }
+
+    /// With expert parallelism `experts`.
+    pub fn with_experts(mut self, experts: ExpertParallel) -> Self {
+        self.experts = experts;
+        self
     }
 
     /// With the pipeline schedule `schedule`.

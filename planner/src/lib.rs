@@ -15,6 +15,7 @@ pub mod config;
 pub mod degrees;
 mod describe;
 pub mod estimate;
+pub mod experts;
 pub mod framework;
 pub mod launch;
 pub mod layout;
@@ -32,6 +33,7 @@ pub mod whatif;
 pub use config::{EvalSettings, ParallelConfig, PlanError, DEFAULT_MEMORY_RESERVE_BYTES};
 pub use degrees::Degrees;
 pub use estimate::{evaluate, Estimate};
+pub use experts::ExpertParallel;
 pub use framework::Framework;
 pub use pins::Fixed;
 pub use plan::{

@@ -163,6 +163,9 @@ pub struct MemoryContext {
     pub zero_stage: u8,
     /// Members the ZeRO states are sharded over (`dp · cp`).
     pub zero_shard: u64,
+    /// Members the routed experts' ZeRO states are sharded over: the expert-data-parallel
+    /// degree `tp · cp · dp / (ep · etp)` ([`crate::ExpertParallel::expert_dp`]).
+    pub expert_zero_shard: u64,
     /// Number of communicator groups of size > 1 this rank is in (tp, cp, dp, pp).
     pub comm_groups: u64,
     /// The reserve, bytes.
@@ -178,8 +181,21 @@ pub fn rank_memory(
     ctx: &MemoryContext,
 ) -> RankMemory {
     let params = rank_params(stages);
-    let (mut weights, grads, optimizer) =
-        model_state_bytes_for(params, ctx.zero_stage, ctx.zero_shard, ctx.fp32_main_grads);
+    let experts: u64 = stages.iter().map(|s| s.expert_params).sum();
+    let (mut weights, grads, optimizer) = model_state_bytes_for(
+        params - experts.min(params),
+        ctx.zero_stage,
+        ctx.zero_shard,
+        ctx.fp32_main_grads,
+    );
+    let (ew, eg, eo) = model_state_bytes_for(
+        experts,
+        ctx.zero_stage,
+        ctx.expert_zero_shard.max(1),
+        ctx.fp32_main_grads,
+    );
+    weights += ew;
+    let (grads, optimizer) = (grads + eg, optimizer + eo);
     if ctx.zero_stage >= 3 {
         // The layer being computed and the next one, prefetched — at most the engine's limit
         // on live gathered parameters (DeepSpeed gathers per submodule and caps them).
@@ -268,5 +284,37 @@ mod tests {
         };
         assert_eq!(rank_params(&[&emb, &head]), 15);
         assert_eq!(rank_params(&[&head]), 12);
+    }
+
+    /// Routed experts shard their ZeRO states over the expert-data-parallel group. DeepSeek-V3
+    /// at pp 16, dp 128, ep 64 (arXiv 2412.19437 §3.2): edp = 128 / 64 = 2. One MoE layer on
+    /// one GPU holds 176,160,768 expert parameters (4 experts of 3·7168·2048) and 232,997,120
+    /// others (`models/tests/moe_formulas.rs`); under ZeRO-1 the experts keep 2 + 4 + 12/2 =
+    /// 12 B per parameter and the rest 2 + 4 + 12/128 B.
+    #[test]
+    fn expert_states_shard_over_expert_dp_hand_worked() {
+        let (experts, rest) = (176_160_768u64, 232_997_120u64);
+        let layer = StageCost {
+            params: experts + rest,
+            expert_params: experts,
+            ..StageCost::default()
+        };
+        let ctx = MemoryContext {
+            zero_stage: 1,
+            zero_shard: 128,
+            expert_zero_shard: 2,
+            comm_groups: 0,
+            reserve_bytes: 0,
+            fp32_main_grads: true,
+        };
+        let m = rank_memory(&[&layer], 0, &ctx);
+        assert_eq!(m.weights_bytes, 2 * (experts + rest));
+        assert_eq!(m.grads_bytes, 4 * (experts + rest));
+        assert_eq!(
+            m.optimizer_bytes,
+            12 * experts / 2 + (12 * rest).div_ceil(128)
+        );
+        // 2.11 GB of expert states beyond the weights and gradients, per MoE layer
+        assert_eq!(12 * experts / 2, 1_056_964_608);
     }
 }

@@ -70,6 +70,12 @@ pub struct Plan {
     pub sequence_parallel: bool,
     /// ZeRO stage.
     pub zero_stage: u8,
+    /// Expert-parallel degree (mixtures of experts only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ep: Option<u64>,
+    /// Expert-tensor-parallel degree (mixtures of experts only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etp: Option<u64>,
     /// The split in Megatron-LM's `--pipeline-model-parallel-layout` grammar (`Et*3|t*4|…|t*3L`);
     /// null for layer-list models.
     pub megatron_layout: Option<String>,
@@ -191,6 +197,10 @@ pub struct Breakdown {
     pub bubble: f64,
     /// Tensor- and context-parallel communication of the busiest rank.
     pub tp_comm: f64,
+    /// Expert-parallel all-to-alls (dispatch and combine) of the busiest rank; absent (0) for
+    /// dense models and `ep` 1.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ep_comm: f64,
     /// Pipeline sends on the critical path.
     pub pp_comm: f64,
     /// Exposed data-parallel gradient (and ZeRO parameter) communication.
@@ -229,4 +239,8 @@ pub struct PlanAndPrediction {
     pub plan: Plan,
     /// Its prediction.
     pub predicted: Predicted,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }

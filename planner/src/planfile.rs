@@ -162,7 +162,12 @@ impl PlanFile {
                 .with_sequence_parallel(p.sequence_parallel)
                 .with_zero_stage(p.zero_stage)
                 .with_split(Some(p.split()?))
-                .with_settings(self.settings.evaluation),
+                .with_settings(self.settings.evaluation)
+                .with_experts(crate::ExpertParallel {
+                    ep: p.ep.unwrap_or(1),
+                    etp: p.etp.unwrap_or(1),
+                    ..crate::ExpertParallel::default()
+                }),
         )
     }
 

@@ -20,6 +20,9 @@ pub struct StageCost {
     pub backward_weight_compute_s: f64,
     /// Tensor- (and context-) parallel communication in the backward, seconds.
     pub backward_comm_s: f64,
+    /// Of the communication above and in `recompute_comm_s`, the expert-parallel all-to-alls
+    /// (dispatch and combine, forward, backward and recomputed forwards), seconds.
+    pub ep_comm_s: f64,
     /// Recomputation done before the backward (compute and its communication), seconds.
     pub recompute_s: f64,
     /// The communication part of `recompute_s` (collectives of recomputed forwards), seconds.
@@ -35,6 +38,8 @@ pub struct StageCost {
     pub params: u64,
     /// Parameters used but owned by another stage (tied LM head), on one GPU.
     pub tied_params: u64,
+    /// Of `params`, those of routed experts (sharded over the expert-data-parallel group).
+    pub expert_params: u64,
     /// Largest single layer's parameters on one GPU (ZeRO-3 gathers one layer at a time).
     pub max_layer_params: u64,
     /// Bytes sent to the next stage per micro-batch.
@@ -92,6 +97,10 @@ pub struct StageContext<'a> {
     /// Tensor- and context-parallel collectives overlap the layer's GEMMs in the forward and
     /// the whole backward ([`crate::config::Runtime::tp_comm_overlap`]).
     pub tp_comm_overlap: bool,
+    /// Expert-parallel group size (1: no all-to-all).
+    pub ep: u64,
+    /// The expert-parallel group's link.
+    pub ep_link: Link,
 }
 
 /// Sums the costs of `layers[first..=last]` for each stage range.
@@ -136,6 +145,18 @@ pub fn stage_costs_partial(
             let mut full_left = full_layers.get(k).copied().unwrap_or(0);
             for (layer, times) in layers[first..=last].iter().zip(&timed[first..=last]) {
                 let is_block = layer.kind == LayerKind::Transformer;
+                // dispatch + combine: each GPU sends `ep_a2a_bytes`, (ep−1)/ep of it away, the
+                // volume of an all-gather of that size; not overlapped with compute
+                let a2a = if ctx.ep > 1 && layer.ep_a2a_bytes > 0 {
+                    profile.collective_time_s(
+                        autopp_models::CollectiveKind::AllGather,
+                        layer.ep_a2a_bytes,
+                        ctx.ep,
+                        &ctx.ep_link,
+                    )
+                } else {
+                    0.0
+                };
                 let tp_f = profile.collectives_time_s(&layer.tp_forward, ctx.tp, &ctx.tp_link)
                     + if is_block { cp_fwd } else { 0.0 };
                 let tp_b = profile.collectives_time_s(&layer.tp_backward, ctx.tp, &ctx.tp_link)
@@ -149,6 +170,9 @@ pub fn stage_costs_partial(
                 } else {
                     tp_f
                 };
+                st.forward_comm_s += a2a;
+                st.backward_comm_s += a2a;
+                st.ep_comm_s += 2.0 * a2a;
                 st.backward_input_compute_s += times.backward_input_s;
                 st.backward_weight_compute_s += times.backward_weight_s;
                 // Megatron launches the input-gradient all-reduce (with sequence parallelism:
@@ -173,10 +197,11 @@ pub fn stage_costs_partial(
                 st.recompute_s += match mode {
                     Recompute::None => 0.0,
                     Recompute::Selective => times.selective_recompute_s,
-                    Recompute::Full => times.forward_s + tp_f,
+                    Recompute::Full => times.forward_s + tp_f + a2a,
                 };
                 if mode == Recompute::Full {
-                    st.recompute_comm_s += tp_f;
+                    st.recompute_comm_s += tp_f + a2a;
+                    st.ep_comm_s += a2a;
                 }
                 st.activation_bytes += layer.activation_bytes_for(if mode == Recompute::Full {
                     Recompute::Full
@@ -196,6 +221,7 @@ pub fn stage_costs_partial(
                     .max(regrown + 2 * layer.output_bytes * ctx.tp);
                 st.params += layer.params;
                 st.tied_params += layer.tied_params;
+                st.expert_params += layer.expert_params;
                 st.max_layer_params = st.max_layer_params.max(layer.params + layer.tied_params);
                 st.output_bytes = layer.output_bytes;
                 st.num_transformer_layers += u64::from(is_block);
@@ -221,6 +247,7 @@ pub fn combine(parts: &[StageCost]) -> StageCost {
         st.backward_input_compute_s += p.backward_input_compute_s;
         st.backward_weight_compute_s += p.backward_weight_compute_s;
         st.backward_comm_s += p.backward_comm_s;
+        st.ep_comm_s += p.ep_comm_s;
         st.recompute_s += p.recompute_s;
         st.recompute_comm_s += p.recompute_comm_s;
         st.activation_bytes += p.activation_bytes;
@@ -228,6 +255,7 @@ pub fn combine(parts: &[StageCost]) -> StageCost {
         st.transient_bytes = st.transient_bytes.max(p.transient_bytes);
         st.params += p.params;
         st.tied_params += p.tied_params;
+        st.expert_params += p.expert_params;
         st.max_layer_params = st.max_layer_params.max(p.max_layer_params);
         st.num_transformer_layers += p.num_transformer_layers;
         st.has_embedding |= p.has_embedding;

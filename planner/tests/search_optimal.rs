@@ -126,3 +126,20 @@ fn planner_matches_brute_force_on_v100() {
     check(model, "v100-32g", 8, 32, Precision::Fp16);
     check(model, "v100-32g", 16, 32, Precision::Fp16);
 }
+
+/// A mixture of experts (one dense layer, then 8 experts of which each token takes 2): the
+/// space holds ep ∈ {1, 2, 4, 8} and etp ∈ {1, tp}, and memory binds where the experts are not
+/// spread.
+#[test]
+fn planner_matches_brute_force_on_a_small_moe_with_expert_parallelism() {
+    let model = r#"{"name": "small-moe", "num_layers": 6, "hidden_size": 2048, "num_attention_heads": 16,
+                    "num_kv_heads": 4, "ffn_hidden_size": 8192, "gated_mlp": true, "tied_embeddings": false,
+                    "vocab_size": 32000, "seq_length": 2048, "norm": "rmsnorm", "bias": false, "dropout": false,
+                    "moe": {"num_experts": 8, "num_experts_per_tok": 2, "moe_ffn_hidden_size": 8192,
+                            "first_k_dense_layers": 1}}"#;
+    let parsed = load_str(model, "test").unwrap();
+    let opts = options(16, Precision::Bf16);
+    let keys = space::enumerate(&parsed, 8, 16, &opts.limits, &opts.fixed);
+    assert!(keys.iter().any(|k| k.ep == 8) && keys.iter().any(|k| k.etp > 1));
+    check(model, "a100-40g", 8, 16, Precision::Bf16);
+}

@@ -6,7 +6,9 @@ use autopp_models::{Model, Recompute};
 
 use autopp_planner::report::estimate_text;
 use autopp_planner::Stack;
-use autopp_planner::{cost_profile, evaluate, Degrees, EvalSettings, ParallelConfig, PlanFile};
+use autopp_planner::{
+    cost_profile, evaluate, Degrees, EvalSettings, ExpertParallel, ParallelConfig, PlanFile,
+};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
@@ -28,7 +30,7 @@ pub struct EstimateArgs {
         "model", "gpus", "tp", "pp", "dp", "cp", "mbs", "global_batch", "seq_len", "virtual_stages",
         "schedule", "group_size", "recompute", "sequence_parallel", "zero_stage", "split",
         "precision", "memory_reserve_gib", "no_flash_attention", "gpu", "gpus_per_node",
-        "nic_gbps", "cluster",
+        "nic_gbps", "cluster", "ep", "etp", "moe_imbalance",
     ])]
     pub plan: Option<String>,
     /// Number of GPUs [default with --cluster: all of the cluster's].
@@ -49,6 +51,16 @@ pub struct EstimateArgs {
     /// Micro-batch size in sequences.
     #[arg(long, default_value_t = 1, value_name = "B")]
     pub mbs: u64,
+    /// Expert-parallel degree of a mixture of experts: each GPU holds E/ep routed experts
+    /// (ep · etp must divide tp · cp · dp).
+    #[arg(long, default_value_t = 1, value_name = "E")]
+    pub ep: u64,
+    /// Expert-tensor-parallel degree: each routed expert's FFN split over T GPUs.
+    #[arg(long, default_value_t = 1, value_name = "T")]
+    pub etp: u64,
+    /// Load of the busiest expert rank over the balanced share (1.0: forced balance).
+    #[arg(long, default_value_t = 1.0, value_name = "X")]
+    pub moe_imbalance: f64,
     /// Global batch in sequences [default: the model's published batch, else about 4M tokens].
     #[arg(long, value_name = "G")]
     pub global_batch: Option<u64>,
@@ -162,7 +174,12 @@ impl EstimateArgs {
             .with_sequence_parallel(self.sequence_parallel)
             .with_zero_stage(self.zero_stage)
             .with_split(self.split.clone())
-            .with_settings(settings))
+            .with_settings(settings)
+            .with_experts(ExpertParallel {
+                ep: self.ep,
+                etp: self.etp,
+                imbalance: self.moe_imbalance,
+            }))
     }
 }
 

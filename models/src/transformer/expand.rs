@@ -1,5 +1,6 @@
 //! Expanding a [`TransformerSpec`] into per-GPU [`LayerCost`]s for one [`ShardSpec`].
 
+use super::block::BlockKind;
 use crate::layer::{
     ActivationBytes, Collective, CollectiveKind, LayerCost, LayerKind, Op, ShardSpec,
 };
@@ -22,18 +23,23 @@ impl TransformerSpec {
                 self.num_attention_heads
             )));
         }
-        if !self.kv_heads().is_multiple_of(t) && !t.is_multiple_of(self.kv_heads()) {
+        if self.mla.is_none()
+            && !self.kv_heads().is_multiple_of(t)
+            && !t.is_multiple_of(self.kv_heads())
+        {
             return Err(ModelError::Shard(format!(
                 "--tp {t} and num_kv_heads = {} do not divide one another: choose a tensor-parallel degree that divides the key/value head count",
                 self.kv_heads()
             )));
         }
-        if !self.ffn().is_multiple_of(t) {
+        let dense = self.moe.as_ref().is_none_or(|m| m.first_k_dense_layers > 0);
+        if dense && !self.ffn().is_multiple_of(t) {
             return Err(ModelError::Shard(format!(
                 "--tp {t} does not divide ffn_hidden_size = {}: choose a tensor-parallel degree that divides it",
                 self.ffn()
             )));
         }
+        self.check_experts(shard)?;
         if !self.seq_length.is_multiple_of(shard.cp) {
             return Err(ModelError::Shard(format!(
                 "--cp {} does not divide seq_length = {}: choose a context-parallel degree that divides it",
@@ -41,16 +47,109 @@ impl TransformerSpec {
             )));
         }
         self.check_magnitudes(shard)?;
-        let mut out = Vec::with_capacity(self.num_layers as usize + 2);
+        let mut out = Vec::with_capacity((self.num_layers + self.mtp_num_layers) as usize + 2);
         out.push(self.embedding_layer(shard));
-        let block = self.transformer_layer(shard);
+        // at most four distinct blocks (dense or MoE, full or sliding): build each once
+        let mut blocks: Vec<(BlockKind, LayerCost)> = Vec::new();
         for i in 0..self.num_layers {
-            let mut layer = block.clone();
+            let kind = BlockKind {
+                moe: self.is_moe_layer(i),
+                sliding: self.is_sliding_layer(i),
+            };
+            let mut layer = match blocks.iter().find(|(k, _)| *k == kind) {
+                Some((_, block)) => block.clone(),
+                None => {
+                    let block = self.transformer_layer(shard, i, kind);
+                    blocks.push((kind, block.clone()));
+                    block
+                }
+            };
             layer.name = format!("layer {i}");
+            out.push(layer);
+        }
+        for j in 0..self.mtp_num_layers {
+            let mut layer = self.mtp_layer(shard);
+            layer.name = format!("mtp {j}");
             out.push(layer);
         }
         out.push(self.head_layer(shard));
         Ok(out)
+    }
+
+    /// Rejects expert degrees that do not divide the experts or their FFN; errors name the flag.
+    fn check_experts(&self, shard: &ShardSpec) -> Result<(), ModelError> {
+        let (ep, etp) = (shard.ep, shard.etp);
+        let Some(m) = &self.moe else {
+            if ep > 1 || etp > 1 {
+                return Err(ModelError::Shard(format!(
+                    "--ep {ep} / --etp {etp}: model '{}' has no experts; use 1",
+                    self.name
+                )));
+            }
+            return Ok(());
+        };
+        if ep == 0 || etp == 0 {
+            return Err(ModelError::Shard(
+                "--ep and --etp must be at least 1".into(),
+            ));
+        }
+        if !m.num_experts.is_multiple_of(ep) {
+            return Err(ModelError::Shard(format!(
+                "--ep {ep} does not divide num_experts = {}: choose an expert-parallel degree that divides the expert count",
+                m.num_experts
+            )));
+        }
+        if !m.moe_ffn_hidden_size.is_multiple_of(etp) || !m.shared_ffn().is_multiple_of(shard.tp) {
+            return Err(ModelError::Shard(format!(
+                "--etp {etp} / --tp {} does not divide the expert FFN ({}) or shared-expert FFN ({}): choose degrees that divide them",
+                shard.tp,
+                m.moe_ffn_hidden_size,
+                m.shared_ffn()
+            )));
+        }
+        Ok(())
+    }
+
+    /// One multi-token-prediction module (DeepSeek-V3 §2.2) on one GPU: a block like the last
+    /// layer, plus the projection `[T × 2h]·[2h × h/t]`, three norms, and the shared LM head's
+    /// logits `[T × h]·[h × V/t]` with its fp32 logits kept for the loss.
+    fn mtp_layer(&self, shard: &ShardSpec) -> LayerCost {
+        let last = self.num_layers.saturating_sub(1);
+        let kind = BlockKind {
+            moe: self.is_moe_layer(last),
+            sliding: self.is_sliding_layer(last),
+        };
+        let mut layer = self.transformer_layer(shard, last, kind);
+        let d = self.dims(shard);
+        let v_local = shard.padded_vocab(self.vocab_size) / d.t;
+        let extra = [
+            Op::Gemm {
+                m: d.tokens,
+                n: d.h / d.t,
+                k: 2 * d.h,
+                count: 1,
+            },
+            Op::Gemm {
+                m: d.tokens,
+                n: v_local,
+                k: d.h,
+                count: 1,
+            },
+        ];
+        for ops in [
+            &mut layer.forward_ops,
+            &mut layer.backward_input_ops,
+            &mut layer.backward_weight_ops,
+        ] {
+            ops.extend(extra);
+        }
+        let logits = 4 * d.tokens * v_local;
+        layer.activation_bytes.none += logits;
+        layer.activation_bytes.selective += logits;
+        layer.activation_bytes.full += logits;
+        layer.params_total = self.mtp_layer_params(1, 1, 1);
+        layer.params = self.mtp_layer_params(d.t, shard.ep, shard.etp);
+        layer
     }
 
     /// Rejects a micro-batch whose largest byte counts (the `a·s²` score matrices, the fp32
@@ -76,7 +175,7 @@ impl TransformerSpec {
     }
 
     /// The sizes every layer shares: local tokens and sharding.
-    fn dims(&self, shard: &ShardSpec) -> Dims {
+    pub(super) fn dims(&self, shard: &ShardSpec) -> Dims {
         let t = shard.tp;
         let s_local = self.seq_length / shard.cp;
         Dims {
@@ -88,162 +187,6 @@ impl TransformerSpec {
             sp_div: if shard.sequence_parallel { t } else { 1 },
             e: shard.dtype_bytes,
         }
-    }
-
-    /// One transformer block on one GPU: its ops ([`TransformerSpec::transformer_ops`]), the
-    /// activations it stores ([`TransformerSpec::transformer_activations`]), its
-    /// tensor-parallel collectives and what it sends to the next stage.
-    fn transformer_layer(&self, shard: &ShardSpec) -> LayerCost {
-        let d = self.dims(shard);
-        let ops = self.transformer_ops(shard);
-        let (activation_bytes, weight_grad_bytes) = self.transformer_activations(shard);
-        // Tensor-parallel collectives: 2 in forward, 2 in backward, each of a `2bsh` tensor
-        // (all-reduce; sequence parallel: all-gather + reduce-scatter of the same volume).
-        let act_bytes_full = d.tokens * d.h * d.e;
-        let (tp_forward, tp_backward) = tp_pairs(d.t, shard.sequence_parallel, act_bytes_full);
-        LayerCost {
-            name: String::from("layer"),
-            kind: LayerKind::Transformer,
-            params_total: self.layer_params(),
-            params: self.layer_params_per_gpu(d.t),
-            tied_params: 0,
-            forward_ops: ops.forward,
-            backward_input_ops: ops.backward_input,
-            backward_weight_ops: ops.backward_weight,
-            selective_recompute_ops: ops.selective_recompute,
-            tp_forward,
-            tp_backward,
-            activation_bytes,
-            weight_grad_bytes,
-            output_bytes: d.tokens * d.h * d.e / d.t,
-            recomputable: true,
-        }
-    }
-
-    /// The ops of one transformer block on one GPU: its four GEMMs (QKV, output projection, MLP
-    /// up with the gate, MLP down), the attention core and the element-wise traffic of the
-    /// forward, backward-input and backward-weight passes, and what selective recompute reruns.
-    fn transformer_ops(&self, shard: &ShardSpec) -> BlockOps {
-        let d = self.dims(shard);
-        let (b, s, tok, h, t, e) = (d.b, d.s, d.tokens, d.h, d.t, d.e);
-        let a = self.num_attention_heads;
-        let s_k = self.seq_length;
-        let f = self.ffn();
-        let mlp_in_width = self.mlp_in_width();
-        let qkv_local = h / t + 2 * self.kv_width_per_gpu(t);
-        let gemms = [
-            // QKV projection: [T × h]·[h × (h/t + 2·kv_local)]
-            (tok, qkv_local, h),
-            // output projection: [T × h/t]·[h/t × h]
-            (tok, h, h / t),
-            // MLP up (and gate): [T × h]·[h × f_in/t]
-            (tok, mlp_in_width / t, h),
-            // MLP down: [T × f/t]·[f/t × h]
-            (tok, h, f / t),
-        ];
-        let gemm_ops: Vec<Op> = gemms
-            .iter()
-            .map(|&(m, n, k)| Op::Gemm { m, n, k, count: 1 })
-            .collect();
-        let attn = |backward: bool| Op::Attention {
-            batch_heads: b * a / t,
-            seq_q: s,
-            seq_k: s_k,
-            head_dim: h / a,
-            causal: true,
-            backward,
-            fused: shard.flash_attention,
-        };
-        // Element-wise traffic (bytes read + written): two norms, two bias-dropout-adds, the
-        // activation function; unfused softmax traffic when the attention core is not fused.
-        let rows = tok / d.sp_div;
-        let norm_bytes = 2 * (2 * rows * h * e);
-        let residual_bytes = 2 * (3 * rows * h * e + rows * h);
-        let act_bytes = (mlp_in_width + f) / t * tok * e;
-        let softmax_bytes = if shard.flash_attention {
-            0
-        } else {
-            // read scores, write probabilities, dropout mask and output
-            (b * a / t) * s * s_k * (2 * e + 1 + e)
-        };
-        let elementwise_fwd = norm_bytes + residual_bytes + act_bytes + softmax_bytes;
-
-        let mut forward = gemm_ops.clone();
-        forward.insert(1, attn(false));
-        forward.push(Op::Elementwise {
-            bytes: elementwise_fwd,
-        });
-        let mut backward_input = gemm_ops.clone();
-        backward_input.insert(1, attn(true));
-        backward_input.push(Op::Elementwise {
-            bytes: 2 * elementwise_fwd,
-        });
-        let mut selective_recompute = vec![attn(false)];
-        if softmax_bytes > 0 {
-            selective_recompute.push(Op::Elementwise {
-                bytes: softmax_bytes,
-            });
-        }
-        BlockOps {
-            forward,
-            backward_input,
-            backward_weight: gemm_ops,
-            selective_recompute,
-        }
-    }
-
-    /// The bytes one transformer block stores for its backward under each recompute mode, and
-    /// the weight-gradient working set a split backward keeps from `I` to `W` (GEMM inputs and
-    /// output gradients).
-    ///
-    /// Stored activations (Korthikanti et al. 2022, §4.1, per micro-batch, `e`-byte elements):
-    /// * replicated over `t` (sharded only with sequence parallelism): both norm inputs `2·2sbh`,
-    ///   the QKV and MLP inputs `2·2sbh`, and the two dropout masks `2·sbh` (1 byte each) — the
-    ///   `10·sbh` of Table 2;
-    /// * sharded over `t`: Q, K, V `2·sb·(h + 2·g·h/a)`, the output-projection input `2sbh`, the
-    ///   MLP activation input and output `2·2sbf` (gated: `3·2sbf`) — the `24·sbh/t` of Table 2
-    ///   when `g = a`, `f = 4h`;
-    /// * the attention core, sharded over `t`: softmax output `2as²b`, its dropout mask `as²b` and
-    ///   dropout output `2as²b` — the `5as²b/t` term; a fused kernel stores none of it (only the
-    ///   fp32 softmax statistics `4·a·s·b`), and selective recompute drops it.
-    ///
-    /// Full recompute keeps only the layer input `2sbh` (`/t` with sequence parallelism).
-    ///
-    /// When `t` exceeds the key/value heads `g`, each GPU computes and keeps one replicated
-    /// key/value head (width `h/a`) instead of `g·(h/a)/t`.
-    fn transformer_activations(&self, shard: &ShardSpec) -> (ActivationBytes, u64) {
-        let d = self.dims(shard);
-        let (b, s, h, t, e) = (d.b, d.s, d.h, d.t, d.e);
-        let a = self.num_attention_heads;
-        let s_k = self.seq_length;
-        let f = self.ffn();
-        let mlp_in_width = self.mlp_in_width();
-        let sbh = s * b * h;
-        let qkv_local = h / t + 2 * self.kv_width_per_gpu(t);
-        let mask = u64::from(self.dropout);
-        // norm inputs (2), QKV and MLP inputs (2) in `e` bytes; dropout masks (2) in 1 byte
-        let replicated = 4 * sbh * e + 2 * mask * sbh;
-        // Q, K, V; output-projection input; MLP activation input and output
-        let sharded = (s * b * qkv_local + sbh / t + s * b * (mlp_in_width + f) / t) * e;
-        let scores = a * s * s_k * b / t;
-        let core = if shard.flash_attention {
-            4 * a * s * b / t
-        } else if self.dropout {
-            // softmax output, dropout mask (1 byte), dropout output
-            scores * (2 * e + 1)
-        } else {
-            scores * e
-        };
-        let replicated_local = replicated / d.sp_div;
-        let activations = ActivationBytes {
-            none: replicated_local + sharded + core,
-            selective: replicated_local + sharded,
-            full: sbh * e / d.sp_div,
-        };
-        // Weight-gradient working set (split backward): GEMM inputs and output gradients.
-        let gemm_inputs = (2 * sbh / d.sp_div + sbh / t + s * b * f / t) * e;
-        let out_grads = (s * b * qkv_local + 2 * sbh / d.sp_div + s * b * mlp_in_width / t) * e;
-        (activations, gemm_inputs + out_grads)
     }
 
     /// The embedding layer on one GPU: a vocabulary-parallel table (padded vocabulary over `t`),
@@ -291,6 +234,8 @@ impl TransformerSpec {
             weight_grad_bytes: 8 * tok + out_bytes / d.sp_div,
             output_bytes: out_bytes / t,
             recomputable: false,
+            expert_params: 0,
+            ep_a2a_bytes: 0,
         }
     }
 
@@ -383,6 +328,8 @@ impl TransformerSpec {
             weight_grad_bytes: head_input / d.sp_div + tok * v_local * e,
             output_bytes: 0,
             recomputable: false,
+            expert_params: 0,
+            ep_a2a_bytes: 0,
         }
     }
 }
@@ -390,7 +337,11 @@ impl TransformerSpec {
 /// Tensor-parallel collectives of one transformer block: forward and backward each have two of a
 /// `bytes`-sized activation (all-reduce, or with sequence parallelism an all-gather and a
 /// reduce-scatter per pair).
-fn tp_pairs(t: u64, sequence_parallel: bool, bytes: u64) -> (Vec<Collective>, Vec<Collective>) {
+pub(super) fn tp_pairs(
+    t: u64,
+    sequence_parallel: bool,
+    bytes: u64,
+) -> (Vec<Collective>, Vec<Collective>) {
     if t <= 1 {
         return (Vec::new(), Vec::new());
     }
@@ -412,23 +363,15 @@ fn tp_pairs(t: u64, sequence_parallel: bool, bytes: u64) -> (Vec<Collective>, Ve
     }
 }
 
-/// The ops of one transformer block's passes (see [`TransformerSpec::transformer_ops`]).
-struct BlockOps {
-    forward: Vec<Op>,
-    backward_input: Vec<Op>,
-    backward_weight: Vec<Op>,
-    selective_recompute: Vec<Op>,
-}
-
 /// Local sizes shared by a model's layers.
-struct Dims {
-    b: u64,
-    s: u64,
-    tokens: u64,
-    h: u64,
-    t: u64,
-    sp_div: u64,
-    e: u64,
+pub(super) struct Dims {
+    pub b: u64,
+    pub s: u64,
+    pub tokens: u64,
+    pub h: u64,
+    pub t: u64,
+    pub sp_div: u64,
+    pub e: u64,
 }
 
 /// Largest tensor-parallel / context-parallel degree, vocabulary padding multiple and dtype

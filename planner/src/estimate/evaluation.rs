@@ -143,6 +143,8 @@ impl<'a> Evaluation<'a> {
                 .group_link(d.cp, self.layout.cp_stride()),
             cp_kv_bytes: cp_kv_bytes(self.model, c),
             tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
+            ep: c.experts.ep,
+            ep_link: self.profile.cluster.group_link(c.experts.ep, c.experts.etp),
         };
         let full_layers = partial_recompute(c, self.layers, &self.ranges)?;
         let costs = stages::stage_costs_partial(self.layers, &self.ranges, &ctx, &full_layers);
@@ -257,6 +259,7 @@ impl<'a> Evaluation<'a> {
         let mem_ctx = MemoryContext {
             zero_stage: c.zero_stage,
             zero_shard: d.data_parallel_gpus(),
+            expert_zero_shard: c.experts.expert_dp(d),
             comm_groups: d.num_comm_groups(),
             reserve_bytes: c.settings.memory_reserve_bytes,
             fp32_main_grads: c.settings.runtime.fp32_main_grads,
@@ -293,7 +296,9 @@ impl<'a> Evaluation<'a> {
             }
             ranks.dp_comm_s.push(dp);
             let params = memory::rank_params(&st);
-            ranks.optimizer_s.push(optimizer_time_s(profile, c, params));
+            ranks
+                .optimizer_s
+                .push(optimizer_time_s(profile, c, &st, params));
         }
         ranks
     }
@@ -316,6 +321,7 @@ impl<'a> Evaluation<'a> {
         let m = self.m as f64;
         let busy_stages = &self.rank_stages[busy_rank];
         let comm_busy: f64 = busy_stages.iter().map(|&k| costs[k].comm_s()).sum::<f64>() * m;
+        let ep_busy: f64 = busy_stages.iter().map(|&k| costs[k].ep_comm_s).sum::<f64>() * m;
         let pp_comm = (sim.makespan_s - pipeline.makespan_no_comm_s).max(0.0);
         let sends_busy: f64 = busy_stages
             .iter()
@@ -327,7 +333,8 @@ impl<'a> Evaluation<'a> {
         Breakdown {
             compute,
             bubble,
-            tp_comm: comm_busy,
+            tp_comm: comm_busy - ep_busy,
+            ep_comm: ep_busy,
             pp_comm: sim.makespan_s - compute - comm_busy - bubble,
             dp_comm: dp_comm_s[tail_rank],
             optimizer: optimizer_s[tail_rank],
@@ -393,9 +400,16 @@ impl<'a> Evaluation<'a> {
             recompute: c.recompute,
             sequence_parallel: c.sequence_parallel,
             zero_stage: c.zero_stage,
+            ep: self.is_moe().then_some(c.experts.ep),
+            etp: self.is_moe().then_some(c.experts.etp),
             megatron_layout: crate::layout::megatron_layout(&self.kinds, &self.ranges),
             ranks,
         }
+    }
+
+    /// Whether the model has routed experts.
+    fn is_moe(&self) -> bool {
+        matches!(self.model, autopp_models::Model::Transformer(t) if t.moe.is_some())
     }
 
     /// Rank `r`'s stages and recompute (memory and time left at zero).

@@ -73,6 +73,7 @@ pub fn check_config(
     if c.zero_stage > 3 {
         return Err(PlanError::invalid("--zero", "must be 0, 1, 2 or 3"));
     }
+    c.experts.check(model, d)?;
     let gpus = profile.cluster.num_gpus();
     if c.num_gpus() != gpus {
         return Err(PlanError::invalid(
@@ -159,6 +160,9 @@ pub fn shard_spec(c: &ParallelConfig) -> ShardSpec {
         dtype_bytes: c.settings.precision.bytes(),
         flash_attention: c.settings.flash_attention,
         vocab_pad_multiple: c.settings.runtime.vocab_pad_multiple,
+        ep: c.experts.ep,
+        etp: c.experts.etp,
+        moe_imbalance_milli: c.experts.imbalance_milli(),
     }
 }
 

@@ -12,10 +12,22 @@ use crate::stages::StageCost;
 pub const ADAM_BYTES_PER_PARAM: f64 = 30.0;
 
 /// Seconds of one rank's optimizer step: memory-bound Adam over the parameters it owns
-/// (`params`, sharded over `dp · cp` from ZeRO 1 on).
-pub fn optimizer_time_s(profile: &AnalyticProfile, c: &ParallelConfig, params: u64) -> f64 {
+/// (`params`, sharded over `dp · cp` from ZeRO 1 on; the routed experts' among them over the
+/// expert-data-parallel group).
+pub fn optimizer_time_s(
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    stages: &[&StageCost],
+    params: u64,
+) -> f64 {
+    let experts: u64 = stages
+        .iter()
+        .map(|s| s.expert_params)
+        .sum::<u64>()
+        .min(params);
     let owned = if c.zero_stage >= 1 {
-        params.div_ceil(c.degrees.data_parallel_gpus().max(1))
+        (params - experts).div_ceil(c.degrees.data_parallel_gpus().max(1))
+            + experts.div_ceil(c.experts.expert_dp(&c.degrees))
     } else {
         params
     };
@@ -44,7 +56,19 @@ pub fn dp_comm_time_s(
     m: u64,
 ) -> f64 {
     use autopp_models::CollectiveKind::*;
-    let params = memory::rank_params(stages);
+    let all = memory::rank_params(stages);
+    let experts: u64 = stages.iter().map(|s| s.expert_params).sum::<u64>().min(all);
+    // the routed experts reduce over the expert-data-parallel group instead, at least as fast
+    // (a subset of the same GPUs): their time is taken as that of the same bytes over `n`
+    // scaled by edp's share ((edp−1)/edp over (n−1)/n)
+    let n_all = c.degrees.data_parallel_gpus().max(1);
+    let edp = c.experts.expert_dp(&c.degrees);
+    let expert_share = if n_all > 1 {
+        (edp - 1) as f64 / edp as f64 / ((n_all - 1) as f64 / n_all as f64)
+    } else {
+        0.0
+    };
+    let params = all - experts + (experts as f64 * expert_share).round() as u64;
     let grad_bytes = params
         * if c.settings.runtime.fp32_main_grads {
             memory::GRAD_BYTES_PER_PARAM

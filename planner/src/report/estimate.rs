@@ -49,11 +49,15 @@ fn configuration(o: &mut String, model: &Model, c: &ParallelConfig, plan: &Plan)
     let d = &c.degrees;
     let _ = writeln!(
         o,
-        "  parallelism   tp {} · pp {} · dp {} · cp {}    schedule {}, {} stage{} per rank",
+        "  parallelism   tp {} · pp {} · dp {} · cp {}{}    schedule {}, {} stage{} per rank",
         d.tp,
         d.pp,
         d.dp,
         d.cp,
+        match (plan.ep, plan.etp) {
+            (Some(ep), Some(etp)) => format!(" · ep {ep} · etp {etp}"),
+            _ => String::new(),
+        },
         plan.schedule,
         d.virtual_stages,
         if d.virtual_stages == 1 { "" } else { "s" }
@@ -93,14 +97,19 @@ fn time_lines(o: &mut String, result: &PlanAndPrediction) {
     if let Some(band) = &uncertainty(&result.plan.gpu).time {
         let _ = writeln!(o, "    uncertainty {band}");
     }
+    let moe = result.plan.ep.is_some();
     for (name, v) in [
         ("compute", b.compute),
         ("bubble", b.bubble),
         ("tp comm", b.tp_comm),
+        ("ep comm", b.ep_comm),
         ("pp comm", b.pp_comm),
         ("dp comm", b.dp_comm),
         ("optimizer", b.optimizer),
     ] {
+        if name == "ep comm" && !moe {
+            continue;
+        }
         let share = if v.abs() < 5e-8 { 0.0 } else { 100.0 * v / t };
         let _ = writeln!(o, "    {name:<11} {:>10}  {share:>5.1}%", secs(v));
     }

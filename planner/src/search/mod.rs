@@ -163,6 +163,11 @@ pub fn config_with(
         .with_zero_stage(key.zero_stage)
         .with_split(split)
         .with_settings(opts.settings)
+        .with_experts(crate::ExpertParallel {
+            ep: key.ep,
+            etp: key.etp,
+            ..crate::ExpertParallel::default()
+        })
 }
 
 /// Model-state bytes per parameter on one GPU under a ZeRO stage sharded `shard` ways.
@@ -262,6 +267,8 @@ pub fn key_of(e: &Estimate) -> Key {
         partial_recompute: evaluator::choice_of(e).1.is_some(),
         sequence_parallel: p.sequence_parallel,
         zero_stage: p.zero_stage,
+        ep: p.ep.unwrap_or(1),
+        etp: p.etp.unwrap_or(1),
     }
 }
 

@@ -186,7 +186,7 @@ impl<'a> KeyScorer<'a> {
             .iter()
             .map(|st| {
                 dp_comm_time_s(self.profile, &self.config, st, &self.dp_link, self.m)
-                    + optimizer_time_s(self.profile, &self.config, memory::rank_params(st))
+                    + optimizer_time_s(self.profile, &self.config, st, memory::rank_params(st))
             })
             .fold(0.0, f64::max);
         busiest + fill + tail

@@ -28,6 +28,16 @@ pub struct Key {
     pub sequence_parallel: bool,
     /// ZeRO stage.
     pub zero_stage: u8,
+    /// Expert-parallel degree (1 for dense models).
+    #[serde(default = "one")]
+    pub ep: u64,
+    /// Expert-tensor-parallel degree (1 for dense models).
+    #[serde(default = "one")]
+    pub etp: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// Limits of the space.
@@ -182,10 +192,56 @@ pub fn enumerate(
                         partial_recompute: false,
                         sequence_parallel: false,
                         zero_stage: 0,
+                        ep: 1,
+                        etp: 1,
                     };
-                    push_schedules(&mut out, base, m, body_layers, limits, fixed);
+                    for (ep, etp) in expert_degrees(model, &base.degrees, limits.framework) {
+                        let base = Key { ep, etp, ..base };
+                        push_schedules(&mut out, base, m, body_layers, limits, fixed);
+                    }
                 }
             }
+        }
+    }
+    out
+}
+
+/// The (ep, etp) pairs the search tries for a model on `d` (`(1, 1)` without experts): ep a
+/// power of two dividing the expert count, etp 1 or tp (torchtitan's rule, and the layouts
+/// Megatron-Core's MoE recipes use), and `ep · etp` dividing the GPUs a pipeline rank folds its
+/// experts onto, `tp · cp · dp` (Megatron's parallel folding; torchtitan's
+/// `(dp_shard·cp·tp) % ep == 0`). DeepSpeed-MoE folds experts onto data parallelism only:
+/// `ep | dp`, etp 1. Powers of two keep the space small (DeepSeek-V3's 256 experts: 9 values).
+pub fn expert_degrees(model: &Model, d: &Degrees, framework: Framework) -> Vec<(u64, u64)> {
+    let experts = match model {
+        Model::Transformer(t) => t
+            .moe
+            .as_ref()
+            .map(|m| (m.num_experts, m.moe_ffn_hidden_size)),
+        Model::Layers(_) => None,
+    };
+    let Some((e, ffn)) = experts else {
+        return vec![(1, 1)];
+    };
+    let folded = d.tp * d.cp * d.dp;
+    let etps: Vec<u64> = if d.tp > 1 && framework != Framework::Deepspeed {
+        vec![1, d.tp]
+    } else {
+        vec![1]
+    };
+    let mut out = Vec::new();
+    for etp in etps.into_iter().filter(|&t| ffn.is_multiple_of(t)) {
+        let mut ep = 1;
+        while ep <= e {
+            let room = if framework == Framework::Deepspeed {
+                d.dp
+            } else {
+                folded / etp
+            };
+            if e.is_multiple_of(ep) && room.is_multiple_of(ep) {
+                out.push((ep, etp));
+            }
+            ep *= 2;
         }
     }
     out

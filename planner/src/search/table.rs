@@ -15,8 +15,8 @@ use crate::config::PlanError;
 use crate::estimate::{cp_kv_bytes, shard_spec};
 use crate::stages::{self, StageContext, StageCost};
 
-/// The layer sharding of a key: (tp, cp, micro-batch size, sequence parallelism).
-pub(crate) type GroupKey = (u64, u64, u64, bool);
+/// The layer sharding of a key: (tp, cp, micro-batch size, sequence parallelism, ep, etp).
+pub(crate) type GroupKey = (u64, u64, u64, bool, u64, u64);
 
 /// The layer sharding of a key.
 pub(crate) fn group_of(k: &Key) -> GroupKey {
@@ -25,6 +25,8 @@ pub(crate) fn group_of(k: &Key) -> GroupKey {
         k.degrees.cp,
         k.micro_batch_size,
         k.sequence_parallel,
+        k.ep,
+        k.etp,
     )
 }
 
@@ -131,8 +133,12 @@ fn layer_table(
                 cp_link: cluster.group_link(d.cp, layout.cp_stride()),
                 cp_kv_bytes,
                 tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
+                ep: c.experts.ep,
+                ep_link: cluster.group_link(c.experts.ep, c.experts.etp),
             };
-            stages::stage_costs(&layers, &singles, &ctx)
+            let mut costs = stages::stage_costs(&layers, &singles, &ctx);
+            dense_equivalent_experts(&mut costs, d.tp, c.experts.ep * c.experts.etp);
+            costs
         })
         .collect();
     let sums_with = |held: fn(&StageCost) -> u64| -> Vec<LayerSums> {
@@ -182,4 +188,17 @@ fn layer_table(
         total_s,
         params,
     })
+}
+
+/// The search sizes model states as `params × bytes per parameter sharded over dp · cp`. Routed
+/// experts shard over the expert-data-parallel group instead, `tp·cp·dp / (ep·etp)`: `tp /
+/// (ep·etp)` times as many GPUs, whatever dp is. Counting them as `ep·etp / tp` as many
+/// parameters (at most all of them) is exact for the sharded states and low for the others, so
+/// the search's memory floors stay lower bounds; every candidate is then checked exactly.
+fn dense_equivalent_experts(costs: &mut [StageCost], tp: u64, ep_etp: u64) {
+    for c in costs {
+        let scaled = c.expert_params * ep_etp.min(tp) / tp.max(1);
+        c.params = c.params - c.expert_params + scaled;
+        c.expert_params = scaled;
+    }
 }

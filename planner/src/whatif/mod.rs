@@ -312,6 +312,7 @@ mod tests {
             compute,
             bubble,
             tp_comm: 0.0,
+            ep_comm: 0.0,
             pp_comm: 0.0,
             dp_comm: dp,
             optimizer: 0.0,

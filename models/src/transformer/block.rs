@@ -1,0 +1,316 @@
+//! One transformer block on one GPU: its GEMMs, attention core, element-wise traffic, stored
+//! activations and collectives, for dense or mixture-of-experts FFNs and for grouped-query or
+//! multi-head latent attention.
+//!
+//! Dense blocks follow Narayanan et al. 2021 (SC21, §5.1) and Korthikanti et al. 2022 (§4,
+//! Table 2). MoE blocks follow Megatron-Core's "parallel folding" (Liu et al. 2025, arXiv
+//! 2504.14960, §3): attention over `tp × cp × dp`, experts over `etp × ep × edp` on the same
+//! GPUs. With `T` tokens of a micro-batch on one tensor-parallel group, one GPU dispatches
+//! `T·k/tp` (token, expert) pairs and, balanced, computes as many: `(E/ep)` experts each of
+//! `T·k·etp·ep/(tp·E)` rows and `f_e/etp` columns.
+
+use super::expand::tp_pairs;
+use crate::layer::{ActivationBytes, LayerCost, LayerKind, Op, ShardSpec};
+use crate::TransformerSpec;
+
+/// What sets one transformer block apart from another of the same model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct BlockKind {
+    /// A mixture-of-experts FFN.
+    pub moe: bool,
+    /// Sliding-window attention.
+    pub sliding: bool,
+}
+
+/// A GEMM `[m × k]·[k × n]`, `count` times: `(m, n, k, count)`.
+type Gemm = (u64, u64, u64, u64);
+
+/// One block's shapes on one GPU, in elements.
+struct Parts {
+    /// GEMMs before the attention core (QKV, or MLA's down and up projections).
+    attn_in: Vec<Gemm>,
+    /// The output projection.
+    attn_out: Gemm,
+    /// FFN GEMMs: dense up and down, or router, routed experts and shared experts.
+    ffn: Vec<Gemm>,
+    /// Stored per token, sharded: Q, K, V (MLA: and its latents) and the output-projection input.
+    attn_stored: u64,
+    /// Stored per micro-batch, sharded: the FFN's activation inputs and outputs.
+    ffn_stored: u64,
+    /// FFN GEMM inputs beyond the block input, per micro-batch (weight-gradient working set).
+    ffn_inputs: u64,
+    /// FFN GEMM outputs, per micro-batch (weight-gradient working set).
+    ffn_outputs: u64,
+    /// FFN activation-function and permutation traffic per micro-batch, in elements.
+    ffn_traffic: u64,
+    /// Head size the attention core's FLOPs use.
+    core_head_dim: u64,
+    /// Keys each query sees, and whether the mask is causal.
+    keys: (u64, bool),
+    /// Bytes sent per forward in the expert-parallel all-to-alls.
+    a2a_bytes: u64,
+    /// Routed-expert parameters on this GPU.
+    expert_params: u64,
+}
+
+impl TransformerSpec {
+    /// One transformer block (layer `i` of kind `kind`) on one GPU.
+    pub(super) fn transformer_layer(
+        &self,
+        shard: &ShardSpec,
+        i: u64,
+        kind: BlockKind,
+    ) -> LayerCost {
+        let d = self.dims(shard);
+        let parts = self.parts(shard, kind);
+        let ops = self.transformer_ops(shard, &parts);
+        let (activation_bytes, weight_grad_bytes) = self.transformer_activations(shard, &parts);
+        // Tensor-parallel collectives: 2 in forward, 2 in backward, each of a `2bsh` tensor
+        // (all-reduce; sequence parallel: all-gather + reduce-scatter of the same volume).
+        let act_bytes_full = d.tokens * d.h * d.e;
+        let (tp_forward, tp_backward) = tp_pairs(d.t, shard.sequence_parallel, act_bytes_full);
+        LayerCost {
+            name: String::from("layer"),
+            kind: LayerKind::Transformer,
+            params_total: self.layer_params_at(i, 1, 1, 1),
+            params: self.layer_params_at(i, d.t, shard.ep, shard.etp),
+            tied_params: 0,
+            forward_ops: ops.forward,
+            backward_input_ops: ops.backward_input,
+            backward_weight_ops: ops.backward_weight,
+            selective_recompute_ops: ops.selective_recompute,
+            tp_forward,
+            tp_backward,
+            activation_bytes,
+            weight_grad_bytes,
+            output_bytes: d.tokens * d.h * d.e / d.t,
+            recomputable: true,
+            expert_params: parts.expert_params,
+            ep_a2a_bytes: parts.a2a_bytes,
+        }
+    }
+
+    /// The shapes of one block on one GPU.
+    fn parts(&self, shard: &ShardSpec, kind: BlockKind) -> Parts {
+        let d = self.dims(shard);
+        let (tok, h, t) = (d.tokens, d.h, d.t);
+        let a = self.num_attention_heads;
+        let mut p = Parts {
+            attn_in: Vec::new(),
+            attn_out: (tok, h, self.q_width() / t, 1),
+            ffn: Vec::new(),
+            attn_stored: 0,
+            ffn_stored: 0,
+            ffn_inputs: 0,
+            ffn_outputs: 0,
+            ffn_traffic: 0,
+            core_head_dim: self.head_dim(),
+            keys: (self.seq_length, true),
+            a2a_bytes: 0,
+            expert_params: 0,
+        };
+        if let Some(mla) = &self.mla {
+            let (dqk, dv) = (mla.qk_head_dim(), mla.v_head_dim);
+            let (rkv, dr) = (mla.kv_lora_rank, mla.qk_rope_head_dim);
+            let heads = a / t;
+            match mla.q_lora_rank {
+                Some(rq) => {
+                    p.attn_in.push((tok, rq, h, 1));
+                    p.attn_in.push((tok, heads * dqk, rq, 1));
+                    p.attn_stored += rq;
+                }
+                None => p.attn_in.push((tok, heads * dqk, h, 1)),
+            }
+            p.attn_in.push((tok, rkv + dr, h, 1));
+            p.attn_in
+                .push((tok, heads * (mla.qk_nope_head_dim + dv), rkv, 1));
+            p.attn_out = (tok, h, heads * dv, 1);
+            p.attn_stored += rkv + dr + heads * (2 * dqk + dv) + heads * dv;
+            // the core's two GEMMs: QKᵀ over d_qk, PV over d_v
+            p.core_head_dim = (dqk + dv) / 2;
+        } else {
+            let qkv_local = self.q_width() / t + 2 * self.kv_width_per_gpu(t);
+            p.attn_in.push((tok, qkv_local, h, 1));
+            p.attn_stored = qkv_local + self.q_width() / t;
+        }
+        if kind.sliding {
+            if let Some(w) = self.sliding_window.filter(|&w| w < self.seq_length) {
+                p.keys = (w, false);
+            }
+        }
+        match &self.moe {
+            Some(m) if kind.moe => self.moe_parts(shard, m, &mut p),
+            _ => {
+                let (f, f_in) = (self.ffn(), self.mlp_in_width());
+                p.ffn = vec![(tok, f_in / t, h, 1), (tok, h, f / t, 1)];
+                p.ffn_stored = tok * (f_in + f) / t;
+                p.ffn_inputs = tok * h / d.sp_div + tok * f / t;
+                p.ffn_outputs = tok * f_in / t + tok * h / d.sp_div;
+                p.ffn_traffic = (f_in + f) / t * tok;
+            }
+        }
+        p
+    }
+
+    /// The MoE FFN's shapes: router `[T × h]·[h × E]`, `E/ep` experts of `R_e` rows, and the
+    /// shared experts split `tp` ways; the dispatch and combine all-to-alls each send `R·h`
+    /// elements, `R = T·k/tp` pairs per GPU.
+    fn moe_parts(&self, shard: &ShardSpec, m: &super::MoeSpec, p: &mut Parts) {
+        let d = self.dims(shard);
+        let (tok, h, t, e) = (d.tokens, d.h, d.t, d.e);
+        let (ep, etp) = (shard.ep.max(1), shard.etp.max(1));
+        let gated = self.gated_mlp;
+        let fe = m.moe_ffn_hidden_size;
+        let fe_in = if gated { 2 * fe } else { fe };
+        let pairs = tok * m.num_experts_per_tok / t;
+        let rows_total = pairs * etp;
+        let local_experts = m.num_experts / ep;
+        // the busiest rank's rows: balanced × the imbalance factor
+        let busiest = (rows_total * shard.moe_imbalance_milli.max(1)).div_ceil(1000);
+        let rows = busiest.div_ceil(local_experts.max(1));
+        p.ffn.push((tok / d.sp_div, m.num_experts, h, 1));
+        p.ffn.push((rows, fe_in / etp, h, local_experts));
+        p.ffn.push((rows, h, fe / etp, local_experts));
+        let sh = m.shared_ffn();
+        let sh_in = if gated { 2 * sh } else { sh };
+        if sh > 0 {
+            p.ffn.push((tok, sh_in / t, h, 1));
+            p.ffn.push((tok, h, sh / t, 1));
+        }
+        // router probabilities in fp32; routed inputs, activations; shared activations
+        p.ffn_stored = 2 * tok * m.num_experts / d.sp_div
+            + rows_total * (h + (fe_in + fe) / etp)
+            + tok * (sh_in + sh) / t;
+        p.ffn_inputs = tok * h / d.sp_div + rows_total * (h + fe / etp) + tok * sh / t;
+        p.ffn_outputs = tok * m.num_experts / d.sp_div
+            + rows_total * (fe_in / etp + h)
+            + tok * (sh_in / t + h / d.sp_div);
+        // activation function, and permute + unpermute (read and write) of every pair
+        p.ffn_traffic = rows_total * (fe_in + fe) / etp + tok * (sh_in + sh) / t + 4 * pairs * h;
+        p.a2a_bytes = 2 * pairs * h * e;
+        p.expert_params =
+            local_experts * super::MoeSpec::expert_params(h, fe, gated, m.expert_bias, etp);
+    }
+
+    /// The ops of one block on one GPU: its GEMMs, the attention core and the element-wise
+    /// traffic of the forward, backward-input and backward-weight passes, and what selective
+    /// recompute reruns.
+    fn transformer_ops(&self, shard: &ShardSpec, p: &Parts) -> BlockOps {
+        let d = self.dims(shard);
+        let (b, s, tok, h, t, e) = (d.b, d.s, d.tokens, d.h, d.t, d.e);
+        let a = self.num_attention_heads;
+        let (s_k, causal) = p.keys;
+        let gemm = |&(m, n, k, count): &Gemm| Op::Gemm { m, n, k, count };
+        let attn = |backward: bool| Op::Attention {
+            batch_heads: b * a / t,
+            seq_q: s,
+            seq_k: s_k,
+            head_dim: p.core_head_dim,
+            causal,
+            backward,
+            fused: shard.flash_attention,
+        };
+        // Element-wise traffic (bytes read + written): two norms, two bias-dropout-adds, the
+        // activation function; unfused softmax traffic when the attention core is not fused.
+        let rows = tok / d.sp_div;
+        let norm_bytes = 2 * (2 * rows * h * e);
+        let residual_bytes = 2 * (3 * rows * h * e + rows * h);
+        let act_bytes = p.ffn_traffic * e;
+        let softmax_bytes = if shard.flash_attention {
+            0
+        } else {
+            // read scores, write probabilities, dropout mask and output
+            (b * a / t) * s * s_k * (2 * e + 1 + e)
+        };
+        let elementwise_fwd = norm_bytes + residual_bytes + act_bytes + softmax_bytes;
+        let attn_in: Vec<Op> = p.attn_in.iter().map(gemm).collect();
+        let rest: Vec<Op> = std::iter::once(&p.attn_out)
+            .chain(&p.ffn)
+            .map(gemm)
+            .collect();
+        let gemm_ops: Vec<Op> = attn_in.iter().chain(&rest).cloned().collect();
+        let pass = |backward: bool, bytes: u64| {
+            let mut ops = attn_in.clone();
+            ops.push(attn(backward));
+            ops.extend(rest.iter().cloned());
+            ops.push(Op::Elementwise { bytes });
+            ops
+        };
+        let mut selective_recompute = vec![attn(false)];
+        if softmax_bytes > 0 {
+            selective_recompute.push(Op::Elementwise {
+                bytes: softmax_bytes,
+            });
+        }
+        BlockOps {
+            forward: pass(false, elementwise_fwd),
+            backward_input: pass(true, 2 * elementwise_fwd),
+            backward_weight: gemm_ops,
+            selective_recompute,
+        }
+    }
+
+    /// The bytes one block stores for its backward under each recompute mode, and the
+    /// weight-gradient working set a split backward keeps from `I` to `W` (GEMM inputs and output
+    /// gradients).
+    ///
+    /// Stored activations (Korthikanti et al. 2022, §4.1, per micro-batch, `e`-byte elements):
+    /// * replicated over `t` (sharded only with sequence parallelism): both norm inputs `2·2sbh`,
+    ///   the QKV and MLP inputs `2·2sbh`, and the two dropout masks `2·sbh` (1 byte each) — the
+    ///   `10·sbh` of Table 2;
+    /// * sharded over `t`: Q, K, V `2·sb·(h + 2·g·h/a)`, the output-projection input `2sbh`, the
+    ///   MLP activation input and output `2·2sbf` (gated: `3·2sbf`) — the `24·sbh/t` of Table 2
+    ///   when `g = a`, `f = 4h`; a MoE FFN keeps its routed inputs and activations
+    ///   (`R·(h + 3f_e/etp)`, not shrunk by `ep`) and fp32 router probabilities;
+    /// * the attention core, sharded over `t`: softmax output `2as²b`, its dropout mask `as²b` and
+    ///   dropout output `2as²b` — the `5as²b/t` term; a fused kernel stores none of it (only the
+    ///   fp32 softmax statistics `4·a·s·b`), and selective recompute drops it.
+    ///
+    /// Full recompute keeps only the layer input `2sbh` (`/t` with sequence parallelism).
+    ///
+    /// When `t` exceeds the key/value heads `g`, each GPU computes and keeps one replicated
+    /// key/value head (width `h/a`) instead of `g·(h/a)/t`.
+    fn transformer_activations(&self, shard: &ShardSpec, p: &Parts) -> (ActivationBytes, u64) {
+        let d = self.dims(shard);
+        let (b, s, h, t, e) = (d.b, d.s, d.h, d.t, d.e);
+        let a = self.num_attention_heads;
+        let s_k = p.keys.0;
+        let sbh = s * b * h;
+        let mask = u64::from(self.dropout);
+        // norm inputs (2), QKV and MLP inputs (2) in `e` bytes; dropout masks (2) in 1 byte
+        let replicated = 4 * sbh * e + 2 * mask * sbh;
+        // Q, K, V; output-projection input; FFN activation inputs and outputs
+        let sharded = (s * b * p.attn_stored + p.ffn_stored) * e;
+        let scores = a * s * s_k * b / t;
+        let core = if shard.flash_attention {
+            4 * a * s * b / t
+        } else if self.dropout {
+            // softmax output, dropout mask (1 byte), dropout output
+            scores * (2 * e + 1)
+        } else {
+            scores * e
+        };
+        let replicated_local = replicated / d.sp_div;
+        let activations = ActivationBytes {
+            none: replicated_local + sharded + core,
+            selective: replicated_local + sharded,
+            full: sbh * e / d.sp_div,
+        };
+        // Weight-gradient working set (split backward): GEMM inputs and output gradients.
+        let attn_in_outputs: u64 = p.attn_in.iter().map(|g| g.0 * g.1 * g.3).sum();
+        let latents: u64 = p.attn_in.iter().skip(1).map(|g| g.0 * g.2 * g.3).sum();
+        let latents = if self.mla.is_some() { latents } else { 0 };
+        let out_in = p.attn_out.0 * p.attn_out.2;
+        let gemm_inputs = (sbh / d.sp_div + latents + out_in + p.ffn_inputs) * e;
+        let out_grads = (attn_in_outputs + sbh / d.sp_div + p.ffn_outputs) * e;
+        (activations, gemm_inputs + out_grads)
+    }
+}
+
+/// The ops of one transformer block's passes (see [`TransformerSpec::transformer_ops`]).
+struct BlockOps {
+    forward: Vec<Op>,
+    backward_input: Vec<Op>,
+    backward_weight: Vec<Op>,
+    selective_recompute: Vec<Op>,
+}
