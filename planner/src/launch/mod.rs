@@ -263,6 +263,21 @@ pub fn emit(file: &PlanFile, framework: Framework) -> Result<Launch, LaunchError
     })
 }
 
+/// The frameworks that run `file`'s plan, in [`Framework::RUNNABLE`] order: those for which
+/// [`check_model`] and [`emit`] — the rules `autopp launch` and `plan --framework` apply —
+/// accept it. Empty when none does (a layer list, GPUs that do not fill whole nodes, features
+/// of different frameworks mixed under `--framework any-mix`).
+pub fn runs_on(file: &PlanFile) -> Vec<Framework> {
+    let Ok(model) = file.model() else {
+        return Vec::new();
+    };
+    let precision = file.settings.evaluation.precision;
+    Framework::RUNNABLE
+        .into_iter()
+        .filter(|&fw| check_model(&model, precision, fw).is_ok() && emit(file, fw).is_ok())
+        .collect()
+}
+
 /// Refuses, before a search made for `framework` (`plan --framework`), a model or precision the
 /// framework cannot run whatever the plan, so that a plan made for a framework always emits
 /// for it: a layer list (every framework), a model torchtitan's Llama 3 classes cannot build,

@@ -132,7 +132,12 @@ impl<'a> Search<'a> {
         if fitting.is_empty() {
             return Err(self.nothing_fits());
         }
-        let mut chosen: Vec<&Scored> = fitting.iter().take(self.shortlist).copied().collect();
+        let quota = if self.opts.exhaustive {
+            usize::MAX
+        } else {
+            self.shortlist
+        };
+        let mut chosen: Vec<&Scored> = fitting.iter().take(quota).copied().collect();
         let mut per_kind_count: HashMap<ScheduleKind, usize> = HashMap::new();
         for s in &chosen {
             *per_kind_count.entry(s.key.schedule).or_default() += 1;
@@ -158,11 +163,15 @@ impl<'a> Search<'a> {
             .map(|s| s.approx_s)
             .fold(f64::INFINITY, f64::min)
             * GIVE_UP_FACTOR;
+        let (solved, front_s) = match self.opts.exhaustive {
+            true => (usize::MAX, f64::INFINITY),
+            false => (PARTIAL_SOLVED, front_s),
+        };
         let to_solve: Vec<usize> = chosen
             .iter()
             .enumerate()
             .filter(|(_, s)| s.key.partial_recompute && s.key.degrees.pp <= PARTIAL_SOLVED_MAX_PP)
-            .take(PARTIAL_SOLVED)
+            .take(solved)
             .filter(|(_, s)| s.approx_s <= front_s)
             .map(|(i, _)| i)
             .collect();
@@ -225,9 +234,14 @@ impl<'a> Search<'a> {
     ) -> Result<Vec<Estimate>, PlanError> {
         if !self.opts.even_split_only {
             let this = &*self;
+            let tier = if self.opts.exhaustive {
+                usize::MAX
+            } else {
+                SECOND_TIER
+            };
             let extra: Vec<Option<Estimate>> = tiered
                 .par_iter()
-                .take(SECOND_TIER)
+                .take(tier)
                 .with_max_len(1)
                 .map(|(first, s)| this.best_other_split(first, s))
                 .collect();
@@ -271,6 +285,8 @@ impl<'a> Search<'a> {
     pub fn refine(&mut self, mut exact: Vec<Estimate>) -> Vec<Estimate> {
         let leaders = if self.opts.even_split_only {
             0
+        } else if self.opts.exhaustive {
+            exact.len()
         } else {
             exact.len().min(refine::REFINED_LEADERS)
         };

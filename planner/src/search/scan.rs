@@ -133,7 +133,7 @@ impl Scan<'_> {
     /// What a candidate must beat to enter the shortlist, from what the scan has found so far
     /// (it only falls as the scan goes on); infinite until the shortlist is full.
     fn cutoff_s(&self, fit_times: &[f64], kind_times: &HashMap<ScheduleKind, Vec<f64>>) -> f64 {
-        if fit_times.len() < self.shortlist {
+        if self.opts.exhaustive || fit_times.len() < self.shortlist {
             return f64::INFINITY;
         }
         let overall = fit_times[self.shortlist - 1];
