@@ -8,7 +8,7 @@
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::{load, Model};
 use autopp_planner::search::{self, runnable::framework_options, SearchOptions};
-use autopp_planner::Framework;
+use autopp_planner::{Estimate, Framework};
 
 const PRESETS: [&str; 10] = [
     "tiny-gpt",
@@ -40,6 +40,16 @@ fn options(model: &Model, global_batch: Option<u64>) -> SearchOptions {
     let mut opts = SearchOptions::new(Framework::Any, gb, 8);
     opts.tolerance = 0.0;
     opts
+}
+
+/// A plan's key and split, for a failure message.
+fn describe(e: &Estimate) -> String {
+    let split: Vec<usize> = e
+        .stages
+        .iter()
+        .map(|s| s.layers[1] + 1 - s.layers[0])
+        .collect();
+    format!("{:?} split {split:?}", search::key_of(e))
 }
 
 /// The fastest plan's time of `framework`'s own search (`plan --framework NAME`), if one fits.
@@ -133,7 +143,8 @@ fn llama3_70b_on_128_h100_beats_every_framework_and_cp2() {
 }
 
 /// The pruned default search finds the exhaustive search's best (every key scored, simulated
-/// with every split and refined, in every framework's space) on medium cases.
+/// with every split the search tries and refined, in every framework's space) on medium cases:
+/// the same plan, or one at least as fast.
 #[test]
 fn any_equals_the_exhaustive_search_on_medium_cases() {
     for (model, gpu, gpus, gb) in [
@@ -148,17 +159,25 @@ fn any_equals_the_exhaustive_search_on_medium_cases() {
         let t = any.result.best.result.predicted.iteration_time_s;
         let mut exhaustive = opts.clone();
         exhaustive.exhaustive = true;
-        let reference = Framework::RUNNABLE
+        let reference: (f64, String) = Framework::RUNNABLE
             .into_iter()
             .filter_map(|fw| {
                 let o = framework_options(&m, &exhaustive, fw)?;
                 let r = search::search(&m, &p, &o, &|_, _| {}).ok()?;
-                Some(r.best.result.predicted.iteration_time_s)
+                Some((r.best.result.predicted.iteration_time_s, describe(&r.best)))
             })
-            .fold(f64::INFINITY, f64::min);
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .expect("the exhaustive search finds a plan");
+        eprintln!(
+            "{model} × {gpus} {gpu}: any {t} s, exhaustive {} s",
+            reference.0
+        );
+        // the reference hill-climbs splits with more than a few hundred choices, as the search
+        // does, from other starting points: the search must miss nothing it finds
         assert!(
-            (t - reference).abs() <= 1e-9 * reference,
-            "{model} × {gpus} {gpu}: any {t} s, exhaustive {reference} s"
+            t <= reference.0 * (1.0 + 1e-9),
+            "{model} × {gpus} {gpu}: any {t} s ({}), exhaustive {reference:?}",
+            describe(&any.result.best)
         );
     }
 }

@@ -283,29 +283,46 @@ impl<'a> Search<'a> {
     /// Keeps each configuration's fastest split and refines the leaders' splits by moving
     /// layers across stage boundaries.
     pub fn refine(&mut self, mut exact: Vec<Estimate>) -> Vec<Estimate> {
-        let leaders = if self.opts.even_split_only {
-            0
-        } else if self.opts.exhaustive {
-            exact.len()
-        } else {
-            exact.len().min(refine::REFINED_LEADERS)
-        };
         // one leader per configuration: the fastest split of each
         let mut seen = HashSet::new();
         exact.retain(|e| seen.insert(key_of(e)));
-        let leaders = leaders.min(exact.len());
+        let leaders = self.leaders(&exact);
         let this = &*self;
-        let refined: Vec<(Estimate, usize)> = exact[..leaders]
+        let refined: Vec<(usize, Estimate, usize)> = leaders
             .par_iter()
             .with_max_len(1)
-            .map(|est| refine::refine(&this.eval, est, this.table(&key_of(est))))
+            .map(|&i| {
+                let est = &exact[i];
+                let (better, n) = refine::refine(&this.eval, est, this.table(&key_of(est)));
+                (i, better, n)
+            })
             .collect();
-        for (slot, (better, n)) in exact.iter_mut().zip(refined) {
+        for (i, better, n) in refined {
             self.simulated += n;
-            *slot = better;
+            exact[i] = better;
         }
         exact.sort_by(rank_cmp);
         exact
+    }
+
+    /// Which of `exact` (distinct configurations, fastest first) to refine: the fastest
+    /// [`refine::REFINED_LEADERS`], and each schedule kind's fastest within [`GIVE_UP_FACTOR`]
+    /// of the best (a kind's split refines differently); every one when exhaustive.
+    fn leaders(&self, exact: &[Estimate]) -> Vec<usize> {
+        if self.opts.even_split_only {
+            return Vec::new();
+        }
+        if self.opts.exhaustive {
+            return (0..exact.len()).collect();
+        }
+        let limit = exact.first().map_or(0.0, time_of) * GIVE_UP_FACTOR;
+        let mut kinds = HashSet::new();
+        (0..exact.len())
+            .filter(|&i| {
+                let first_of_kind = kinds.insert(exact[i].result.plan.schedule);
+                i < refine::REFINED_LEADERS || (first_of_kind && time_of(&exact[i]) <= limit)
+            })
+            .collect()
     }
 
     /// The best and the next `top_k` that run differently from every one before them (see
