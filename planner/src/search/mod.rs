@@ -187,10 +187,7 @@ pub fn search(
 ) -> Result<SearchResult, PlanError> {
     let start = Instant::now();
     let mut phases = Search::new(model, profile, opts)?;
-    let scored = phases.scan(progress);
-    let chosen = phases.shortlist(&scored)?;
-    let simulated = phases.simulate(&chosen);
-    let exact = phases.other_splits(simulated)?;
+    let (scored, exact) = phases.exact_candidates(progress)?;
     let exact = phases.refine(exact);
     let (exact, passed_over) = prefer_simple(exact, opts.tolerance);
     let (best, alternatives) = phases.answers(exact)?;

@@ -42,7 +42,13 @@ pub(super) struct Search<'a> {
     shortlist: usize,
     /// Candidates simulated exactly so far.
     pub simulated: usize,
+    /// Shortlisted keys that did not fit once simulated exactly, left out of the next scan.
+    excluded: HashSet<Key>,
 }
+
+/// Scans again without the shortlist when none of it fits once simulated exactly (the closed
+/// form's memory was optimistic for all of them), at most this many times.
+const RESCANS: usize = 4;
 
 impl<'a> Search<'a> {
     /// Enumerates the space and builds one layer table per layer sharding.
@@ -78,6 +84,7 @@ impl<'a> Search<'a> {
             generated: Memo::default(),
             shortlist: (4 * opts.top_k).max(24),
             simulated: 0,
+            excluded: HashSet::new(),
         })
     }
 
@@ -120,8 +127,38 @@ impl<'a> Search<'a> {
             tables: &self.tables,
             inflight_of: &|k: &Key| self.inflight_of(k),
             shortlist: self.shortlist,
+            excluded: &self.excluded,
         }
         .run(&bounded, progress)
+    }
+
+    /// Scan, shortlist, simulate and try other splits: the scored keys and every candidate's
+    /// fastest fitting split. When no shortlisted candidate fits once simulated exactly, the
+    /// scan runs again without them (up to [`RESCANS`] times).
+    pub fn exact_candidates(
+        &mut self,
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<(Vec<Scored>, Vec<Estimate>), PlanError> {
+        let mut round = 0;
+        loop {
+            let scored = self.scan(progress);
+            let chosen = self.shortlist(&scored)?;
+            let keys: Vec<Key> = chosen.iter().map(|s| s.key).collect();
+            let simulated = self.simulate(&chosen);
+            match self.other_splits(simulated) {
+                Ok(exact) => return Ok((scored, exact)),
+                Err(e) if round >= RESCANS => return Err(e),
+                Err(_) => {
+                    self.excluded.extend(keys.iter().flat_map(|k| {
+                        [false, true].map(|partial_recompute| Key {
+                            partial_recompute,
+                            ..*k
+                        })
+                    }));
+                    round += 1;
+                }
+            }
+        }
     }
 
     /// The candidates to simulate: the overall best by closed form, then each schedule kind's
