@@ -2,7 +2,7 @@
 
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::load;
-use autopp_planner::search::{search, SearchOptions};
+use autopp_planner::search::{plans, search, SearchOptions};
 use autopp_planner::Framework;
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -16,9 +16,16 @@ fn case(c: &mut Criterion, name: &str, model: &str, gpu: &str, gpus: u64, batch:
     let profile = AnalyticProfile::new(cluster, Precision::Bf16).expect("profile");
     let global_batch = batch.or(model.default_global_batch()).expect("batch");
     let opts = SearchOptions::new(Framework::Any, global_batch, 8);
+    // `autopp plan`'s default (`--framework any`): every framework's search, ranked together
     c.bench_function(name, |b| {
-        b.iter(|| search(&model, &profile, &opts, &|_, _| {}).expect("a plan"))
+        b.iter(|| plans(&model, &profile, &opts, true, &|_, _| {}).expect("a plan"))
     });
+    if name.starts_with("plan gpt3-175b") {
+        // `--framework any-mix`: one search over everything autopp models
+        c.bench_function(&format!("{name} any-mix"), |b| {
+            b.iter(|| search(&model, &profile, &opts, &|_, _| {}).expect("a plan"))
+        });
+    }
 }
 
 fn planner(c: &mut Criterion) {

@@ -313,12 +313,12 @@ fn plan_for_a_framework_refuses_up_front_what_it_cannot_run() {
         ),
         "--fix tp=8: torchtitan splits whole key/value heads",
     );
-    // a plan made for any framework with tp = 8 over 4 key/value heads: torchtitan refuses it
+    // a plan of the mixed space with tp = 8 over 4 key/value heads: torchtitan refuses it
     let any = plan(
         dir.path(),
         "kv4-tp8",
         &format!(
-            "{} --gpus 64 --fix tp=8,pp=2,dp=4,schedule=1f1b,zero_stage=2",
+            "{} --gpus 64 --framework any-mix --fix tp=8,pp=2,dp=4,schedule=1f1b,zero_stage=2",
             kv4.display()
         ),
     );

@@ -174,7 +174,16 @@ fn impossible_requests_explain_themselves() {
     fails_with(&["plan", "gpt3-175b", "--gpus", "12"], "--gpus");
     // a global batch smaller than the smallest data-parallel degree
     fails_with(
-        &["plan", "gpt3-175b", "--gpus", "1024", "--global-batch", "1"],
+        &[
+            "plan",
+            "gpt3-175b",
+            "--gpus",
+            "1024",
+            "--global-batch",
+            "1",
+            "--fix",
+            "cp=1",
+        ],
         "smallest data-parallel degree",
     );
     // a model larger than all the memory
@@ -237,7 +246,8 @@ fn partial_recompute_is_planned_explained_and_round_trips() {
     let path = dir.path().join("plan.json");
     let path = path.to_str().unwrap();
     let mut args = GPT3_64.to_vec();
-    args.extend(["--max-tp", "4", "--out", path]);
+    // per-rank counts are the mixed space's (Megatron's one count per stage is the default's)
+    args.extend(["--max-tp", "4", "--framework", "any-mix", "--out", path]);
     let out = autopp(&args, None);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);

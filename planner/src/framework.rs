@@ -50,6 +50,14 @@ impl Framework {
         Framework::Deepspeed,
     ];
 
+    /// The frameworks that launch plans (`autopp launch`), in the order they are documented:
+    /// the default search (`--framework any`) unites their spaces.
+    pub const RUNNABLE: [Framework; 3] = [
+        Framework::Megatron,
+        Framework::Torchtitan,
+        Framework::Deepspeed,
+    ];
+
     /// The name used on the command line and in JSON.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -87,6 +87,10 @@ pub struct PlanFile {
     pub cluster: Cluster,
     /// Evaluation settings.
     pub settings: Settings,
+    /// The frameworks that run the plan ([`crate::launch::runs_on`]), as the planner wrote them;
+    /// absent from files of earlier versions and when no framework runs it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs_on: Vec<Framework>,
 }
 
 impl PlanFile {
@@ -110,7 +114,14 @@ impl PlanFile {
                 group_size: config.group_size,
                 framework: Framework::Any,
             },
+            runs_on: Vec::new(),
         })
+    }
+
+    /// The same file, saying which frameworks run it ([`crate::launch::runs_on`]).
+    pub fn with_runs_on(mut self) -> PlanFile {
+        self.runs_on = crate::launch::runs_on(&self);
+        self
     }
 
     /// The same file, made for `framework`.

@@ -25,10 +25,15 @@ use crate::framework::Framework;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stack {
-    /// No framework named: the modern defaults, every overlap on (what each framework that
-    /// runs the plan offers).
+    /// No framework named: the best plan that some framework runs, each framework searched
+    /// with its own stack (`search::plans`). As a runtime of its own (what-if sweeps, `estimate`):
+    /// the modern defaults, every overlap on.
     #[default]
     Any,
+    /// Everything autopp models, features of different frameworks mixed in one plan (per-rank
+    /// partial recompute, ZeRO 2 beside a pipeline with 1F1B, …), with every overlap on: plans
+    /// no single framework may run. Opt-in (`--framework any-mix`).
+    AnyMix,
     /// Megatron-Core (0.13, 2025) as its examples run it: distributed optimizer with
     /// `--overlap-grad-reduce --overlap-param-gather`, no `--tp-comm-overlap`.
     MegatronCore,
@@ -54,8 +59,9 @@ pub enum Stack {
 
 impl Stack {
     /// Every stack, in the order they are documented.
-    pub const ALL: [Stack; 8] = [
+    pub const ALL: [Stack; 9] = [
         Stack::Any,
+        Stack::AnyMix,
         Stack::MegatronCore,
         Stack::MegatronLm2021,
         Stack::Nemo,
@@ -69,6 +75,7 @@ impl Stack {
     pub fn as_str(self) -> &'static str {
         match self {
             Stack::Any => "any",
+            Stack::AnyMix => "any-mix",
             Stack::MegatronCore => "megatron-core",
             Stack::MegatronLm2021 => "megatron-lm-2021",
             Stack::Nemo => "nemo",
@@ -84,7 +91,7 @@ impl Stack {
     /// no pipeline of its own and is not restricted.
     pub fn family(self) -> Framework {
         match self {
-            Stack::Any | Stack::Composer => Framework::Any,
+            Stack::Any | Stack::AnyMix | Stack::Composer => Framework::Any,
             Stack::MegatronCore | Stack::MegatronLm2021 | Stack::Nemo => Framework::Megatron,
             Stack::Torchtitan => Framework::Torchtitan,
             Stack::Deepspeed | Stack::MegatronDeepspeed => Framework::Deepspeed,
@@ -105,7 +112,7 @@ impl Stack {
         };
         match self {
             // every overlap any framework offers
-            Stack::Any => Runtime {
+            Stack::Any | Stack::AnyMix => Runtime {
                 tp_comm_overlap: true,
                 ..modern
             },

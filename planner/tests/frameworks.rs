@@ -8,7 +8,7 @@ use autopp_planner::search::{self, SearchOptions};
 use autopp_planner::{Estimate, Framework};
 use autopp_schedule::ScheduleKind;
 
-/// What `autopp plan --framework F [--max-tp T] [--fix recompute=R]` searches.
+/// What `autopp plan --framework F [--max-tp T] --fix cp=1[,recompute=R]` searches.
 fn options(
     framework: Framework,
     gb: u64,
@@ -18,6 +18,9 @@ fn options(
     let mut opts = SearchOptions::new(framework, gb, 8);
     opts.limits.max_tp = max_tp;
     opts.fixed.recompute = recompute;
+    // without context parallelism, which (searched at every sequence length) would lift the
+    // memory bind these cases are about
+    opts.fixed.degrees.cp = Some(1);
     opts
 }
 

@@ -4,7 +4,7 @@ use anyhow::{bail, Result};
 use autopp_hardware::{AnalyticProfile, Cluster, Precision};
 use autopp_models::Model;
 use autopp_planner::report::{self, Margin};
-use autopp_planner::search::{self, SearchOptions, SearchResult};
+use autopp_planner::search::{self, SearchOptions};
 use autopp_planner::{cost_profile, Fixed, Framework, PlanFile, Stack};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
@@ -68,7 +68,8 @@ pub struct PlanArgs {
     #[arg(long, value_name = "GIB|N%")]
     pub memory_margin: Option<String>,
     /// Plans within this many percent of the fastest count as equally fast; the simplest of
-    /// them wins (fewer pipeline ranks, no virtual stages, plain 1F1B, smaller tp).
+    /// them wins (memory headroom: peak under 90% of the GPU's, fewer stages per rank, plain
+    /// 1F1B, an even layer split, fewer pipeline ranks, smaller tp).
     #[arg(long, default_value_t = 1.0, value_name = "PCT")]
     pub tolerance: f64,
     /// Only Megatron's default even layer split (no uneven stage layouts).
@@ -76,8 +77,11 @@ pub struct PlanArgs {
     pub even_split: bool,
     /// The framework that will run the plan: megatron (1f1b and interleaved 1F1B, ZeRO ≤ 1,
     /// recompute of the first N layers of every stage), torchtitan (its schedules, FSDP2,
-    /// uniform activation checkpointing), deepspeed (1F1B, ZeRO ≤ 1, even layers), or any
-    /// (everything autopp models, including a different recompute count per rank). See
+    /// uniform activation checkpointing), deepspeed (1F1B, ZeRO ≤ 1, even layers), any (the
+    /// best plan that one of them runs: each searched with its own runtime, the answers ranked
+    /// together and each marked with the frameworks that run it), or any-mix (everything autopp
+    /// models, features of different frameworks mixed, e.g. a different recompute count per
+    /// rank, ZeRO 2 with tp and sequence parallelism: plans no framework may run). See
     /// docs/frameworks.md. A version where behaviour changed names its runtime: megatron is
     /// megatron-core (overlapped gradient reduce and parameter gather), megatron-lm-2021,
     /// nemo (also tensor-parallel overlap); any models every overlap on.
@@ -187,22 +191,36 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         args.profile.as_deref(),
         &model,
     )?;
-    let result = search_with_progress(&model, &profile, &opts)?;
+    let runnable = args.framework == Stack::Any;
+    let plans = search_with_progress(&model, &profile, &opts, runnable)?;
+    let (result, answers) = (&plans.result, &plans.answers);
     let best = &result.best;
-    let config = search::exact_config(best, &opts);
+    let config = answers[0].config.clone();
     if let Some(path) = &args.out {
-        let file =
-            PlanFile::new(best, &model, &cluster, &config)?.with_framework(args.framework.family());
+        let file = PlanFile::new(best, &model, &cluster, &config)?
+            .with_framework(args.framework.family())
+            .with_runs_on();
         match args.emit {
             Some(f) => super::launch::write_plan_and_launch(&file, f, path)?,
             None => write_atomic(path, serde_json::to_string_pretty(&file)?.as_bytes())?,
         }
     }
     if args.json {
-        let alternatives: Vec<_> = result.alternatives.iter().map(|e| &e.result).collect();
+        let alternatives: Vec<_> = (result.alternatives.iter().zip(&answers[1..]))
+            .map(|(e, a)| {
+                serde_json::json!({
+                    "plan": e.result.plan,
+                    "predicted": e.result.predicted,
+                    "made_for": a.made_for,
+                    "runs_on": a.runs_on,
+                })
+            })
+            .collect();
         let out = serde_json::json!({
             "plan": best.result.plan,
             "predicted": best.result.predicted,
+            "made_for": answers[0].made_for,
+            "runs_on": answers[0].runs_on,
             "search": {
                 "elapsed_s": result.elapsed_s,
                 "candidates": result.candidates,
@@ -221,7 +239,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let margin = args.margin(&cluster)?;
     print!(
         "{}",
-        report::plan_text(&model, &profile, &config, &result, &margin)
+        report::plan_text(&model, &profile, &config, &plans, &margin)
     );
     if let Some(path) = &args.out {
         println!("\nplan written to {path}");
@@ -234,9 +252,10 @@ fn search_with_progress(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
-) -> Result<SearchResult> {
+    runnable: bool,
+) -> Result<search::Plans> {
     let bar = Progress::new("configurations");
-    Ok(search::search(model, profile, opts, &|d, t| {
+    Ok(search::plans(model, profile, opts, runnable, &|d, t| {
         bar.update(d, t)
     })?)
 }

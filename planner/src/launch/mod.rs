@@ -221,6 +221,22 @@ struct Entry {
     files: Vec<(String, String)>,
 }
 
+/// What a model has that no emitter writes flags for yet (mixtures of experts, MLA, MTP, a
+/// `head_dim` apart from hidden/heads, qk-norm, sliding windows, attention sinks), if anything.
+fn not_written_yet(t: &autopp_models::TransformerSpec) -> Option<&'static str> {
+    if t.moe.is_some() {
+        Some("mixtures of experts")
+    } else if t.mla.is_some() || t.mtp_num_layers > 0 {
+        Some("MLA attention and MTP layers")
+    } else if t.head_dim.is_some() || t.qk_norm {
+        Some("Qwen3-style attention (head_dim, qk-norm)")
+    } else if t.sliding_window.is_some() || t.attention_sinks {
+        Some("sliding-window attention and attention sinks")
+    } else {
+        None
+    }
+}
+
 /// The launch files of `file` for `framework`, or why it cannot run them.
 pub fn emit(file: &PlanFile, framework: Framework) -> Result<Launch, LaunchError> {
     let version = match framework {
@@ -235,6 +251,14 @@ pub fn emit(file: &PlanFile, framework: Framework) -> Result<Launch, LaunchError
         }
     };
     let refused = |refusal| LaunchError::Refused { framework, refusal };
+    if let Ok(Model::Transformer(t)) = file.model() {
+        if let Some(what) = not_written_yet(&t) {
+            return Err(refused(Refusal::Model(
+                framework,
+                format!("is not launched by autopp yet for {what}: autopp writes no expert-parallel, MLA, MTP, head_dim, qk-norm or sliding-window flags yet; the plan itself stands"),
+            )));
+        }
+    }
     let view = view_for(file, framework)?;
     if view.gpus > view.gpus_per_node && view.gpus % view.gpus_per_node != 0 {
         return Err(refused(Refusal::NotWholeNodes {
@@ -263,6 +287,21 @@ pub fn emit(file: &PlanFile, framework: Framework) -> Result<Launch, LaunchError
         args: entry.args,
         files,
     })
+}
+
+/// The frameworks that run `file`'s plan, in [`Framework::RUNNABLE`] order: those for which
+/// [`check_model`] and [`emit`] — the rules `autopp launch` and `plan --framework` apply —
+/// accept it. Empty when none does (a layer list, GPUs that do not fill whole nodes, features
+/// of different frameworks mixed under `--framework any-mix`).
+pub fn runs_on(file: &PlanFile) -> Vec<Framework> {
+    let Ok(model) = file.model() else {
+        return Vec::new();
+    };
+    let precision = file.settings.evaluation.precision;
+    Framework::RUNNABLE
+        .into_iter()
+        .filter(|&fw| check_model(&model, precision, fw).is_ok() && emit(file, fw).is_ok())
+        .collect()
 }
 
 /// Refuses, before a search made for `framework` (`plan --framework`), a model or precision the

@@ -10,17 +10,18 @@ use autopp_models::Model;
 use super::estimate::estimate_text;
 use super::margin::Margin;
 use crate::config::ParallelConfig;
-use crate::search::{explain, SearchResult};
+use crate::search::{explain, Answer, Plans, SearchResult};
 
-/// The human-readable answer of a search: `result` for `model` on `profile`'s cluster, whose
+/// The human-readable answer of a search: `plans` for `model` on `profile`'s cluster, whose
 /// best plan is `config`, kept at least `margin` free.
 pub fn plan_text(
     model: &Model,
     profile: &AnalyticProfile,
     config: &ParallelConfig,
-    result: &SearchResult,
+    plans: &Plans,
     margin: &Margin,
 ) -> String {
+    let (result, answers) = (&plans.result, &plans.answers);
     let best = &result.best;
     let mut o = format!(
         "searched {} configurations in {} ({} simulated exactly)\n\n",
@@ -45,31 +46,41 @@ pub fn plan_text(
     if let Some(layout) = &best.result.plan.megatron_layout {
         let _ = writeln!(o, "  layout        {layout}");
     }
+    if let Some(a) = answers.first() {
+        let _ = writeln!(
+            o,
+            "  runs on       {} (predicted with {}'s runtime)",
+            a.runs_on_label(),
+            a.config.settings.runtime.stack
+        );
+    }
     o += "\nwhy\n";
     for line in wrap(&explain::explain(result), 92) {
         let _ = writeln!(o, "  {line}");
     }
     if !result.alternatives.is_empty() {
         o += "\nalternatives\n";
-        o += &alternatives_table(result);
+        o += &alternatives_table(result, answers);
     }
     o
 }
 
-/// The best plan and the alternatives, one line each.
-pub fn alternatives_table(result: &SearchResult) -> String {
+/// The best plan and the alternatives, one line each, with the frameworks that run each
+/// (`answers`, in the same order).
+pub fn alternatives_table(result: &SearchResult, answers: &[Answer]) -> String {
     let mut o = String::from(
-        "   #   tp  pp   dp  v mbs  schedule          recompute   sp zero        time    MFU peak GiB\n",
+        "   #   tp  pp   dp  v mbs  schedule          recompute   sp zero        time    MFU peak GiB  runs on\n",
     );
-    for (i, e) in std::iter::once(&result.best)
+    for ((i, e), a) in std::iter::once(&result.best)
         .chain(&result.alternatives)
         .enumerate()
+        .zip(answers)
     {
         let (p, pr) = (&e.result.plan, &e.result.predicted);
         let d = &p.degrees;
         let _ = writeln!(
             o,
-            "  {:>2}  {:>3} {:>3} {:>4} {:>2} {:>3}  {:<17} {:<10} {:>3} {:>4}  {:>10} {:>5.1}% {:>8}",
+            "  {:>2}  {:>3} {:>3} {:>4} {:>2} {:>3}  {:<17} {:<10} {:>3} {:>4}  {:>10} {:>5.1}% {:>8}  {}",
             i + 1,
             d.tp,
             d.pp,
@@ -82,7 +93,8 @@ pub fn alternatives_table(result: &SearchResult) -> String {
             p.zero_stage,
             secs(pr.iteration_time_s),
             100.0 * pr.mfu,
-            gib(pr.peak_memory_bytes)
+            gib(pr.peak_memory_bytes),
+            a.runs_on_label()
         );
     }
     o

@@ -24,6 +24,7 @@ mod memo;
 mod partial;
 mod phases;
 mod refine;
+pub mod runnable;
 mod scan;
 mod score;
 pub mod space;
@@ -45,6 +46,7 @@ pub use crate::pins::Fixed;
 use evaluator::ScheduleShape;
 pub use partial::IlpSolver;
 use phases::Search;
+pub use runnable::{plans, Answer, Plans};
 pub use space::{Key, SpaceLimits, DEFAULT_MAX_MICRO_BATCH_SIZE, DEFAULT_MAX_VIRTUAL_STAGES};
 
 /// Alternatives reported besides the best unless told otherwise (`--top`).
@@ -81,6 +83,9 @@ pub struct SearchOptions {
     pub even_split_only: bool,
     /// The solver of the partial-recompute integer program.
     pub ilp_solver: IlpSolver,
+    /// No pruning (the reference search of the tests): every key is scored, every fitting one
+    /// simulated with every split the search tries and refined. Minutes on large cases.
+    pub exhaustive: bool,
 }
 
 impl SearchOptions {
@@ -102,6 +107,7 @@ impl SearchOptions {
             },
             even_split_only: !framework.uneven_layouts(),
             ilp_solver: IlpSolver::of_build(),
+            exhaustive: false,
         }
     }
 }
@@ -186,10 +192,7 @@ pub fn search(
 ) -> Result<SearchResult, PlanError> {
     let start = Instant::now();
     let mut phases = Search::new(model, profile, opts)?;
-    let scored = phases.scan(progress);
-    let chosen = phases.shortlist(&scored)?;
-    let simulated = phases.simulate(&chosen);
-    let exact = phases.other_splits(simulated)?;
+    let (scored, exact) = phases.exact_candidates(progress)?;
     let exact = phases.refine(exact);
     let (exact, passed_over) = prefer_simple(exact, opts.tolerance);
     let (best, alternatives) = phases.answers(exact)?;
@@ -223,12 +226,32 @@ fn rank_cmp(a: &Estimate, b: &Estimate) -> std::cmp::Ordering {
         .then(key_of(a).cmp(&key_of(b)))
 }
 
-/// How much a plan asks of whoever runs it, least first: pipeline ranks, stages per rank, a
-/// schedule other than plain 1F1B, then tensor parallelism.
-pub fn complexity(k: &Key) -> (u64, u64, bool, u64) {
+/// Peak memory above this share of the GPU's counts as tight when plans tie (see
+/// [`complexity`]): a plan with headroom is the safer bet when the predictions are as close.
+pub const TIGHT_MEMORY_SHARE: f64 = 0.9;
+
+/// How much a plan asks of whoever runs it, least first: memory above [`TIGHT_MEMORY_SHARE`]
+/// of the GPU's, stages per rank, a schedule other than plain 1F1B, a layer split that is not
+/// even (transformer layers per stage differing by more than one), pipeline ranks, then tensor
+/// parallelism.
+pub fn complexity(e: &Estimate) -> (bool, u64, bool, bool, u64, u64) {
+    let (k, pr) = (key_of(e), &e.result.predicted);
     let d = k.degrees;
+    let tight = pr.peak_memory_bytes as f64 > TIGHT_MEMORY_SHARE * pr.memory_capacity_bytes as f64;
     let fancy = d.pp > 1 && k.schedule != ScheduleKind::OneFOneB;
-    (d.pp, d.virtual_stages, fancy, d.tp)
+    (tight, d.virtual_stages, fancy, !even_split(e), d.pp, d.tp)
+}
+
+/// Whether every stage holds the same number of transformer layers, give or take one (the
+/// embedding and the head not counted).
+fn even_split(e: &Estimate) -> bool {
+    let body = e.stages.iter().map(|s| {
+        let [a, b] = s.layers;
+        let ends = usize::from(s.has_embedding) + usize::from(s.has_head);
+        (b + 1).saturating_sub(a).saturating_sub(ends)
+    });
+    let (lo, hi) = body.fold((usize::MAX, 0), |(lo, hi), n| (lo.min(n), hi.max(n)));
+    hi <= lo.saturating_add(1)
 }
 
 /// `exact` (in rank order) with the simplest plan within `tolerance` of the fastest moved to
@@ -245,7 +268,7 @@ pub fn prefer_simple(
         .iter()
         .enumerate()
         .take_while(|(_, e)| time_of(e) <= limit)
-        .min_by_key(|(i, e)| (complexity(&key_of(e)), *i))
+        .min_by_key(|(i, e)| (complexity(e), *i))
         .map_or(0, |(i, _)| i);
     if simplest == 0 {
         return (exact, None);

@@ -42,7 +42,13 @@ pub(super) struct Search<'a> {
     shortlist: usize,
     /// Candidates simulated exactly so far.
     pub simulated: usize,
+    /// Shortlisted keys that did not fit once simulated exactly, left out of the next scan.
+    excluded: HashSet<Key>,
 }
+
+/// Scans again without the shortlist when none of it fits once simulated exactly (the closed
+/// form's memory was optimistic for all of them), at most this many times.
+const RESCANS: usize = 4;
 
 impl<'a> Search<'a> {
     /// Enumerates the space and builds one layer table per layer sharding.
@@ -78,6 +84,7 @@ impl<'a> Search<'a> {
             generated: Memo::default(),
             shortlist: (4 * opts.top_k).max(24),
             simulated: 0,
+            excluded: HashSet::new(),
         })
     }
 
@@ -120,8 +127,38 @@ impl<'a> Search<'a> {
             tables: &self.tables,
             inflight_of: &|k: &Key| self.inflight_of(k),
             shortlist: self.shortlist,
+            excluded: &self.excluded,
         }
         .run(&bounded, progress)
+    }
+
+    /// Scan, shortlist, simulate and try other splits: the scored keys and every candidate's
+    /// fastest fitting split. When no shortlisted candidate fits once simulated exactly, the
+    /// scan runs again without them (up to [`RESCANS`] times).
+    pub fn exact_candidates(
+        &mut self,
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<(Vec<Scored>, Vec<Estimate>), PlanError> {
+        let mut round = 0;
+        loop {
+            let scored = self.scan(progress);
+            let chosen = self.shortlist(&scored)?;
+            let keys: Vec<Key> = chosen.iter().map(|s| s.key).collect();
+            let simulated = self.simulate(&chosen);
+            match self.other_splits(simulated) {
+                Ok(exact) => return Ok((scored, exact)),
+                Err(e) if round >= RESCANS => return Err(e),
+                Err(_) => {
+                    self.excluded.extend(keys.iter().flat_map(|k| {
+                        [false, true].map(|partial_recompute| Key {
+                            partial_recompute,
+                            ..*k
+                        })
+                    }));
+                    round += 1;
+                }
+            }
+        }
     }
 
     /// The candidates to simulate: the overall best by closed form, then each schedule kind's
@@ -132,7 +169,12 @@ impl<'a> Search<'a> {
         if fitting.is_empty() {
             return Err(self.nothing_fits());
         }
-        let mut chosen: Vec<&Scored> = fitting.iter().take(self.shortlist).copied().collect();
+        let quota = if self.opts.exhaustive {
+            usize::MAX
+        } else {
+            self.shortlist
+        };
+        let mut chosen: Vec<&Scored> = fitting.iter().take(quota).copied().collect();
         let mut per_kind_count: HashMap<ScheduleKind, usize> = HashMap::new();
         for s in &chosen {
             *per_kind_count.entry(s.key.schedule).or_default() += 1;
@@ -158,11 +200,15 @@ impl<'a> Search<'a> {
             .map(|s| s.approx_s)
             .fold(f64::INFINITY, f64::min)
             * GIVE_UP_FACTOR;
+        let (solved, front_s) = match self.opts.exhaustive {
+            true => (usize::MAX, f64::INFINITY),
+            false => (PARTIAL_SOLVED, front_s),
+        };
         let to_solve: Vec<usize> = chosen
             .iter()
             .enumerate()
             .filter(|(_, s)| s.key.partial_recompute && s.key.degrees.pp <= PARTIAL_SOLVED_MAX_PP)
-            .take(PARTIAL_SOLVED)
+            .take(solved)
             .filter(|(_, s)| s.approx_s <= front_s)
             .map(|(i, _)| i)
             .collect();
@@ -225,9 +271,14 @@ impl<'a> Search<'a> {
     ) -> Result<Vec<Estimate>, PlanError> {
         if !self.opts.even_split_only {
             let this = &*self;
+            let tier = if self.opts.exhaustive {
+                usize::MAX
+            } else {
+                SECOND_TIER
+            };
             let extra: Vec<Option<Estimate>> = tiered
                 .par_iter()
-                .take(SECOND_TIER)
+                .take(tier)
                 .with_max_len(1)
                 .map(|(first, s)| this.best_other_split(first, s))
                 .collect();
@@ -269,27 +320,46 @@ impl<'a> Search<'a> {
     /// Keeps each configuration's fastest split and refines the leaders' splits by moving
     /// layers across stage boundaries.
     pub fn refine(&mut self, mut exact: Vec<Estimate>) -> Vec<Estimate> {
-        let leaders = if self.opts.even_split_only {
-            0
-        } else {
-            exact.len().min(refine::REFINED_LEADERS)
-        };
         // one leader per configuration: the fastest split of each
         let mut seen = HashSet::new();
         exact.retain(|e| seen.insert(key_of(e)));
-        let leaders = leaders.min(exact.len());
+        let leaders = self.leaders(&exact);
         let this = &*self;
-        let refined: Vec<(Estimate, usize)> = exact[..leaders]
+        let refined: Vec<(usize, Estimate, usize)> = leaders
             .par_iter()
             .with_max_len(1)
-            .map(|est| refine::refine(&this.eval, est, this.table(&key_of(est))))
+            .map(|&i| {
+                let est = &exact[i];
+                let (better, n) = refine::refine(&this.eval, est, this.table(&key_of(est)));
+                (i, better, n)
+            })
             .collect();
-        for (slot, (better, n)) in exact.iter_mut().zip(refined) {
+        for (i, better, n) in refined {
             self.simulated += n;
-            *slot = better;
+            exact[i] = better;
         }
         exact.sort_by(rank_cmp);
         exact
+    }
+
+    /// Which of `exact` (distinct configurations, fastest first) to refine: the fastest
+    /// [`refine::REFINED_LEADERS`], and each schedule kind's fastest within [`GIVE_UP_FACTOR`]
+    /// of the best (a kind's split refines differently); every one when exhaustive.
+    fn leaders(&self, exact: &[Estimate]) -> Vec<usize> {
+        if self.opts.even_split_only {
+            return Vec::new();
+        }
+        if self.opts.exhaustive {
+            return (0..exact.len()).collect();
+        }
+        let limit = exact.first().map_or(0.0, time_of) * GIVE_UP_FACTOR;
+        let mut kinds = HashSet::new();
+        (0..exact.len())
+            .filter(|&i| {
+                let first_of_kind = kinds.insert(exact[i].result.plan.schedule);
+                i < refine::REFINED_LEADERS || (first_of_kind && time_of(&exact[i]) <= limit)
+            })
+            .collect()
     }
 
     /// The best and the next `top_k` that run differently from every one before them (see

@@ -13,7 +13,7 @@
 //! do not depend on the thread count.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
@@ -52,6 +52,8 @@ pub(super) struct Scan<'a> {
     pub inflight_of: &'a (dyn Fn(&Key) -> Option<Vec<u32>> + Sync),
     /// Candidates the shortlist holds besides each kind's quota.
     pub shortlist: usize,
+    /// Keys that did not fit once simulated exactly (see `Search::exact_candidates`).
+    pub excluded: &'a HashSet<Key>,
 }
 
 impl Scan<'_> {
@@ -133,7 +135,7 @@ impl Scan<'_> {
     /// What a candidate must beat to enter the shortlist, from what the scan has found so far
     /// (it only falls as the scan goes on); infinite until the shortlist is full.
     fn cutoff_s(&self, fit_times: &[f64], kind_times: &HashMap<ScheduleKind, Vec<f64>>) -> f64 {
-        if fit_times.len() < self.shortlist {
+        if self.opts.exhaustive || fit_times.len() < self.shortlist {
             return f64::INFINITY;
         }
         let overall = fit_times[self.shortlist - 1];
@@ -153,6 +155,13 @@ impl Scan<'_> {
     /// Scores one item: the key (and files its partial variant for later), or the variant.
     fn score_item(&self, key: &Key, variant: Variant) -> (Option<Scored>, Option<Item>) {
         let (profile, opts) = (self.profile, self.opts);
+        let partial = Key {
+            partial_recompute: true,
+            ..*key
+        };
+        if self.excluded.contains(key) && self.excluded.contains(&partial) {
+            return (None, None);
+        }
         let table = &self.tables[&group_of(key)];
         let m = shape_of(key, opts).3;
         if variant == Variant::Partial {

@@ -117,7 +117,6 @@ pub fn enumerate(
         Model::Transformer(t) => t.num_layers,
         Model::Layers(l) => l.layers.len() as u64,
     };
-    let long_context = model.seq_length() >= 32_768;
     let pick = |fixed: Option<u64>, all: Vec<u64>| -> Vec<u64> {
         match fixed {
             Some(v) => all.into_iter().filter(|&x| x == v).collect(),
@@ -144,12 +143,13 @@ pub fn enumerate(
             fixed.degrees.cp,
             divisors(gpus / tp)
                 .into_iter()
+                // every degree that splits the sequence evenly, at every sequence length: the
+                // scan's lower bound prunes the hopeless ones (no threshold on the length)
                 .filter(|&c| {
                     c == 1
                         || (heads.is_some()
                             && limits.framework.context_parallel()
-                            && model.seq_length().is_multiple_of(c)
-                            && (long_context || fixed.degrees.cp == Some(c)))
+                            && model.seq_length().is_multiple_of(c))
                 })
                 .collect(),
         );

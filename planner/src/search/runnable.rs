@@ -1,0 +1,240 @@
+//! The default answer (`--framework any`): the best plan that some framework runs.
+//!
+//! [`plans`] searches each framework of [`Framework::RUNNABLE`] in its own space and with its
+//! own runtime (the searches of `--framework megatron`, `torchtitan`, `deepspeed`, with the
+//! same flags), and ranks their answers together, so that the default is never slower than any
+//! of them. Every answer carries the frameworks that run it ([`launch::runs_on`], the rules of
+//! `autopp launch`). Plans that mix features of different frameworks come only from the
+//! `any-mix` space, which is a single search.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use autopp_hardware::AnalyticProfile;
+use autopp_models::Model;
+use rayon::prelude::*;
+
+use super::{exact_config, prefer_simple, rank_cmp, search, time_of, SearchOptions, SearchResult};
+use crate::config::{ParallelConfig, PlanError};
+use crate::estimate::Estimate;
+use crate::framework::Framework;
+use crate::launch;
+use crate::planfile::PlanFile;
+
+/// One answer of a search (the best or an alternative) beside its plan.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The framework whose space and runtime the plan was found in and predicted with (`any`
+    /// for the `any-mix` space).
+    pub made_for: Framework,
+    /// Its exact configuration (split, recompute counts, settings): what its plan file holds.
+    pub config: ParallelConfig,
+    /// The frameworks that run it ([`launch::runs_on`]), in [`Framework::RUNNABLE`] order.
+    pub runs_on: Vec<Framework>,
+}
+
+impl Answer {
+    /// `megatron, torchtitan`, or `none` when no framework runs the plan.
+    pub fn runs_on_label(&self) -> String {
+        if self.runs_on.is_empty() {
+            return "none".to_string();
+        }
+        let names: Vec<&str> = self.runs_on.iter().map(|f| f.as_str()).collect();
+        names.join(", ")
+    }
+}
+
+/// What [`plans`] found: the search's result and, for the best and each alternative in order,
+/// its [`Answer`].
+#[derive(Debug, Clone)]
+pub struct Plans {
+    /// The best plan, the alternatives and the search's figures (summed over the frameworks).
+    pub result: SearchResult,
+    /// `answers[0]` is the best's, then one per alternative.
+    pub answers: Vec<Answer>,
+}
+
+/// The search `--framework` asks for: with `runnable` (`--framework any`), the best plan some
+/// framework runs, from the union of the frameworks' spaces; otherwise `opts`' own space (a
+/// framework's, or everything autopp models under `any-mix`). When no framework can run the
+/// model or the pins at all (a layer list, a pin every framework refuses), the runnable search
+/// is the `opts` space, and its answers say that no framework runs them.
+pub fn plans(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    runnable: bool,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Plans, PlanError> {
+    let per: Vec<SearchOptions> = match runnable {
+        true => Framework::RUNNABLE
+            .into_iter()
+            .filter_map(|fw| framework_options(model, opts, fw))
+            .collect(),
+        false => Vec::new(),
+    };
+    if per.is_empty() {
+        let result = search(model, profile, opts, progress)?;
+        let all: Vec<&Estimate> = std::iter::once(&result.best)
+            .chain(&result.alternatives)
+            .collect();
+        let answers = all
+            .into_iter()
+            .map(|e| answer(model, profile, opts, e))
+            .collect::<Result<_, _>>()?;
+        return Ok(Plans { result, answers });
+    }
+    united(model, profile, opts, &per, progress)
+}
+
+/// `opts` restricted to `framework`'s space and runtime (what `plan --framework NAME` with the
+/// same flags searches), or `None` when the framework cannot run the model, a pin or any of the
+/// schedules asked for.
+pub fn framework_options(
+    model: &Model,
+    opts: &SearchOptions,
+    framework: Framework,
+) -> Option<SearchOptions> {
+    launch::check_model(model, opts.settings.precision, framework).ok()?;
+    framework.check_pins(&opts.fixed).ok()?;
+    let schedules: Vec<_> = opts
+        .limits
+        .schedules
+        .iter()
+        .copied()
+        .filter(|&k| framework.runs(k))
+        .collect();
+    if schedules.is_empty() {
+        return None;
+    }
+    let mut o = opts.clone();
+    o.limits.framework = framework;
+    o.limits.schedules = schedules;
+    o.settings.runtime = framework.runtime();
+    o.even_split_only |= !framework.uneven_layouts();
+    Some(o)
+}
+
+/// The frameworks' searches (in parallel), their answers ranked together.
+fn united(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    per: &[SearchOptions],
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Plans, PlanError> {
+    let start = Instant::now();
+    let done: Vec<AtomicUsize> = per.iter().map(|_| AtomicUsize::new(0)).collect();
+    let total: Vec<AtomicUsize> = per.iter().map(|_| AtomicUsize::new(0)).collect();
+    let sum = |v: &[AtomicUsize]| v.iter().map(|a| a.load(Ordering::Relaxed)).sum::<usize>();
+    let results: Vec<Result<SearchResult, PlanError>> = per
+        .par_iter()
+        .enumerate()
+        .with_max_len(1)
+        .map(|(i, o)| {
+            search(model, profile, o, &|d, t| {
+                done[i].store(d, Ordering::Relaxed);
+                total[i].store(t, Ordering::Relaxed);
+                progress(sum(&done), sum(&total));
+            })
+        })
+        .collect();
+    let mut first_error = None;
+    let mut found: Vec<(SearchResult, &SearchOptions)> = Vec::new();
+    for (r, o) in results.into_iter().zip(per) {
+        match r {
+            Ok(r) => found.push((r, o)),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if found.is_empty() {
+        return Err(first_error
+            .unwrap_or_else(|| PlanError::Schedule("internal: no framework was searched".into())));
+    }
+    merge(model, profile, opts, found, start)
+}
+
+/// One ranking of every framework's answers (each framework's fastest included when its
+/// tolerance passed it over), plans that no framework runs left out unless nothing else is
+/// left; the simplest within the tolerance first, then `top_k` alternatives.
+fn merge(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    found: Vec<(SearchResult, &SearchOptions)>,
+    start: Instant,
+) -> Result<Plans, PlanError> {
+    let (candidates, simulated) = found
+        .iter()
+        .fold((0, 0), |(c, s), (r, _)| (c + r.candidates, s + r.simulated));
+    let mut pool: Vec<(Estimate, &SearchOptions)> = Vec::new();
+    let mut unfit: Vec<Estimate> = Vec::new();
+    for (r, o) in found {
+        let all = std::iter::once(r.best)
+            .chain(r.alternatives)
+            .chain(r.passed_over);
+        pool.extend(all.map(|e| (e, o)));
+        unfit.extend(r.fastest_unfit);
+    }
+    pool.sort_by(|a, b| rank_cmp(&a.0, &b.0));
+    // the same plan found by two frameworks: the faster prediction stands for it
+    let mut kept: Vec<(Estimate, &SearchOptions)> = Vec::new();
+    for (e, o) in pool {
+        if !kept.iter().any(|(k, _)| k.result.plan == e.result.plan) {
+            kept.push((e, o));
+        }
+    }
+    let mut answered: Vec<(Estimate, Answer)> = kept
+        .into_iter()
+        .map(|(e, o)| answer(model, profile, o, &e).map(|a| (e, a)))
+        .collect::<Result<_, _>>()?;
+    if answered.iter().any(|(_, a)| !a.runs_on.is_empty()) {
+        answered.retain(|(_, a)| !a.runs_on.is_empty());
+    }
+    let (estimates, answers): (Vec<Estimate>, Vec<Answer>) = answered.into_iter().unzip();
+    let plans: Vec<_> = estimates.iter().map(|e| e.result.plan.clone()).collect();
+    let (ranked, passed_over) = prefer_simple(estimates, opts.tolerance);
+    let mut ranked = ranked.into_iter().take(opts.top_k + 1);
+    let best = ranked.next().ok_or_else(|| {
+        PlanError::Schedule("internal: the frameworks' searches found no plan".into())
+    })?;
+    let alternatives: Vec<Estimate> = ranked.collect();
+    // plans are distinct (see above): each answer is found again by its plan
+    let answers = std::iter::once(&best)
+        .chain(&alternatives)
+        .filter_map(|e| plans.iter().position(|p| *p == e.result.plan))
+        .map(|i| answers[i].clone())
+        .collect();
+    let fastest_unfit = unfit
+        .into_iter()
+        .filter(|u| time_of(u) < time_of(&best))
+        .min_by(|a, b| time_of(a).total_cmp(&time_of(b)));
+    let result = SearchResult {
+        best,
+        alternatives,
+        passed_over,
+        fastest_unfit,
+        candidates,
+        simulated,
+        elapsed_s: start.elapsed().as_secs_f64(),
+    };
+    Ok(Plans { result, answers })
+}
+
+/// The answer of `e`, found under `opts`: its configuration and the frameworks that run it.
+fn answer(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    e: &Estimate,
+) -> Result<Answer, PlanError> {
+    let config = exact_config(e, opts);
+    let file = PlanFile::new(e, model, &profile.cluster, &config)?;
+    Ok(Answer {
+        made_for: opts.limits.framework,
+        runs_on: launch::runs_on(&file),
+        config,
+    })
+}
