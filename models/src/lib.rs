@@ -36,6 +36,7 @@
 
 pub mod custom;
 pub mod defaults;
+pub mod describe;
 pub mod hf;
 mod hf_moe;
 mod json;

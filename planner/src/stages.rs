@@ -1,7 +1,7 @@
 //! Per-stage costs: the times of one stage's F, B, I and W for one micro-batch and the bytes it
 //! holds, summed from its layers' costs and the profile.
 
-use autopp_hardware::{AnalyticProfile, Link};
+use autopp_hardware::{AnalyticProfile, LayerTimes, Link};
 use autopp_models::{LayerCost, LayerKind, Recompute};
 use serde::Serialize;
 
@@ -144,48 +144,6 @@ pub fn stage_costs_partial(
             };
             let mut full_left = full_layers.get(k).copied().unwrap_or(0);
             for (layer, times) in layers[first..=last].iter().zip(&timed[first..=last]) {
-                let is_block = layer.kind == LayerKind::Transformer;
-                // dispatch + combine: each GPU sends `ep_a2a_bytes`, (ep−1)/ep of it away, the
-                // volume of an all-gather of that size; not overlapped with compute
-                let a2a = if ctx.ep > 1 && layer.ep_a2a_bytes > 0 {
-                    profile.collective_time_s(
-                        autopp_models::CollectiveKind::AllGather,
-                        layer.ep_a2a_bytes,
-                        ctx.ep,
-                        &ctx.ep_link,
-                    )
-                } else {
-                    0.0
-                };
-                let tp_f = profile.collectives_time_s(&layer.tp_forward, ctx.tp, &ctx.tp_link)
-                    + if is_block { cp_fwd } else { 0.0 };
-                let tp_b = profile.collectives_time_s(&layer.tp_backward, ctx.tp, &ctx.tp_link)
-                    + if is_block { cp_fwd } else { 0.0 };
-                let eff = &profile.efficiency;
-                st.forward_compute_s += times.forward_s;
-                // With the overlap on (userbuffers, async TP), a block's collectives run
-                // chunked beside its GEMMs: only what they cannot hide is exposed.
-                st.forward_comm_s += if is_block && ctx.tp_comm_overlap {
-                    eff.exposed_comm_s(tp_f, times.forward_s)
-                } else {
-                    tp_f
-                };
-                st.forward_comm_s += a2a;
-                st.backward_comm_s += a2a;
-                st.ep_comm_s += 2.0 * a2a;
-                st.backward_input_compute_s += times.backward_input_s;
-                st.backward_weight_compute_s += times.backward_weight_s;
-                // Megatron launches the input-gradient all-reduce (with sequence parallelism:
-                // the all-gather and reduce-scatter) asynchronously and runs the weight-gradient
-                // GEMMs meanwhile: only what they cannot hide is exposed.
-                // With the overlap on, the whole backward hides them.
-                st.backward_comm_s += if is_block && ctx.tp_comm_overlap {
-                    eff.exposed_comm_s(tp_b, times.backward_input_s + times.backward_weight_s)
-                } else if is_block {
-                    eff.exposed_comm_s(tp_b, times.backward_weight_s)
-                } else {
-                    tp_b
-                };
                 let mode = if !layer.recomputable {
                     Recompute::None
                 } else if full_left > 0 {
@@ -194,43 +152,101 @@ pub fn stage_costs_partial(
                 } else {
                     ctx.recompute
                 };
-                st.recompute_s += match mode {
-                    Recompute::None => 0.0,
-                    Recompute::Selective => times.selective_recompute_s,
-                    Recompute::Full => times.forward_s + tp_f + a2a,
-                };
-                if mode == Recompute::Full {
-                    st.recompute_comm_s += tp_f + a2a;
-                    st.ep_comm_s += a2a;
-                }
-                st.activation_bytes += layer.activation_bytes_for(if mode == Recompute::Full {
-                    Recompute::Full
-                } else {
-                    ctx.recompute
-                });
-                st.weight_grad_bytes += layer.weight_grad_bytes;
-                // Backward working set: under full recompute one layer's whole activations
-                // come back; always, the output gradient and the input gradient of one layer.
-                let regrown = if mode == Recompute::Full {
-                    layer.activation_bytes.none
-                } else {
-                    0
-                };
-                st.transient_bytes = st
-                    .transient_bytes
-                    .max(regrown + 2 * layer.output_bytes * ctx.tp);
-                st.params += layer.params;
-                st.tied_params += layer.tied_params;
-                st.expert_params += layer.expert_params;
-                st.max_layer_params = st.max_layer_params.max(layer.params + layer.tied_params);
-                st.output_bytes = layer.output_bytes;
-                st.num_transformer_layers += u64::from(is_block);
-                st.has_embedding |= layer.kind == LayerKind::Embedding;
-                st.has_head |= layer.kind == LayerKind::Head;
+                add_layer(&mut st, layer, times, ctx, cp_fwd, mode);
             }
             st
         })
         .collect()
+}
+
+/// Adds one layer to stage `st`: its compute, exposed tensor-parallel, context-parallel
+/// (`cp_fwd_s` per block and pass) and expert all-to-all time, its recompute under `mode`, and
+/// its bytes.
+fn add_layer(
+    st: &mut StageCost,
+    layer: &LayerCost,
+    times: &LayerTimes,
+    ctx: &StageContext<'_>,
+    cp_fwd_s: f64,
+    mode: Recompute,
+) {
+    let profile = ctx.profile;
+    let cp_fwd = cp_fwd_s;
+    let is_block = layer.kind == LayerKind::Transformer;
+    // dispatch + combine: each GPU sends `ep_a2a_bytes`, (ep−1)/ep of it away, the
+    // volume of an all-gather of that size; not overlapped with compute
+    let a2a = if ctx.ep > 1 && layer.ep_a2a_bytes > 0 {
+        profile.collective_time_s(
+            autopp_models::CollectiveKind::AllGather,
+            layer.ep_a2a_bytes,
+            ctx.ep,
+            &ctx.ep_link,
+        )
+    } else {
+        0.0
+    };
+    let tp_f = profile.collectives_time_s(&layer.tp_forward, ctx.tp, &ctx.tp_link)
+        + if is_block { cp_fwd } else { 0.0 };
+    let tp_b = profile.collectives_time_s(&layer.tp_backward, ctx.tp, &ctx.tp_link)
+        + if is_block { cp_fwd } else { 0.0 };
+    let eff = &profile.efficiency;
+    st.forward_compute_s += times.forward_s;
+    // With the overlap on (userbuffers, async TP), a block's collectives run
+    // chunked beside its GEMMs: only what they cannot hide is exposed.
+    st.forward_comm_s += if is_block && ctx.tp_comm_overlap {
+        eff.exposed_comm_s(tp_f, times.forward_s)
+    } else {
+        tp_f
+    };
+    st.forward_comm_s += a2a;
+    st.backward_comm_s += a2a;
+    st.ep_comm_s += 2.0 * a2a;
+    st.backward_input_compute_s += times.backward_input_s;
+    st.backward_weight_compute_s += times.backward_weight_s;
+    // Megatron launches the input-gradient all-reduce (with sequence parallelism:
+    // the all-gather and reduce-scatter) asynchronously and runs the weight-gradient
+    // GEMMs meanwhile: only what they cannot hide is exposed.
+    // With the overlap on, the whole backward hides them.
+    st.backward_comm_s += if is_block && ctx.tp_comm_overlap {
+        eff.exposed_comm_s(tp_b, times.backward_input_s + times.backward_weight_s)
+    } else if is_block {
+        eff.exposed_comm_s(tp_b, times.backward_weight_s)
+    } else {
+        tp_b
+    };
+    st.recompute_s += match mode {
+        Recompute::None => 0.0,
+        Recompute::Selective => times.selective_recompute_s,
+        Recompute::Full => times.forward_s + tp_f + a2a,
+    };
+    if mode == Recompute::Full {
+        st.recompute_comm_s += tp_f + a2a;
+        st.ep_comm_s += a2a;
+    }
+    st.activation_bytes += layer.activation_bytes_for(if mode == Recompute::Full {
+        Recompute::Full
+    } else {
+        ctx.recompute
+    });
+    st.weight_grad_bytes += layer.weight_grad_bytes;
+    // Backward working set: under full recompute one layer's whole activations
+    // come back; always, the output gradient and the input gradient of one layer.
+    let regrown = if mode == Recompute::Full {
+        layer.activation_bytes.none
+    } else {
+        0
+    };
+    st.transient_bytes = st
+        .transient_bytes
+        .max(regrown + 2 * layer.output_bytes * ctx.tp);
+    st.params += layer.params;
+    st.tied_params += layer.tied_params;
+    st.expert_params += layer.expert_params;
+    st.max_layer_params = st.max_layer_params.max(layer.params + layer.tied_params);
+    st.output_bytes = layer.output_bytes;
+    st.num_transformer_layers += u64::from(is_block);
+    st.has_embedding |= layer.kind == LayerKind::Embedding;
+    st.has_head |= layer.kind == LayerKind::Head;
 }
 
 /// One stage made of consecutive parts (e.g. single-layer costs): times and bytes add up, the

@@ -98,33 +98,24 @@ fn divisors(n: u64) -> Vec<u64> {
     small
 }
 
-/// Every configuration of `model` on `gpus` GPUs with `global_batch` sequences that the limits
-/// and pins allow, in [`Key`] order.
-pub fn enumerate(
-    model: &Model,
-    gpus: u64,
-    global_batch: u64,
-    limits: &SpaceLimits,
-    fixed: &Fixed,
-) -> Vec<Key> {
+/// The pinned value of `all`, or all of them.
+fn pick(fixed: Option<u64>, all: Vec<u64>) -> Vec<u64> {
+    match fixed {
+        Some(v) => all.into_iter().filter(|&x| x == v).collect(),
+        None => all,
+    }
+}
+
+/// The tensor-parallel degrees to try on `gpus` GPUs: divisors within the limit that tile nodes
+/// and split the attention heads (and, where the framework splits whole key/value heads, those).
+fn tp_degrees(model: &Model, gpus: u64, limits: &SpaceLimits, fixed: &Fixed) -> Vec<u64> {
     let heads = model.num_attention_heads();
     // a framework whose tensor parallelism splits whole key/value heads needs tp to divide them
     let kv_heads = match model {
         Model::Transformer(t) if limits.framework.tp_splits_whole_kv_heads() => Some(t.kv_heads()),
         _ => None,
     };
-    let body_layers = match model {
-        Model::Transformer(t) => t.num_layers,
-        Model::Layers(l) => l.layers.len() as u64,
-    };
-    let pick = |fixed: Option<u64>, all: Vec<u64>| -> Vec<u64> {
-        match fixed {
-            Some(v) => all.into_iter().filter(|&x| x == v).collect(),
-            None => all,
-        }
-    };
-    let mut out = Vec::new();
-    let tps = pick(
+    pick(
         fixed.degrees.tp,
         divisors(gpus)
             .into_iter()
@@ -137,23 +128,44 @@ pub fn enumerate(
                     && (heads.is_some() || t == 1)
             })
             .collect(),
-    );
-    for tp in tps {
-        let cps = pick(
-            fixed.degrees.cp,
-            divisors(gpus / tp)
-                .into_iter()
-                // every degree that splits the sequence evenly, at every sequence length: the
-                // scan's lower bound prunes the hopeless ones (no threshold on the length)
-                .filter(|&c| {
-                    c == 1
-                        || (heads.is_some()
-                            && limits.framework.context_parallel()
-                            && model.seq_length().is_multiple_of(c))
-                })
-                .collect(),
-        );
-        for cp in cps {
+    )
+}
+
+/// The context-parallel degrees to try on `gpus` GPUs (those left by tp): every degree that
+/// splits the sequence evenly, at every sequence length; the scan's lower bound prunes the
+/// hopeless ones (no threshold on the length).
+fn cp_degrees(model: &Model, gpus: u64, limits: &SpaceLimits, fixed: &Fixed) -> Vec<u64> {
+    let transformer = model.num_attention_heads().is_some();
+    pick(
+        fixed.degrees.cp,
+        divisors(gpus)
+            .into_iter()
+            .filter(|&c| {
+                c == 1
+                    || (transformer
+                        && limits.framework.context_parallel()
+                        && model.seq_length().is_multiple_of(c))
+            })
+            .collect(),
+    )
+}
+
+/// Every configuration of `model` on `gpus` GPUs with `global_batch` sequences that the limits
+/// and pins allow, in [`Key`] order.
+pub fn enumerate(
+    model: &Model,
+    gpus: u64,
+    global_batch: u64,
+    limits: &SpaceLimits,
+    fixed: &Fixed,
+) -> Vec<Key> {
+    let body_layers = match model {
+        Model::Transformer(t) => t.num_layers,
+        Model::Layers(l) => l.layers.len() as u64,
+    };
+    let mut out = Vec::new();
+    for tp in tp_degrees(model, gpus, limits, fixed) {
+        for cp in cp_degrees(model, gpus / tp, limits, fixed) {
             let pps = pick(
                 fixed.degrees.pp,
                 divisors(gpus / (tp * cp))
