@@ -183,6 +183,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let model = load_model_at(&args.model, args.seq_len)?;
     // a model the framework cannot run is refused before the search, not after it
     autopp_planner::launch::check_model(&model, args.precision, args.framework.family())?;
+    if let Some(f) = args.emit {
+        autopp_planner::launch::check_emittable(&model, f)?;
+    }
     let cluster = args.cluster.build(args.gpus)?;
     let opts = args.options(&model, &cluster)?;
     let profile = cost_profile(

@@ -237,6 +237,24 @@ fn not_written_yet(t: &autopp_models::TransformerSpec) -> Option<&'static str> {
     }
 }
 
+/// Refuses, for `framework`, a model whose launch flags autopp does not write yet (see
+/// [`not_written_yet`]); `plan --emit` asks before it searches, `emit` again.
+pub fn check_emittable(model: &Model, framework: Framework) -> Result<(), LaunchError> {
+    match model {
+        Model::Transformer(t) => match not_written_yet(t) {
+            Some(what) => Err(LaunchError::Refused {
+                framework,
+                refusal: Refusal::Model(
+                    framework,
+                    format!("is not launched by autopp yet for {what}: autopp writes no expert-parallel, MLA, MTP, head_dim, qk-norm or sliding-window flags yet; the plan itself stands"),
+                ),
+            }),
+            None => Ok(()),
+        },
+        Model::Layers(_) => Ok(()),
+    }
+}
+
 /// The launch files of `file` for `framework`, or why it cannot run them.
 pub fn emit(file: &PlanFile, framework: Framework) -> Result<Launch, LaunchError> {
     let version = match framework {
@@ -251,13 +269,8 @@ pub fn emit(file: &PlanFile, framework: Framework) -> Result<Launch, LaunchError
         }
     };
     let refused = |refusal| LaunchError::Refused { framework, refusal };
-    if let Ok(Model::Transformer(t)) = file.model() {
-        if let Some(what) = not_written_yet(&t) {
-            return Err(refused(Refusal::Model(
-                framework,
-                format!("is not launched by autopp yet for {what}: autopp writes no expert-parallel, MLA, MTP, head_dim, qk-norm or sliding-window flags yet; the plan itself stands"),
-            )));
-        }
+    if let Ok(model) = file.model() {
+        check_emittable(&model, framework)?;
     }
     let view = view_for(file, framework)?;
     if view.gpus > view.gpus_per_node && view.gpus % view.gpus_per_node != 0 {
