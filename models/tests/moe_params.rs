@@ -27,6 +27,52 @@ fn near(what: &str, got: u64, published: f64, pct: f64) {
     );
 }
 
+/// How far, in percent, `got` lies outside the interval that a published figure given as
+/// `published` billions, rounded to the last digit written, stands for: "37" is [36.5, 37.5],
+/// "3.3" is [3.25, 3.35]; 0 inside it. The activated counts of DeepSeek-V3 and Qwen3 are
+/// published in whole billions or one decimal, coarser than the 0.5% we hold the totals to.
+fn outside_rounded_pct(got: u64, published: &str) -> f64 {
+    let value: f64 = published.parse().unwrap();
+    let decimals = published.split('.').nth(1).map_or(0, str::len);
+    let half_ulp = 0.5 * 10f64.powi(-(decimals as i32));
+    let (lo, hi) = (value - half_ulp, value + half_ulp);
+    let b = got as f64 / 1e9;
+    if b < lo {
+        (1.0 - b / lo) * 100.0
+    } else if b > hi {
+        (b / hi - 1.0) * 100.0
+    } else {
+        0.0
+    }
+}
+
+/// `got` within `pct` percent of what the rounded `published` figure stands for.
+fn near_rounded(what: &str, got: u64, published: &str, pct: f64) {
+    let err = outside_rounded_pct(got, published);
+    println!(
+        "{what}: {:.3} B vs {published} B ({err:.2}% outside)",
+        got as f64 / 1e9
+    );
+    assert!(
+        err <= pct,
+        "{what}: {got} is {err:.2}% outside {published} B"
+    );
+}
+
+#[test]
+fn the_published_figures_precision_sets_the_interval() {
+    assert_eq!(outside_rounded_pct(36_630_000_000, "37"), 0.0);
+    // 3.353 against [3.25, 3.35]: 0.0896% over
+    let over = outside_rounded_pct(3_353_000_000, "3.3");
+    assert!((over - 0.0896).abs() < 1e-3, "{over}");
+    // written as "3.30" the interval is [3.295, 3.305]: 1.45% over
+    let over = outside_rounded_pct(3_353_000_000, "3.30");
+    assert!((over - 1.452).abs() < 1e-2, "{over}");
+    // under: 36.0 against [36.5, 37.5] is 1.37% under
+    let under = outside_rounded_pct(36_000_000_000, "37");
+    assert!((under - 1.370).abs() < 1e-2, "{under}");
+}
+
 /// DeepSeek-V3 (arXiv 2412.19437, §1 and the model card): 671B main model, 14B MTP module
 /// (685B checkpoint, whose MTP module stores its own copy of the embedding and LM head), 37B
 /// activated. Our activated count without the embedding table (a lookup, no FLOPs; OpenAI's
@@ -43,12 +89,12 @@ fn deepseek_v3() {
         685.0,
         0.5,
     );
-    near("mtp", mtp_checkpoint, 14.0, 4.0);
-    near(
+    near_rounded("mtp", mtp_checkpoint, "14", 0.5);
+    near_rounded(
         "activated",
         t.active_params() - t.embedding_params(),
-        37.0,
-        1.1,
+        "37",
+        0.5,
     );
     // hand count of the MLA block: q 7168·1536 + 1536 + 1536·128·192, kv 7168·576 + 512,
     // 512·128·256, out 128·128·7168
@@ -68,15 +114,16 @@ fn mixtral() {
 }
 
 /// Qwen3 (arXiv 2505.09388, Tables 1 and 2; model cards): 235B / 22B, 30.5B / 3.3B, 32.8B.
-/// The activated figures are truncated: ours are 22.19B and 3.353B (0.9% and 1.6% over).
+/// The activated figures are given to two significant digits: ours are 22.19B and 3.353B,
+/// inside [21.5, 22.5] and 0.09% over [3.25, 3.35].
 #[test]
 fn qwen3() {
     let t = spec("qwen3-235b-a22b.json");
     near("235b", t.num_params(), 235.0, 0.5);
-    near("235b activated", t.active_params(), 22.0, 1.0);
+    near_rounded("235b activated", t.active_params(), "22", 0.5);
     let t = spec("qwen3-30b-a3b.json");
     near("30b", t.num_params(), 30.5, 0.5);
-    near("30b activated", t.active_params(), 3.3, 1.7);
+    near_rounded("30b activated", t.active_params(), "3.3", 0.5);
     // the model card's 29.9B non-embedding parameters (embedding and untied head excluded)
     near(
         "30b non-embedding",
