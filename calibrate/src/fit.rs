@@ -34,6 +34,7 @@ pub const PRIOR: Efficiency = Efficiency {
     gemm_misaligned: 0.5,
     attention_fused: 0.55,
     hopper_compute: 0.75,
+    fp8_gemm: autopp_hardware::analytic::FP8_GEMM,
     hbm: 0.70,
     comm_intra: 0.75,
     comm_inter: 0.85,

@@ -270,7 +270,9 @@ fn transformer(row: &PublishedRow, stack: Stack, layers: Option<u64>) -> Result<
     Ok(Model::Transformer(t))
 }
 
-/// The row's math precision; FP8 rows (`fp8`, torchao `float8 …`) are not modelled yet.
+/// The row's math precision. FP8 rows name their recipe (`MXFP8`, torchao's `float8 rowwise`
+/// or `tensorwise`, "current scaling"); one that does not is Transformer Engine's default,
+/// delayed scaling (Megatron-Core's and NeMo's `fp8` without a recipe).
 fn precision_of(row: &PublishedRow, assumptions: &mut Vec<String>) -> Result<Precision, String> {
     let p = row.precision.as_deref().unwrap_or("").to_ascii_lowercase();
     if p.starts_with("bf16") || p.starts_with("amp_bf16") {
@@ -278,9 +280,18 @@ fn precision_of(row: &PublishedRow, assumptions: &mut Vec<String>) -> Result<Pre
     } else if p.starts_with("fp16") {
         Ok(Precision::Fp16)
     } else if p.contains("fp8") || p.contains("float8") {
-        Err(format!(
-            "precision '{p}': autopp does not model FP8 GEMMs yet (bf16 and fp16 only)"
-        ))
+        Ok(if p.contains("mxfp8") {
+            Precision::Mxfp8
+        } else if p.contains("rowwise") {
+            Precision::Fp8Rowwise
+        } else if p.contains("tensorwise") || p.contains("current scaling") {
+            Precision::Fp8Tensorwise
+        } else {
+            if !p.contains("delayed") {
+                assumptions.push("FP8 recipe not stated: delayed scaling assumed".into());
+            }
+            Precision::Fp8Delayed
+        })
     } else {
         assumptions.push("precision not stated: fp16 assumed (same tensor-core peak)".into());
         Ok(Precision::Fp16)

@@ -12,18 +12,55 @@ use serde::{Deserialize, Serialize};
 use crate::HardwareError;
 
 /// Numeric precision of weights, activations and tensor-core math.
+///
+/// The FP8 recipes run the GEMMs of linear layers (attention projections, MLP and expert
+/// FFNs) on the FP8 tensor cores; the attention core, the LM head, the router and every
+/// element-wise op stay in bf16, and so do activations between layers, gradients sent between
+/// GPUs and the master weights (Micikevicius et al. 2022, "FP8 formats for deep learning";
+/// Transformer Engine's and torchao's float8 documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
 pub enum Precision {
     /// bfloat16 mixed precision (fp32 master weights).
     #[default]
+    #[serde(rename = "bf16")]
     Bf16,
     /// fp16 mixed precision (fp32 master weights, loss scaling).
+    #[serde(rename = "fp16")]
     Fp16,
+    /// FP8 with delayed scaling (Transformer Engine's default recipe, Megatron-Core's and
+    /// NeMo's `--fp8-recipe delayed`): scales from an amax history, so a cast is one pass;
+    /// FP8 copies of the weights and their transposes are kept between micro-batches.
+    #[serde(rename = "fp8", alias = "fp8-delayed")]
+    Fp8Delayed,
+    /// FP8 with current per-tensor scaling (torchao's `tensorwise`, Transformer Engine's
+    /// `Float8CurrentScaling`): an amax pass over each operand, then the cast; weights are
+    /// cast on the fly, no FP8 copies kept.
+    #[serde(rename = "fp8-tensorwise")]
+    Fp8Tensorwise,
+    /// FP8 with current per-row scaling (torchao's `rowwise`): as tensorwise, with a scale per
+    /// row, which the GEMM epilogue applies.
+    #[serde(rename = "fp8-rowwise")]
+    Fp8Rowwise,
+    /// MXFP8 block scaling (one E8M0 scale per 32 elements) on Blackwell tensor cores
+    /// (Transformer Engine's `MXFP8BlockScaling`): a cast is one pass; row- and column-wise
+    /// FP8 copies of the weights are kept.
+    #[serde(rename = "mxfp8")]
+    Mxfp8,
 }
 
+/// Every precision, in the order `--help` lists them.
+pub const PRECISIONS: [Precision; 6] = [
+    Precision::Bf16,
+    Precision::Fp16,
+    Precision::Fp8Delayed,
+    Precision::Fp8Tensorwise,
+    Precision::Fp8Rowwise,
+    Precision::Mxfp8,
+];
+
 impl Precision {
-    /// Bytes per weight / activation element.
+    /// Bytes per weight / activation element as stored between layers and sent between GPUs
+    /// (bf16 or fp16 under every recipe).
     pub fn bytes(self) -> u64 {
         2
     }
@@ -32,6 +69,39 @@ impl Precision {
         match self {
             Precision::Bf16 => "bf16",
             Precision::Fp16 => "fp16",
+            Precision::Fp8Delayed => "fp8",
+            Precision::Fp8Tensorwise => "fp8-tensorwise",
+            Precision::Fp8Rowwise => "fp8-rowwise",
+            Precision::Mxfp8 => "mxfp8",
+        }
+    }
+    /// Linear layers' GEMMs run in FP8.
+    pub fn is_fp8(self) -> bool {
+        !matches!(self, Precision::Bf16 | Precision::Fp16)
+    }
+    /// The precision of everything that is not an FP8 GEMM: bf16 under the FP8 recipes.
+    pub fn high(self) -> Precision {
+        match self {
+            Precision::Fp16 => Precision::Fp16,
+            _ => Precision::Bf16,
+        }
+    }
+    /// HBM bytes a cast to FP8 moves per input element: the cast reads 2 bytes and writes 1;
+    /// current scaling first reads the operand once more for its amax (2 bytes). 0 outside FP8.
+    pub fn cast_bytes_per_element(self) -> u64 {
+        match self {
+            Precision::Bf16 | Precision::Fp16 => 0,
+            Precision::Fp8Delayed | Precision::Mxfp8 => 3,
+            Precision::Fp8Tensorwise | Precision::Fp8Rowwise => 5,
+        }
+    }
+    /// Bytes per linear-layer parameter of the FP8 weight copies kept between micro-batches:
+    /// the FP8 weight and its transpose (delayed scaling, MXFP8's row- and column-wise copies);
+    /// 0 where weights are cast on the fly.
+    pub fn fp8_weight_copy_bytes_per_param(self) -> u64 {
+        match self {
+            Precision::Fp8Delayed | Precision::Mxfp8 => 2,
+            _ => 0,
         }
     }
 }
@@ -39,11 +109,18 @@ impl Precision {
 impl std::str::FromStr for Precision {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "bf16" => Ok(Precision::Bf16),
-            "fp16" => Ok(Precision::Fp16),
-            other => Err(format!("unknown precision '{other}': use bf16 or fp16")),
-        }
+        PRECISIONS
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .or(match s {
+                "fp8-delayed" => Some(Precision::Fp8Delayed),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                format!(
+                    "unknown precision '{s}': use bf16, fp16, fp8 (delayed scaling), fp8-tensorwise, fp8-rowwise or mxfp8"
+                )
+            })
     }
 }
 
@@ -78,6 +155,9 @@ pub struct GpuSpec {
     /// and DGX boards and MI300X platforms, 72 for GB200/GB300 NVL72 racks).
     #[serde(default = "eight")]
     pub nvlink_domain: u64,
+    /// The tensor cores run MXFP8 (block-scaled FP8, Blackwell and later) at the FP8 peak.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mxfp8: bool,
     /// Where the figures come from (a datasheet), for the catalog's kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
@@ -93,9 +173,21 @@ impl GpuSpec {
         let peak = match precision {
             Precision::Bf16 => self.peak_bf16_flops,
             Precision::Fp16 => self.peak_fp16_flops,
+            Precision::Mxfp8 if !self.mxfp8 => {
+                return Err(HardwareError::Unsupported(format!(
+                    "--precision mxfp8: {} has no block-scaled (MX) FP8 tensor cores (Blackwell and later have); use --precision fp8",
+                    self.name
+                )))
+            }
+            _ => self.peak_fp8_flops,
         };
         if peak > 0.0 {
             Ok(peak)
+        } else if precision.is_fp8() {
+            Err(HardwareError::Unsupported(format!(
+                "--precision {precision}: {} has no FP8 tensor cores (Hopper and later have); use --precision bf16",
+                self.name
+            )))
         } else {
             Err(HardwareError::Unsupported(format!(
                 "--precision {precision}: {} has no {precision} tensor cores; use --precision fp16",
@@ -258,6 +350,25 @@ mod tests {
     fn v100_rejects_bf16() {
         let v100 = gpu("v100-32g").unwrap();
         assert!(v100.peak_flops(Precision::Bf16).is_err());
+        assert!(v100.peak_flops(Precision::Fp8Delayed).is_err());
         assert_eq!(v100.peak_flops(Precision::Fp16).unwrap(), 125e12);
+    }
+
+    #[test]
+    fn precisions_parse_print_and_serialize_alike() {
+        for p in PRECISIONS {
+            assert_eq!(p.as_str().parse::<Precision>().unwrap(), p);
+            let json = serde_json::to_string(&p).unwrap();
+            assert_eq!(json, format!("\"{p}\""));
+            assert_eq!(serde_json::from_str::<Precision>(&json).unwrap(), p);
+        }
+        assert_eq!(
+            "fp8-delayed".parse::<Precision>(),
+            Ok(Precision::Fp8Delayed)
+        );
+        let err = "fp4".parse::<Precision>().unwrap_err();
+        assert!(err.contains("fp8-tensorwise"), "{err}");
+        assert!(!Precision::Bf16.is_fp8() && Precision::Mxfp8.is_fp8());
+        assert_eq!(Precision::Fp8Rowwise.high(), Precision::Bf16);
     }
 }

@@ -29,7 +29,7 @@ pub mod measured;
 
 pub use analytic::{AnalyticProfile, Efficiency, LayerTimes};
 pub use cluster::{Cluster, Layout, Link};
-pub use hardware::{GpuSpec, Precision};
+pub use hardware::{GpuSpec, Precision, PRECISIONS};
 pub use measured::{MeasuredLayer, MeasuredProfile, PROFILE_FORMAT};
 
 /// Why a cluster or profile could not be built. Messages name the flag or key and the fix.

@@ -331,7 +331,8 @@ const DIVISOR_SEARCH: u64 = 4096;
 
 /// `flops` of work as GEMMs over `tokens` rows: one `[tokens × n]·[n × k]` GEMM with `n ≈ k`
 /// and `2·tokens·n·k` as close to `flops` as a divisor allows, plus remainder GEMMs so that the
-/// total is exactly `flops` rounded down to an even number.
+/// total is exactly `flops` rounded down to an even number. They count as linear layers' GEMMs
+/// (FP8 recipes run them in FP8): a layer list's work is its layers' matrix multiplies.
 pub(crate) fn gemm_ops(flops: u64, tokens: u64) -> Vec<Op> {
     let half = flops / 2;
     let m = tokens.max(1);
@@ -346,7 +347,13 @@ pub(crate) fn gemm_ops(flops: u64, tokens: u64) -> Vec<Op> {
             .find(|d| q.is_multiple_of(*d))
             .unwrap_or(root);
         let k = q / n;
-        ops.push(Op::Gemm { m, n, k, count: 1 });
+        ops.push(Op::Gemm {
+            m,
+            n,
+            k,
+            count: 1,
+            linear: true,
+        });
         let r1 = q - n * k;
         if r1 > 0 {
             ops.push(Op::Gemm {
@@ -354,6 +361,7 @@ pub(crate) fn gemm_ops(flops: u64, tokens: u64) -> Vec<Op> {
                 n: r1,
                 k: 1,
                 count: 1,
+                linear: true,
             });
         }
     }
@@ -363,6 +371,7 @@ pub(crate) fn gemm_ops(flops: u64, tokens: u64) -> Vec<Op> {
             n: 1,
             k: 1,
             count: 1,
+            linear: true,
         });
     }
     ops
@@ -399,7 +408,8 @@ mod tests {
                 m: 2048,
                 n: 4096,
                 k: 4096,
-                count: 1
+                count: 1,
+                linear: true,
             }]
         );
     }

@@ -148,6 +148,10 @@ pub enum Op {
         k: u64,
         /// How many such GEMMs (e.g. batched heads).
         count: u64,
+        /// A linear layer's GEMM (attention projections, MLP and expert FFNs): what the FP8
+        /// recipes run on the FP8 tensor cores. The LM head, the router and the attention core
+        /// stay in bf16.
+        linear: bool,
     },
     /// The attention core (scores, softmax, scores × V) over `batch_heads` independent heads.
     /// Forward FLOPs `4·batch_heads·seq_q·seq_k·head_dim`; the backward pass is twice that.
@@ -179,7 +183,7 @@ impl Op {
     /// FLOPs of this op as model-FLOP conventions count them (a causal mask is *not* discounted).
     pub fn flops(&self) -> f64 {
         match *self {
-            Op::Gemm { m, n, k, count } => 2.0 * m as f64 * n as f64 * k as f64 * count as f64,
+            Op::Gemm { m, n, k, count, .. } => 2.0 * m as f64 * n as f64 * k as f64 * count as f64,
             Op::Attention {
                 batch_heads,
                 seq_q,

@@ -58,7 +58,8 @@ fn per_sequence_values_at_mbs_1_tp_1() {
             m: 1024,
             n: 2048,
             k: 2048,
-            count: 1
+            count: 1,
+            linear: true,
         }]
     );
     assert_eq!(block.activation_bytes_for(Recompute::Full), 2_097_152);

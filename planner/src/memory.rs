@@ -172,6 +172,9 @@ pub struct MemoryContext {
     pub reserve_bytes: u64,
     /// Gradients are kept in fp32 (see [`model_state_bytes_for`]).
     pub fp32_main_grads: bool,
+    /// Bytes per transformer-block parameter of the FP8 weight copies the precision keeps
+    /// ([`autopp_hardware::Precision::fp8_weight_copy_bytes_per_param`]; 0 outside FP8).
+    pub fp8_copy_bytes_per_param: u64,
 }
 
 /// One rank's memory given its stages and the simulated peak of its in-flight activations.
@@ -195,6 +198,8 @@ pub fn rank_memory(
         ctx.fp32_main_grads,
     );
     weights += ew;
+    // FP8 copies of the blocks' weights (and their transposes), beside the 16-bit weights
+    weights += ctx.fp8_copy_bytes_per_param * stages.iter().map(|s| s.block_params).sum::<u64>();
     let (grads, optimizer) = (grads + eg, optimizer + eo);
     if ctx.zero_stage >= 3 {
         // The layer being computed and the next one, prefetched — at most the engine's limit
@@ -306,9 +311,25 @@ mod tests {
             comm_groups: 0,
             reserve_bytes: 0,
             fp32_main_grads: true,
+            fp8_copy_bytes_per_param: 0,
         };
         let m = rank_memory(&[&layer], 0, &ctx);
         assert_eq!(m.weights_bytes, 2 * (experts + rest));
+        // under FP8 delayed scaling: an FP8 weight and its transpose per block parameter
+        let block = StageCost {
+            block_params: experts + rest,
+            ..layer.clone()
+        };
+        let fp8 = MemoryContext {
+            fp8_copy_bytes_per_param: 2,
+            ..ctx
+        };
+        let m8 = rank_memory(&[&block], 0, &fp8);
+        assert_eq!(m8.weights_bytes, 4 * (experts + rest));
+        assert_eq!(
+            (m8.grads_bytes, m8.optimizer_bytes),
+            (m.grads_bytes, m.optimizer_bytes)
+        );
         assert_eq!(m.grads_bytes, 4 * (experts + rest));
         assert_eq!(
             m.optimizer_bytes,

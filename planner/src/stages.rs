@@ -40,6 +40,9 @@ pub struct StageCost {
     pub tied_params: u64,
     /// Of `params`, those of routed experts (sharded over the expert-data-parallel group).
     pub expert_params: u64,
+    /// Of `params`, those of transformer blocks on one GPU: the linear layers FP8 recipes
+    /// keep FP8 copies of (the blocks' norms, a few thousand parameters, counted too).
+    pub block_params: u64,
     /// Largest single layer's parameters on one GPU (ZeRO-3 gathers one layer at a time).
     pub max_layer_params: u64,
     /// Bytes sent to the next stage per micro-batch.
@@ -242,6 +245,9 @@ fn add_layer(
     st.params += layer.params;
     st.tied_params += layer.tied_params;
     st.expert_params += layer.expert_params;
+    if is_block {
+        st.block_params += layer.params;
+    }
     st.max_layer_params = st.max_layer_params.max(layer.params + layer.tied_params);
     st.output_bytes = layer.output_bytes;
     st.num_transformer_layers += u64::from(is_block);
@@ -272,6 +278,7 @@ pub fn combine(parts: &[StageCost]) -> StageCost {
         st.params += p.params;
         st.tied_params += p.tied_params;
         st.expert_params += p.expert_params;
+        st.block_params += p.block_params;
         st.max_layer_params = st.max_layer_params.max(p.max_layer_params);
         st.num_transformer_layers += p.num_transformer_layers;
         st.has_embedding |= p.has_embedding;

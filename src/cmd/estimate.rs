@@ -99,7 +99,7 @@ pub struct EstimateArgs {
     /// (the embedding and the head count as one entry each).
     #[arg(long, value_delimiter = ',', value_name = "N,N,…")]
     pub split: Option<Vec<usize>>,
-    /// Math precision: bf16 or fp16.
+    /// Math precision: bf16, fp16, or FP8 for the linear layers: fp8 (delayed scaling), fp8-tensorwise, fp8-rowwise, mxfp8 (Blackwell).
     #[arg(long, default_value = "bf16", value_name = "P")]
     pub precision: Precision,
     /// Headroom kept free per GPU, GiB, beyond the modelled CUDA context, NCCL, framework

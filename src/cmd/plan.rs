@@ -53,7 +53,7 @@ pub struct PlanArgs {
     /// Alternatives to list.
     #[arg(long, default_value_t = search::DEFAULT_TOP_K, value_name = "K")]
     pub top: usize,
-    /// Math precision: bf16 or fp16.
+    /// Math precision: bf16, fp16, or FP8 for the linear layers: fp8 (delayed scaling), fp8-tensorwise, fp8-rowwise, mxfp8 (Blackwell).
     #[arg(long, default_value = "bf16", value_name = "P")]
     pub precision: Precision,
     /// Memory kept free per GPU for the CUDA context, NCCL and fragmentation, GiB.

@@ -57,7 +57,7 @@ pub struct WhatifArgs {
     /// The framework whose space and runtime every point uses (see `plan --help`).
     #[arg(long, default_value = "any", value_name = "NAME")]
     pub framework: Stack,
-    /// Math precision.
+    /// Math precision: bf16, fp16, or FP8 for the linear layers: fp8 (delayed scaling), fp8-tensorwise, fp8-rowwise, mxfp8 (Blackwell).
     #[arg(long, default_value = "bf16", value_name = "P")]
     pub precision: Precision,
     /// A directory for rows.json, rows.csv, table.txt and the pictures (SVG and PNG).

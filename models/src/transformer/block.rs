@@ -31,8 +31,10 @@ struct Parts {
     attn_in: Vec<Gemm>,
     /// The output projection.
     attn_out: Gemm,
-    /// FFN GEMMs: dense up and down, or router, routed experts and shared experts.
+    /// FFN GEMMs: dense up and down, or routed experts and shared experts.
     ffn: Vec<Gemm>,
+    /// The MoE router `[T × h]·[h × E]` (kept in bf16 under FP8 recipes).
+    router: Option<Gemm>,
     /// Stored per token, sharded: Q, K, V (MLA: and its latents) and the output-projection input.
     attn_stored: u64,
     /// Stored per micro-batch, sharded: the FFN's activation inputs and outputs.
@@ -99,6 +101,7 @@ impl TransformerSpec {
             attn_in: Vec::new(),
             attn_out: (tok, h, self.q_width() / t, 1),
             ffn: Vec::new(),
+            router: None,
             attn_stored: 0,
             ffn_stored: 0,
             ffn_inputs: 0,
@@ -168,7 +171,7 @@ impl TransformerSpec {
         // the busiest rank's rows: balanced × the imbalance factor
         let busiest = (rows_total * shard.moe_imbalance_milli.max(1)).div_ceil(1000);
         let rows = busiest.div_ceil(local_experts.max(1));
-        p.ffn.push((tok / d.sp_div, m.num_experts, h, 1));
+        p.router = Some((tok / d.sp_div, m.num_experts, h, 1));
         p.ffn.push((rows, fe_in / etp, h, local_experts));
         p.ffn.push((rows, h, fe / etp, local_experts));
         let sh = m.shared_ffn();
@@ -200,7 +203,13 @@ impl TransformerSpec {
         let (b, s, tok, h, t, e) = (d.b, d.s, d.tokens, d.h, d.t, d.e);
         let a = self.num_attention_heads;
         let (s_k, causal) = p.keys;
-        let gemm = |&(m, n, k, count): &Gemm| Op::Gemm { m, n, k, count };
+        let gemm = |&(m, n, k, count): &Gemm| Op::Gemm {
+            m,
+            n,
+            k,
+            count,
+            linear: true,
+        };
         let attn = |backward: bool| Op::Attention {
             batch_heads: b * a / t,
             seq_q: s,
@@ -224,9 +233,17 @@ impl TransformerSpec {
         };
         let elementwise_fwd = norm_bytes + residual_bytes + act_bytes + softmax_bytes;
         let attn_in: Vec<Op> = p.attn_in.iter().map(gemm).collect();
-        let rest: Vec<Op> = std::iter::once(&p.attn_out)
-            .chain(&p.ffn)
-            .map(gemm)
+        let router = p.router.iter().map(|&(m, n, k, count)| Op::Gemm {
+            m,
+            n,
+            k,
+            count,
+            linear: false,
+        });
+        // the router first, where the FFN's GEMMs begin
+        let rest: Vec<Op> = std::iter::once(gemm(&p.attn_out))
+            .chain(router)
+            .chain(p.ffn.iter().map(gemm))
             .collect();
         let gemm_ops: Vec<Op> = attn_in.iter().chain(&rest).cloned().collect();
         let pass = |backward: bool, bytes: u64| {

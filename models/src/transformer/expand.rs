@@ -128,12 +128,14 @@ impl TransformerSpec {
                 n: d.h / d.t,
                 k: 2 * d.h,
                 count: 1,
+                linear: true,
             },
             Op::Gemm {
                 m: d.tokens,
                 n: v_local,
                 k: d.h,
                 count: 1,
+                linear: false,
             },
         ];
         for ops in [
@@ -253,6 +255,7 @@ impl TransformerSpec {
             n: v_local,
             k: h,
             count: 1,
+            linear: false,
         };
         let norm_bytes = 2 * tok * h * e / d.sp_div;
         // cross-entropy: cast logits to fp32, max, exp-sum, and the gradient write

@@ -263,6 +263,7 @@ impl<'a> Evaluation<'a> {
             comm_groups: d.num_comm_groups(),
             reserve_bytes: c.settings.memory_reserve_bytes,
             fp32_main_grads: c.settings.runtime.fp32_main_grads,
+            fp8_copy_bytes_per_param: c.settings.precision.fp8_weight_copy_bytes_per_param(),
         };
         let cluster = &profile.cluster;
         let dp_link = cluster.group_link(d.data_parallel_gpus(), self.layout.tp_stride() * d.tp);

@@ -9,7 +9,6 @@
 //! none does, the explicit boundaries (`"autopp"`, read by the file's `PipelineModule`
 //! subclass).
 
-use autopp_hardware::Precision;
 use autopp_models::Recompute;
 use autopp_schedule::ScheduleKind;
 use serde_json::json;
@@ -207,10 +206,8 @@ fn config(view: &PlanView, interval: u64) -> String {
         "steps_per_print": 10,
         "wall_clock_breakdown": false,
     });
-    let precision = match view.precision {
-        Precision::Bf16 => "bf16",
-        Precision::Fp16 => "fp16",
-    };
+    // FP8 plans are refused before this (launch::emit)
+    let precision = view.precision.high().as_str();
     c[precision] = json!({"enabled": true});
     if view.runtime.fp32_main_grads {
         // gradients accumulated and reduced in fp32 (DeepSpeed's BF16_Optimizer under bf16)

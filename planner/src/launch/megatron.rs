@@ -356,8 +356,8 @@ fn optimizer_args(view: &PlanView, args: &mut Vec<String>) {
     if view.zero_stage == 1 && view.runtime.overlap_param_gather {
         args.push("--overlap-param-gather".into());
     }
-    match view.precision {
-        Precision::Bf16 => args.push("--bf16".into()),
+    // FP8 plans are refused before this (launch::emit)
+    match view.precision.high() {
         Precision::Fp16 => {
             args.push("--fp16".into());
             if view.runtime.fp32_main_grads {
@@ -365,6 +365,7 @@ fn optimizer_args(view: &PlanView, args: &mut Vec<String>) {
                 args.push("--accumulate-allreduce-grads-in-fp32".into());
             }
         }
+        _ => args.push("--bf16".into()),
     }
     flag(args, "--clip-grad", "1.0");
 }

@@ -74,8 +74,11 @@ pub enum Refusal {
     Recompute(Framework, String),
     /// Context parallelism the framework does not run.
     ContextParallel(Framework),
-    /// A precision the framework does not train in.
+    /// A precision the framework does not train in (or, for FP8, whose flags autopp does not
+    /// write yet).
     Precision(Framework, Precision),
+    /// An FP8 recipe the framework has not: the recipes it has.
+    Fp8Recipe(Framework, Precision, &'static str),
     /// A model the framework cannot build or split; the text follows the framework's name
     /// (`torchtitan 0.3.0 builds …`).
     Model(Framework, String),
@@ -117,14 +120,20 @@ impl fmt::Display for Refusal {
                 "{} does not run context parallelism beside its pipeline; re-plan with --framework {fw}",
                 name(*fw)
             ),
+            Refusal::Precision(fw, p) if p.is_fp8() => write!(
+                f,
+                "{} FP8 launch flags ({p}) are not written by autopp yet; the plan itself stands (re-plan with --precision bf16 to launch)",
+                name(*fw)
+            ),
+            Refusal::Fp8Recipe(fw, p, has) => write!(
+                f,
+                "{} has no {p} recipe (it has {has}); re-plan with --precision set to one of those",
+                name(*fw)
+            ),
             Refusal::Precision(fw, p) => write!(
                 f,
-                "{} does not train in {} mixed precision (only bf16); re-plan with --precision bf16",
-                name(*fw),
-                match p {
-                    Precision::Bf16 => "bf16",
-                    Precision::Fp16 => "fp16",
-                }
+                "{} does not train in {p} mixed precision (only bf16); re-plan with --precision bf16",
+                name(*fw)
             ),
             Refusal::Model(fw, why) => write!(f, "{} {why}", name(*fw)),
             Refusal::Microbatches(fw, why)
@@ -273,6 +282,9 @@ pub fn emit(file: &PlanFile, framework: Framework) -> Result<Launch, LaunchError
         check_emittable(&model, framework)?;
     }
     let view = view_for(file, framework)?;
+    if view.precision.is_fp8() {
+        return Err(refused(Refusal::Precision(framework, view.precision)));
+    }
     if view.gpus > view.gpus_per_node && view.gpus % view.gpus_per_node != 0 {
         return Err(refused(Refusal::NotWholeNodes {
             gpus: view.gpus,
@@ -336,11 +348,42 @@ pub fn check_model(
         if let Err(why) = torchtitan::llama_family(transformer) {
             return refused(Refusal::Model(framework, why));
         }
-        if precision != Precision::Bf16 {
+        if precision == Precision::Fp16 {
             return refused(Refusal::Precision(framework, precision));
         }
     }
+    if let Some(has) = fp8_recipes_missing(framework, precision) {
+        return refused(Refusal::Fp8Recipe(framework, precision, has));
+    }
     Ok(())
+}
+
+/// The FP8 recipes `framework` has, when `precision` is an FP8 recipe it has not: torchao's
+/// float8 (torchtitan) scales tensorwise or rowwise, and MXFP8 on Blackwell, with no delayed
+/// scaling; Transformer Engine (Megatron-Core) has delayed and current (tensorwise) scaling
+/// and MXFP8, no rowwise; DeepSpeed has no FP8 recipe of its own.
+fn fp8_recipes_missing(framework: Framework, precision: Precision) -> Option<&'static str> {
+    let (has, recipes): (&[Precision], &'static str) = match framework {
+        Framework::Torchtitan => (
+            &[
+                Precision::Fp8Tensorwise,
+                Precision::Fp8Rowwise,
+                Precision::Mxfp8,
+            ],
+            "fp8-tensorwise, fp8-rowwise, mxfp8",
+        ),
+        Framework::Megatron => (
+            &[
+                Precision::Fp8Delayed,
+                Precision::Fp8Tensorwise,
+                Precision::Mxfp8,
+            ],
+            "fp8, fp8-tensorwise, mxfp8",
+        ),
+        Framework::Deepspeed => (&[], "none: bf16 or fp16"),
+        Framework::Any => return None,
+    };
+    (precision.is_fp8() && !has.contains(&precision)).then_some(recipes)
 }
 
 /// torchtitan's arguments for `file` in the configuration era `era` (`emit` writes
@@ -371,4 +414,36 @@ pub fn shell_lines(args: &[String]) -> Vec<String> {
 fn flag(args: &mut Vec<String>, name: &str, value: impl fmt::Display) {
     args.push(name.to_string());
     args.push(value.to_string());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each framework's FP8 recipes: Transformer Engine's (Megatron), torchao's (torchtitan),
+    /// none (DeepSpeed); `any` refuses none.
+    #[test]
+    fn fp8_recipes_per_framework() {
+        let model = autopp_models::load("llama3-8b").unwrap();
+        let ok = |p: Precision, fw| check_model(&model, p, fw).is_ok();
+        assert!(ok(Precision::Fp8Delayed, Framework::Megatron));
+        assert!(ok(Precision::Fp8Tensorwise, Framework::Megatron));
+        assert!(!ok(Precision::Fp8Rowwise, Framework::Megatron));
+        assert!(!ok(Precision::Fp8Delayed, Framework::Torchtitan));
+        assert!(ok(Precision::Fp8Rowwise, Framework::Torchtitan));
+        assert!(ok(Precision::Mxfp8, Framework::Torchtitan));
+        assert!(!ok(Precision::Fp16, Framework::Torchtitan));
+        assert!(!ok(Precision::Fp8Tensorwise, Framework::Deepspeed));
+        assert!(ok(Precision::Fp16, Framework::Deepspeed));
+        assert!(ok(Precision::Fp8Rowwise, Framework::Any));
+        let err = check_model(&model, Precision::Fp8Delayed, Framework::Torchtitan)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "torchtitan has no fp8 recipe (it has fp8-tensorwise, fp8-rowwise, mxfp8)"
+            ),
+            "{err}"
+        );
+    }
 }
