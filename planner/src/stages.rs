@@ -124,9 +124,21 @@ pub fn stage_costs_partial(
     ctx: &StageContext<'_>,
     full_layers: &[u64],
 ) -> Vec<StageCost> {
+    let timed: Vec<_> = layers.iter().map(|l| ctx.profile.layer_times(l)).collect();
+    stage_costs_timed(layers, &timed, ranges, ctx, full_layers)
+}
+
+/// [`stage_costs_partial`] with each layer's compute times given (`timed[i]` of
+/// `layers[i]`, from `ctx.profile`): the planner times a layer list once for every recompute
+/// mode.
+pub fn stage_costs_timed(
+    layers: &[LayerCost],
+    timed: &[LayerTimes],
+    ranges: &[[usize; 2]],
+    ctx: &StageContext<'_>,
+    full_layers: &[u64],
+) -> Vec<StageCost> {
     let profile = ctx.profile;
-    // All transformer layers are alike: time each distinct layer once.
-    let timed: Vec<_> = layers.iter().map(|l| profile.layer_times(l)).collect();
     let cp_fwd = if ctx.cp > 1 {
         profile.collective_time_s(
             autopp_models::CollectiveKind::AllGather,

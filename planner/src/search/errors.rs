@@ -1,9 +1,11 @@
 //! The planner's answers when there is no plan: what the request would need.
 
+use std::cmp::Reverse;
+
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 
-use super::{config_of, space, Key, SearchOptions};
+use super::{config_of, key_of, space, Key, SearchOptions};
 use crate::config::PlanError;
 use crate::estimate::{evaluate_layers_with, shard_spec, Detail};
 
@@ -43,29 +45,45 @@ pub(super) fn no_candidates(model: &Model, gpus: u64, opts: &SearchOptions) -> P
     }
 }
 
-/// The error when nothing fits: what the leanest configuration needs.
+/// Configurations the error evaluates when nothing fits.
+pub(super) const LEANEST: usize = 4;
+
+/// The order in which configurations are lean (need little memory), leanest first: the most
+/// recompute, ZeRO and tp · pp, then the smallest micro-batch and fewest stages per rank.
+pub(super) type LeanOrder = (
+    Reverse<autopp_models::Recompute>,
+    Reverse<u8>,
+    Reverse<u64>,
+    u64,
+    u64,
+    Key,
+);
+
+/// A configuration's place in the [`LeanOrder`].
+pub(super) fn lean_order(k: &Key) -> LeanOrder {
+    (
+        Reverse(k.recompute),
+        Reverse(k.zero_stage),
+        Reverse(k.degrees.tp * k.degrees.pp),
+        k.micro_batch_size,
+        k.degrees.virtual_stages,
+        *k,
+    )
+}
+
+/// The error when nothing fits: what the leanest configuration needs (`leanest`: the leanest
+/// configurations, leanest first).
 pub(super) fn nothing_fits(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
-    keys: &[Key],
+    leanest: &[Key],
 ) -> PlanError {
     let capacity = profile.cluster.gpu.memory_bytes;
     // Evaluate the configurations with the most sharding and recomputation; report the leanest.
-    let mut lean: Vec<&Key> = keys.iter().collect();
-    lean.sort_by_key(|k| {
-        (
-            std::cmp::Reverse(k.recompute),
-            std::cmp::Reverse(k.zero_stage),
-            std::cmp::Reverse(k.degrees.tp * k.degrees.pp),
-            k.micro_batch_size,
-            k.degrees.virtual_stages,
-            **k,
-        )
-    });
-    let leanest = lean
+    let leanest = leanest
         .iter()
-        .take(4)
+        .take(LEANEST)
         .filter_map(|k| {
             let c = config_of(k, opts, None);
             let layers = model.layers(&shard_spec(&c)).ok()?;
@@ -86,10 +104,8 @@ pub(super) fn nothing_fits(
                 .ceil() as u64;
             let more = more.div_ceil(per_node) * per_node;
             PlanError::NothingFits(format!(
-                "nothing fits: the leanest configuration (tp {} · pp {} · dp {}, micro-batch {}, recompute {}, ZeRO {}) needs {:.1} GiB per GPU and a margin of {:.1} GiB but a {} has {:.1} GiB; use about {more} GPUs or more, GPUs with at least {:.0} GiB, or a smaller model",
-                p.degrees.tp,
-                p.degrees.pp,
-                p.degrees.dp,
+                "nothing fits: the leanest configuration ({}, micro-batch {}, recompute {}, ZeRO {}) needs {:.1} GiB per GPU and a margin of {:.1} GiB but a {} has {:.1} GiB; use about {more} GPUs or more, GPUs with at least {:.0} GiB, or a smaller model",
+                degrees_text(&key_of(&e)),
                 p.micro_batch_size,
                 p.recompute,
                 p.zero_stage,
@@ -105,5 +121,40 @@ pub(super) fn nothing_fits(
             model.name(),
             profile.cluster.num_gpus()
         )),
+    }
+}
+
+/// `tp 1 · pp 16 · dp 1`, with `· cp C`, `· ep E` and `· etp T` where those are above 1.
+fn degrees_text(k: &Key) -> String {
+    let d = k.degrees;
+    let mut text = format!("tp {} · pp {} · dp {}", d.tp, d.pp, d.dp);
+    for (name, value) in [("cp", d.cp), ("ep", k.ep), ("etp", k.etp)] {
+        if value > 1 {
+            text.push_str(&format!(" · {name} {value}"));
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn degrees_text_names_cp_and_expert_degrees_above_one() {
+        let mut k = space::enumerate(
+            &autopp_models::load("tiny-gpt").expect("preset"),
+            8,
+            8,
+            &space::SpaceLimits::new(crate::framework::Framework::Megatron, 8),
+            &Default::default(),
+        )[0];
+        k.degrees.tp = 2;
+        k.degrees.pp = 4;
+        k.degrees.dp = 1;
+        assert_eq!(degrees_text(&k), "tp 2 · pp 4 · dp 1");
+        k.degrees.cp = 2;
+        (k.ep, k.etp) = (8, 2);
+        assert_eq!(degrees_text(&k), "tp 2 · pp 4 · dp 1 · cp 2 · ep 8 · etp 2");
     }
 }

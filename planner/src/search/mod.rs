@@ -23,6 +23,7 @@ pub mod explain;
 mod memo;
 mod partial;
 mod phases;
+mod prune;
 mod refine;
 pub mod runnable;
 mod scan;
@@ -202,7 +203,7 @@ pub fn search(
         alternatives,
         passed_over,
         fastest_unfit,
-        candidates: phases.keys.len(),
+        candidates: phases.candidates,
         simulated: phases.simulated,
         elapsed_s: start.elapsed().as_secs_f64(),
     })

@@ -14,7 +14,7 @@ use super::memo::Memo;
 use super::score::{lower_bound_s, solve_partial};
 use super::table::{group_of, layer_tables, GroupKey, LayerTable};
 use super::{
-    key_of, rank_cmp, refine, scan, shape_of, space, time_of, Key, Scored, SearchOptions,
+    key_of, prune, rank_cmp, refine, scan, shape_of, time_of, Key, Scored, SearchOptions,
     GIVE_UP_FACTOR, PARTIAL_SOLVED, PARTIAL_SOLVED_MAX_PP, PER_KIND, SECOND_TIER, UNFIT_TRIED,
 };
 use crate::config::PlanError;
@@ -31,8 +31,12 @@ pub(super) struct Search<'a> {
     profile: &'a AnalyticProfile,
     opts: &'a SearchOptions,
     eval: Evaluator<'a>,
-    /// Every configuration of the space, in [`Key`] order.
+    /// The configurations of the space that clear the memory floor, in enumeration order.
     pub keys: Vec<Key>,
+    /// Every configuration of the space, kept or not.
+    pub candidates: usize,
+    /// The leanest configurations of the space (what the error says when nothing fits).
+    leanest: Vec<Key>,
     tables: HashMap<GroupKey, LayerTable>,
     /// In-flight micro-batches per rank of each schedule shape, computed when first needed.
     inflight: Memo<ScheduleShape, Option<Vec<u32>>>,
@@ -44,6 +48,8 @@ pub(super) struct Search<'a> {
     pub simulated: usize,
     /// Shortlisted keys that did not fit once simulated exactly, left out of the next scan.
     excluded: HashSet<Key>,
+    /// What the scans scored, for the scans after the first.
+    scores: scan::Scores,
 }
 
 /// Scans again without the shortlist when none of it fits once simulated exactly (the closed
@@ -62,29 +68,26 @@ impl<'a> Search<'a> {
         if opts.global_batch_size == 0 {
             return Err(PlanError::invalid("--global-batch", "must be at least 1"));
         }
-        let keys = space::enumerate(
-            model,
-            gpus,
-            opts.global_batch_size,
-            &opts.limits,
-            &opts.fixed,
-        );
-        if keys.is_empty() {
+        let space = prune::enumerate(model, profile, opts, gpus);
+        if space.candidates == 0 {
             return Err(no_candidates(model, gpus, opts));
         }
-        let tables = layer_tables(model, profile, opts, &keys)?;
+        let tables = layer_tables(model, profile, opts, &space.keys)?;
         Ok(Search {
             model,
             profile,
             opts,
             eval,
-            keys,
+            keys: space.keys,
+            candidates: space.candidates,
+            leanest: space.leanest,
             tables,
             inflight: Memo::default(),
             generated: Memo::default(),
             shortlist: (4 * opts.top_k).max(24),
             simulated: 0,
             excluded: HashSet::new(),
+            scores: Default::default(),
         })
     }
 
@@ -128,6 +131,7 @@ impl<'a> Search<'a> {
             inflight_of: &|k: &Key| self.inflight_of(k),
             shortlist: self.shortlist,
             excluded: &self.excluded,
+            scores: &self.scores,
         }
         .run(&bounded, progress)
     }
@@ -437,7 +441,7 @@ impl<'a> Search<'a> {
 
     /// The error when nothing fits: what the leanest configuration needs.
     fn nothing_fits(&self) -> PlanError {
-        nothing_fits(self.model, self.profile, self.opts, &self.keys)
+        nothing_fits(self.model, self.profile, self.opts, &self.leanest)
     }
 }
 

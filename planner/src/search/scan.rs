@@ -19,6 +19,7 @@ use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 use rayon::prelude::*;
 
+use super::memo::Memo;
 use super::score::{below_memory_floor, KeyScorer};
 use super::table::{group_of, GroupKey, LayerTable};
 use super::{config_of, shape_of, Key, Scored, SearchOptions, GIVE_UP_FACTOR, PER_KIND};
@@ -29,14 +30,19 @@ use crate::schedule::ScheduleKind;
 const SCORE_CHUNK: usize = 256;
 
 /// What the scan scores next: a key, or a key's partial-recompute variant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Variant {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) enum Variant {
     Base,
     Partial,
 }
 
 /// One item of the scan: a lower bound on its closed-form time, seconds, and what it is.
 type Item = (f64, Key, Variant);
+
+/// What scoring an item gave: the scored candidate, and the key's partial-recompute variant
+/// to score later. A pure function of the item, kept across the scans of one search (see
+/// `Search::exact_candidates`).
+pub(super) type Scores = Memo<(Key, Variant), (Option<Scored>, Option<Item>)>;
 
 fn item_cmp(a: &Item, b: &Item) -> Ordering {
     a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
@@ -54,6 +60,8 @@ pub(super) struct Scan<'a> {
     pub shortlist: usize,
     /// Keys that did not fit once simulated exactly (see `Search::exact_candidates`).
     pub excluded: &'a HashSet<Key>,
+    /// Items scored by earlier scans of the same search.
+    pub scores: &'a Scores,
 }
 
 impl Scan<'_> {
@@ -106,7 +114,7 @@ impl Scan<'_> {
             }
             let results: Vec<(Option<Scored>, Option<Item>)> = chunk
                 .par_iter()
-                .map(|&(_, key, variant)| self.score_item(&key, variant))
+                .map(|&(_, key, variant)| self.score_item_once(&key, variant))
                 .collect();
             for (s, later) in results {
                 if let Some(s) = s {
@@ -152,9 +160,8 @@ impl Scan<'_> {
             .min(give_up.max(overall))
     }
 
-    /// Scores one item: the key (and files its partial variant for later), or the variant.
-    fn score_item(&self, key: &Key, variant: Variant) -> (Option<Scored>, Option<Item>) {
-        let (profile, opts) = (self.profile, self.opts);
+    /// [`Scan::score_item`], or what an earlier scan found for the item.
+    fn score_item_once(&self, key: &Key, variant: Variant) -> (Option<Scored>, Option<Item>) {
         let partial = Key {
             partial_recompute: true,
             ..*key
@@ -162,6 +169,13 @@ impl Scan<'_> {
         if self.excluded.contains(key) && self.excluded.contains(&partial) {
             return (None, None);
         }
+        self.scores
+            .get_or((*key, variant), || self.score_item(key, variant))
+    }
+
+    /// Scores one item: the key (and files its partial variant for later), or the variant.
+    fn score_item(&self, key: &Key, variant: Variant) -> (Option<Scored>, Option<Item>) {
+        let (profile, opts) = (self.profile, self.opts);
         let table = &self.tables[&group_of(key)];
         let m = shape_of(key, opts).3;
         if variant == Variant::Partial {
@@ -170,7 +184,7 @@ impl Scan<'_> {
             });
             return (scored, None);
         }
-        if below_memory_floor(profile, opts, key, table)
+        if below_memory_floor(profile, opts, key, table.params)
             || check_config(self.model, profile, &config_of(key, opts, None)).is_err()
         {
             return (None, None);

@@ -17,15 +17,16 @@ use crate::schedule::{split, ScheduleKind};
 use crate::stages::{self, StageCost};
 
 /// Whether a key cannot fit whatever its split: the model states of the busiest rank (at least
-/// an even share of all layers' states) exceed the memory left after the reserve.
+/// an even share of all layers' states, `params` in all: [`LayerTable::params`]) exceed the
+/// memory left after the reserve.
 pub(super) fn below_memory_floor(
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     key: &Key,
-    table: &LayerTable,
+    params: u64,
 ) -> bool {
     let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
-    let floor = table.params as f64 * per_param / key.degrees.pp as f64;
+    let floor = params as f64 * per_param / key.degrees.pp as f64;
     let usable = profile.cluster.gpu.memory_bytes as f64
         - opts.settings.memory_reserve_bytes as f64
         - opts.settings.memory_margin_bytes as f64;

@@ -159,11 +159,27 @@ pub fn enumerate(
     limits: &SpaceLimits,
     fixed: &Fixed,
 ) -> Vec<Key> {
+    let mut out = Vec::new();
+    visit(model, gpus, global_batch, limits, fixed, &mut |k| {
+        out.push(k)
+    });
+    out
+}
+
+/// [`enumerate`], handing each configuration to `sink` in [`Key`] order instead of collecting
+/// them (the search keeps only those that can fit).
+pub fn visit(
+    model: &Model,
+    gpus: u64,
+    global_batch: u64,
+    limits: &SpaceLimits,
+    fixed: &Fixed,
+    sink: &mut dyn FnMut(Key),
+) {
     let body_layers = match model {
         Model::Transformer(t) => t.num_layers,
         Model::Layers(l) => l.layers.len() as u64,
     };
-    let mut out = Vec::new();
     for tp in tp_degrees(model, gpus, limits, fixed) {
         for cp in cp_degrees(model, gpus / tp, limits, fixed) {
             let pps = pick(
@@ -209,13 +225,12 @@ pub fn enumerate(
                     };
                     for (ep, etp) in expert_degrees(model, &base.degrees, limits.framework) {
                         let base = Key { ep, etp, ..base };
-                        push_schedules(&mut out, base, m, body_layers, limits, fixed);
+                        push_schedules(sink, base, m, body_layers, limits, fixed);
                     }
                 }
             }
         }
     }
-    out
 }
 
 /// The (ep, etp) pairs the search tries for a model on `d` (`(1, 1)` without experts): ep a
@@ -262,7 +277,7 @@ pub fn expert_degrees(model: &Model, d: &Degrees, framework: Framework) -> Vec<(
 /// Adds every schedule, stage count, recompute mode, sequence-parallel and ZeRO choice for the
 /// degrees and micro-batching in `base` (whose other fields are ignored).
 fn push_schedules(
-    out: &mut Vec<Key>,
+    out: &mut dyn FnMut(Key),
     base: Key,
     m: u64,
     body_layers: u64,
@@ -317,7 +332,7 @@ fn push_schedules(
                     };
                     let zeros = zeros.into_iter().filter(|z| fw.zero_stages().contains(z));
                     for zero_stage in zeros {
-                        out.push(Key {
+                        out(Key {
                             degrees: Degrees {
                                 virtual_stages: v,
                                 ..base.degrees

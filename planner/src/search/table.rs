@@ -38,13 +38,16 @@ pub(super) fn layer_tables(
     opts: &SearchOptions,
     keys: &[Key],
 ) -> Result<HashMap<GroupKey, LayerTable>, PlanError> {
-    let mut group_keys: Vec<GroupKey> = keys.iter().map(group_of).collect();
-    group_keys.sort_unstable();
-    group_keys.dedup();
+    // each sharding's first key, found in one pass (not one pass over the keys per sharding)
+    let mut firsts: HashMap<GroupKey, &Key> = HashMap::new();
+    for k in keys {
+        firsts.entry(group_of(k)).or_insert(k);
+    }
+    let mut group_keys: Vec<(GroupKey, &Key)> = firsts.into_iter().collect();
+    group_keys.sort_unstable_by_key(|&(g, _)| g);
     group_keys
         .par_iter()
-        .filter_map(|&g| {
-            let key = keys.iter().find(|k| group_of(k) == g)?;
+        .filter_map(|&(g, key)| {
             match layer_table(model, profile, opts, key) {
                 Ok(t) => Some(Ok((g, t))),
                 // a sharding the model cannot take (e.g. kv heads vs tp): no candidates there
@@ -121,6 +124,8 @@ fn layer_table(
     let cluster = &profile.cluster;
     let singles: Vec<[usize; 2]> = (0..layers.len()).map(|i| [i, i]).collect();
     let cp_kv_bytes = cp_kv_bytes(model, &c);
+    // compute times do not depend on the recompute mode: each layer is timed once
+    let timed: Vec<_> = layers.iter().map(|l| profile.layer_times(l)).collect();
     let per_mode: Vec<Vec<StageCost>> = Recompute::ALL
         .iter()
         .map(|&mode| {
@@ -136,8 +141,8 @@ fn layer_table(
                 ep: c.experts.ep,
                 ep_link: cluster.group_link(c.experts.ep, c.experts.etp),
             };
-            let mut costs = stages::stage_costs(&layers, &singles, &ctx);
-            dense_equivalent_experts(&mut costs, d.tp, c.experts.ep * c.experts.etp);
+            let mut costs = stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[]);
+            dense_equivalent_experts(&mut costs, key);
             costs
         })
         .collect();
@@ -195,10 +200,16 @@ fn layer_table(
 /// (ep·etp)` times as many GPUs, whatever dp is. Counting them as `ep·etp / tp` as many
 /// parameters (at most all of them) is exact for the sharded states and low for the others, so
 /// the search's memory floors stay lower bounds; every candidate is then checked exactly.
-fn dense_equivalent_experts(costs: &mut [StageCost], tp: u64, ep_etp: u64) {
+fn dense_equivalent_experts(costs: &mut [StageCost], key: &Key) {
     for c in costs {
-        let scaled = c.expert_params * ep_etp.min(tp) / tp.max(1);
+        let scaled = dense_equivalent(c.expert_params, key);
         c.params = c.params - c.expert_params + scaled;
         c.expert_params = scaled;
     }
+}
+
+/// `expert_params` counted as dense parameters (see [`dense_equivalent_experts`]).
+pub(super) fn dense_equivalent(expert_params: u64, key: &Key) -> u64 {
+    let tp = key.degrees.tp;
+    expert_params * (key.ep * key.etp).min(tp) / tp.max(1)
 }

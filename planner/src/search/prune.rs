@@ -1,0 +1,161 @@
+//! The space as the search keeps it: every configuration is counted, but only those whose
+//! model states can fit ([`below_memory_floor`]) are kept, so that a space where little or
+//! nothing fits costs a pass over it rather than layer tables and split DPs for all of it.
+
+use std::collections::HashMap;
+
+use autopp_hardware::AnalyticProfile;
+use autopp_models::Model;
+
+use super::errors::{lean_order, LEANEST};
+use super::score::below_memory_floor;
+use super::table::dense_equivalent;
+use super::{config_of, space, Key, SearchOptions};
+use crate::degrees::Degrees;
+use crate::estimate::shard_spec;
+
+/// The configurations of a search.
+pub(super) struct Space {
+    /// Those that clear the memory floor, in the order of [`space::enumerate`].
+    pub keys: Vec<Key>,
+    /// Every configuration enumerated, kept or not.
+    pub candidates: usize,
+    /// The leanest [`LEANEST`] configurations of all, leanest first (see [`lean_order`]): what
+    /// the error says when nothing fits.
+    pub leanest: Vec<Key>,
+}
+
+/// The weight sharding of a key, (tp, ep, etp): all that a layer table's parameter count
+/// depends on.
+type WeightKey = (u64, u64, u64);
+
+fn weights_of(k: &Key) -> WeightKey {
+    (k.degrees.tp, k.ep, k.etp)
+}
+
+/// Enumerates the space of `opts` on `gpus` GPUs, keeping the configurations that can fit.
+pub(super) fn enumerate(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    gpus: u64,
+) -> Space {
+    let mut params: HashMap<WeightKey, Option<u64>> = HashMap::new();
+    let mut last: Option<(WeightKey, Option<u64>)> = None;
+    let mut space = Space {
+        keys: Vec::new(),
+        candidates: 0,
+        leanest: Vec::with_capacity(LEANEST + 1),
+    };
+    let (gb, limits, fixed) = (opts.global_batch_size, &opts.limits, &opts.fixed);
+    space::visit(model, gpus, gb, limits, fixed, &mut |k| {
+        space.candidates += 1;
+        offer_lean(&mut space.leanest, k);
+        let w = weights_of(&k);
+        let p = match last {
+            Some((lw, p)) if lw == w => p,
+            _ => {
+                let p = *params
+                    .entry(w)
+                    .or_insert_with(|| weight_params(model, opts, &k));
+                last = Some((w, p));
+                p
+            }
+        };
+        // a sharding the model cannot take keeps its keys: the layer tables drop them
+        if p.is_none_or(|p| !below_memory_floor(profile, opts, &k, p)) {
+            space.keys.push(k);
+        }
+    });
+    space
+}
+
+/// Keeps `k` among the leanest if it is leaner than one of them.
+fn offer_lean(leanest: &mut Vec<Key>, k: Key) {
+    let order = lean_order(&k);
+    if leanest.len() == LEANEST && leanest.last().is_some_and(|l| lean_order(l) <= order) {
+        return;
+    }
+    let at = leanest.partition_point(|l| lean_order(l) <= order);
+    leanest.insert(at, k);
+    leanest.truncate(LEANEST);
+}
+
+/// The layer table's parameter count ([`super::table::LayerTable::params`]) of `k`'s weight
+/// sharding, from one model expansion (`None` where the model cannot take the sharding).
+/// Parameters do not depend on cp, the micro-batch size or sequence parallelism: the
+/// expansion takes the plainest of them.
+fn weight_params(model: &Model, opts: &SearchOptions, k: &Key) -> Option<u64> {
+    let plain = Key {
+        degrees: Degrees { cp: 1, ..k.degrees },
+        micro_batch_size: 1,
+        sequence_parallel: false,
+        ..*k
+    };
+    let layers = model
+        .layers(&shard_spec(&config_of(&plain, opts, None)))
+        .ok()?;
+    Some(
+        layers
+            .iter()
+            .map(|l| l.params - l.expert_params + dense_equivalent(l.expert_params, k))
+            .sum(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Framework;
+    use crate::search::table::{group_of, layer_tables};
+    use autopp_hardware::{hardware, Cluster, Precision};
+
+    fn setup(gpus: u64) -> (Model, AnalyticProfile, SearchOptions) {
+        let model = autopp_models::load("mixtral-8x7b").expect("preset");
+        let gpu = hardware::gpu("h100-sxm").expect("gpu");
+        let cluster = Cluster::new(gpu, gpus, 8, None).expect("cluster");
+        let profile = AnalyticProfile::new(cluster, Precision::Bf16).expect("profile");
+        (
+            model,
+            profile,
+            SearchOptions::new(Framework::Megatron, 64, 8),
+        )
+    }
+
+    /// The floor reads one parameter count per weight sharding: it must equal every layer
+    /// table's own count (a MoE model with ep/etp, context parallelism and several micro-batch
+    /// sizes), and the pruned space keeps exactly the keys that clear the floor.
+    #[test]
+    fn weight_params_match_every_table_and_pruning_keeps_what_can_fit() {
+        let (model, profile, opts) = setup(16);
+        let all = space::enumerate(&model, 16, 64, &opts.limits, &opts.fixed);
+        let tables = layer_tables(&model, &profile, &opts, &all).expect("tables");
+        assert!(tables.len() > 20, "{} shardings", tables.len());
+        let pruned = enumerate(&model, &profile, &opts, 16);
+        assert_eq!(pruned.candidates, all.len());
+        let pruned_keys: std::collections::HashSet<&Key> = pruned.keys.iter().collect();
+        let mut kept = 0;
+        for k in &all {
+            let Some(table) = tables.get(&group_of(k)) else {
+                continue;
+            };
+            assert_eq!(weight_params(&model, &opts, k), Some(table.params), "{k:?}");
+            if !below_memory_floor(&profile, &opts, k, table.params) {
+                kept += 1;
+                assert!(pruned_keys.contains(k), "{k:?} dropped");
+            }
+        }
+        assert_eq!(kept, pruned.keys.len());
+        assert!(kept > 0 && kept < all.len(), "{kept} of {}", all.len());
+    }
+
+    /// The leanest configurations are those the sorted space starts with.
+    #[test]
+    fn leanest_are_the_first_of_the_sorted_space() {
+        let (model, profile, opts) = setup(8);
+        let mut all = space::enumerate(&model, 8, 64, &opts.limits, &opts.fixed);
+        all.sort_by_key(lean_order);
+        let pruned = enumerate(&model, &profile, &opts, 8);
+        assert_eq!(pruned.leanest, all[..LEANEST]);
+    }
+}
