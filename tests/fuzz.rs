@@ -222,6 +222,8 @@ fn fixtures(root: &Path) -> Vec<(&'static str, PathBuf)> {
     out.push(("plan", fuzz.join("plan.json")));
     out.push(("profile", fuzz.join("profile.json")));
     out.push(("runs", fuzz.join("published-runs.json")));
+    out.push(("my-runs", fuzz.join("my-runs.json")));
+    out.push(("calibration", fuzz.join("calibration.json")));
     out
 }
 
@@ -258,7 +260,7 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
     };
     let out_file = dir.join("out").join("result.json");
     let out = out_file.to_string_lossy().into_owned();
-    let line: String = match rng.below(13) {
+    let line: String = match rng.below(15) {
         0 | 1 => format!(
             "estimate {} --gpus 8 --tp 1 --pp 2 --mbs 1 --global-batch 16 --seq-len 128 --json",
             model(rng)
@@ -302,6 +304,14 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
             "exec tiny-gpt --pp 2 --microbatches 2 --mbs 1 --schedule {} --steps 1 --seq-len 16",
             rng.pick(&["1f1b", "gpipe", "zb-v", "interleaved-zb"])
         ),
+        13 => format!(
+            "calibrate {} --out {out}",
+            write(rng, "my-runs", "my-runs.json")
+        ),
+        14 => format!(
+            "estimate tiny-gpt --gpus 8 --pp 2 --global-batch 16 --calibration {}",
+            write(rng, "calibration", "calibration.json")
+        ),
         _ => format!("profile tiny-gpt --seq-len 16 --repetitions 1 --warmup 0 --out {out}"),
     };
     let mut args: Vec<String> = line.split(' ').map(str::to_string).collect();
@@ -315,7 +325,7 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
                         && !args[i + 1].starts_with("--")
                         // files are mutated on their own; a million training steps is a long
                         // run, not a hang
-                        && !["--out", "--plan", "--cluster", "--profile", "--steps"]
+                        && !["--out", "--plan", "--cluster", "--profile", "--steps", "--calibration"]
                             .contains(&args[i].as_str())
                 })
                 .collect();

@@ -117,6 +117,10 @@ pub struct AnalyticProfile {
     /// (`estimate --profile`, `plan --profile`); `None`: all analytic.
     #[serde(skip)]
     pub measured: Option<std::sync::Arc<MeasuredProfile>>,
+    /// Where `efficiency` comes from when it is not the shipped fit, e.g. `calibrated on 3
+    /// runs from my-cluster.json` (`--calibration`); `None`: the shipped knobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
 }
 
 impl AnalyticProfile {
@@ -129,6 +133,7 @@ impl AnalyticProfile {
             peak_flops,
             efficiency: Efficiency::default(),
             measured: None,
+            calibration: None,
         })
     }
 

@@ -72,34 +72,20 @@ struct Simulated {
     us_per_unit: f64,
 }
 
-/// The plan file's schedule, simulated with the cost model's per-stage seconds.
-fn from_plan(path: &str) -> Result<Simulated> {
-    let file = autopp_planner::PlanFile::load(path)?;
-    let model = file.model()?;
-    let config = file.config()?;
-    let profile =
-        autopp_hardware::AnalyticProfile::new(file.cluster.clone(), config.settings.precision)?;
-    let e = autopp_planner::evaluate(&model, &profile, &config)?;
-    let title = format!(
-        "{} on {} × {}: {}",
-        model.name(),
-        file.plan.gpus,
-        file.plan.gpu,
-        report::title(&e.schedule)
-    );
-    Ok(Simulated {
-        s: std::sync::Arc::unwrap_or_clone(e.schedule),
-        r: e.simulation,
-        title,
-        costs_line: String::from("costs per stage from the cost model, in seconds"),
-        us_per_unit: 1e6,
-    })
-}
-
 /// Runs `autopp schedule`.
 pub fn run(args: &ScheduleArgs) -> Result<()> {
     let sim = match &args.plan {
-        Some(path) => from_plan(path)?,
+        Some(path) => {
+            let (s, r, title) = autopp_planner::PlanFile::load(path)?.simulated()?;
+            let costs_line = "costs per stage from the cost model, in seconds".to_string();
+            Simulated {
+                s,
+                r,
+                title,
+                costs_line,
+                us_per_unit: 1e6,
+            }
+        }
         None => from_flags(args)?,
     };
     let Simulated {

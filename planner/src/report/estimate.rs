@@ -22,7 +22,7 @@ pub fn estimate_text(
 ) -> String {
     let mut o = header(model, profile, &e.result.plan);
     configuration(&mut o, model, c, &e.result.plan);
-    time_lines(&mut o, &e.result);
+    time_lines(&mut o, &e.result, profile.calibration.as_deref());
     memory_table(&mut o, e);
     fit_lines(&mut o, &e.result);
     o
@@ -88,14 +88,20 @@ fn configuration(o: &mut String, model: &Model, c: &ParallelConfig, plan: &Plan)
 }
 
 /// The iteration time with its uncertainty and breakdown, and the throughput, then a blank
-/// line.
-fn time_lines(o: &mut String, result: &PlanAndPrediction) {
+/// line. `calibration` names the user's calibration when one replaced the shipped knobs.
+fn time_lines(o: &mut String, result: &PlanAndPrediction, calibration: Option<&str>) {
     let pred = &result.predicted;
     let t = pred.iteration_time_s;
     let b = &pred.breakdown_s;
     let _ = writeln!(o, "  iteration     {}", secs(t));
     if let Some(band) = &uncertainty(&result.plan.gpu).time {
         let _ = writeln!(o, "    uncertainty {band}");
+    }
+    if let Some(c) = calibration {
+        let _ = writeln!(
+            o,
+            "    knobs       {c} (the band above is the shipped calibration's)"
+        );
     }
     let moe = result.plan.ep.is_some();
     for (name, v) in [
