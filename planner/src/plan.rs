@@ -220,8 +220,13 @@ pub struct Predicted {
     pub tflops_per_gpu: f64,
     /// Model FLOPs utilisation: a fraction of the dense peak for the precision.
     pub mfu: f64,
-    /// Pipeline idle time / (pp × pipeline makespan).
+    /// Pipeline idle time / (pp × pipeline makespan): every rank's idle, averaged. It is the
+    /// busiest rank's idle (the bubble of the breakdown) plus [`Predicted::stage_imbalance`].
     pub bubble_fraction: f64,
+    /// (busiest rank's busy time − the mean rank's) / pipeline makespan: what the lighter ranks
+    /// idle beyond the busiest one because their stages hold less work.
+    #[serde(default)]
+    pub stage_imbalance: f64,
     /// Largest memory per GPU over ranks, bytes.
     pub peak_memory_bytes: u64,
     /// Memory per GPU, bytes.
