@@ -260,7 +260,7 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
     };
     let out_file = dir.join("out").join("result.json");
     let out = out_file.to_string_lossy().into_owned();
-    let line: String = match rng.below(15) {
+    let line: String = match rng.below(13) {
         0 | 1 => format!(
             "estimate {} --gpus 8 --tp 1 --pp 2 --mbs 1 --global-batch 16 --seq-len 128 --json",
             model(rng)
@@ -269,6 +269,10 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
             "estimate {} --cluster {} --pp 2 --global-batch 16 --schedule zb-v",
             model(rng),
             write(rng, "cluster", "cluster.json")
+        ),
+        3 if rng.chance(30) => format!(
+            "estimate tiny-gpt --gpus 8 --pp 2 --global-batch 16 --calibration {}",
+            write(rng, "calibration", "calibration.json")
         ),
         3 => format!("estimate --plan {}", write(rng, "plan", "plan.json")),
         4 => format!(
@@ -293,6 +297,10 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
             ])
         ),
         8 => format!("schedule --plan {} --json", write(rng, "plan", "plan.json")),
+        9 if rng.chance(50) => format!(
+            "calibrate {} --out {out}",
+            write(rng, "my-runs", "my-runs.json")
+        ),
         9 => format!("validate {}", write(rng, "runs", "runs.json")),
         10 => format!(
             "launch {} --framework {} --out {}",
@@ -303,14 +311,6 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
         11 => format!(
             "exec tiny-gpt --pp 2 --microbatches 2 --mbs 1 --schedule {} --steps 1 --seq-len 16",
             rng.pick(&["1f1b", "gpipe", "zb-v", "interleaved-zb"])
-        ),
-        13 => format!(
-            "calibrate {} --out {out}",
-            write(rng, "my-runs", "my-runs.json")
-        ),
-        14 => format!(
-            "estimate tiny-gpt --gpus 8 --pp 2 --global-batch 16 --calibration {}",
-            write(rng, "calibration", "calibration.json")
         ),
         _ => format!("profile tiny-gpt --seq-len 16 --repetitions 1 --warmup 0 --out {out}"),
     };

@@ -116,7 +116,7 @@ impl Plan {
         let mut next = 0;
         let mut split = Vec::with_capacity(ranges.len());
         for ([first, last], _) in ranges {
-            if first != next || last < first {
+            if first != next || last < first || last == usize::MAX {
                 return Err(PlanError::invalid(
                     "--plan",
                     format!("the ranks' stages do not tile the layers in order (a stage starts at layer {first}, expected {next})"),
