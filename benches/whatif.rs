@@ -42,6 +42,7 @@ fn bench(c: &mut Criterion) {
         batch: BatchPolicy::Fixed { sequences: 512 },
         train_tokens: Some(15e12),
         prices: Prices::example(),
+        calibration: None,
     };
     let mut group = c.benchmark_group("whatif");
     group.sample_size(10);

@@ -42,6 +42,9 @@ enum Command {
     /// Compare predictions with published, measured training runs.
     #[command(before_help = cmd::help::VALIDATE)]
     Validate(cmd::validate::ValidateArgs),
+    /// Fit the efficiency knobs on your own measured runs (for --calibration).
+    #[command(before_help = cmd::help::CALIBRATE)]
+    Calibrate(cmd::validate::CalibrateArgs),
     /// Train a small model for real with a pipeline schedule, one thread per rank.
     #[command(before_help = cmd::help::EXEC)]
     Exec(cmd::exec::ExecArgs),
@@ -118,6 +121,7 @@ fn main() {
         Command::Estimate(args) => cmd::estimate::run(args),
         Command::Schedule(args) => cmd::schedule::run(args),
         Command::Validate(args) => cmd::validate::run(args),
+        Command::Calibrate(args) => cmd::validate::calibrate(args),
         Command::Whatif(args) => cmd::whatif::run(args),
         Command::Exec(args) => cmd::exec::run_exec(args),
         Command::Profile(args) => cmd::profile::run(args),
@@ -150,6 +154,7 @@ mod tests {
             SCHEDULE,
             WHATIF,
             VALIDATE,
+            CALIBRATE,
             EXEC,
             PROFILE,
             CATALOG,

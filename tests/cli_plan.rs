@@ -163,9 +163,13 @@ fn human_output_explains_the_choice() {
     let out = autopp(&LLAMA8B, None);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for needle in ["searched", "FITS", "why", "alternatives", "layout"] {
+    for needle in ["searched", "FITS", "why", "alternatives"] {
         assert!(text.contains(needle), "{needle} missing:\n{text}");
     }
+    // a layout and a schedule only for a pipeline (issue 22)
+    let pipelined = !text.contains(" · pp 1 · ");
+    assert_eq!(text.contains("  layout  "), pipelined, "{text}");
+    assert_eq!(text.contains("stage per rank"), pipelined, "{text}");
 }
 
 #[test]

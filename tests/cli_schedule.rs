@@ -289,6 +289,45 @@ fn failed_writes_leave_no_file() {
     assert_eq!(names, ["taken"], "left behind: {names:?}");
 }
 
+/// `--steps A..B` draws a window of the run: fewer cells, the axis from the window's start,
+/// the header saying which part is shown; cells of interleaved ranks name their chunk; a bad
+/// window is one line naming the flag (issue 22).
+#[test]
+fn svg_steps_window_draws_part_of_a_long_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("s.svg");
+    let base = [
+        "schedule",
+        "interleaved-1f1b",
+        "--pp",
+        "4",
+        "--microbatches",
+        "64",
+        "--virtual",
+        "2",
+        "--svg",
+        svg.to_str().unwrap(),
+    ];
+    let cells = |text: &str| text.matches("<rect class=\"F\"").count();
+    stdout(&base);
+    let whole = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(cells(&whole), 4 * 2 * 64);
+    let mut args = base.to_vec();
+    args.extend(["--steps", "10..20"]);
+    stdout(&args);
+    let part = std::fs::read_to_string(&svg).unwrap();
+    parse_xml(&part).unwrap_or_else(|e| panic!("SVG does not parse: {e}"));
+    assert!(cells(&part) < cells(&whole) / 4, "{} cells", cells(&part));
+    assert!(part.contains("showing "), "no window in the header");
+    assert!(part.contains("·c1<"), "no chunk label");
+    let mut args = base.to_vec();
+    args.extend(["--steps", "20..10"]);
+    fails_with(&args, "--steps");
+    let mut args = base.to_vec();
+    args.extend(["--steps", "9999..10000"]);
+    fails_with(&args, "--steps");
+}
+
 #[test]
 fn bad_input_names_the_flag() {
     let base = ["schedule", "1f1b", "--pp", "4", "--microbatches", "8"];

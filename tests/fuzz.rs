@@ -222,6 +222,8 @@ fn fixtures(root: &Path) -> Vec<(&'static str, PathBuf)> {
     out.push(("plan", fuzz.join("plan.json")));
     out.push(("profile", fuzz.join("profile.json")));
     out.push(("runs", fuzz.join("published-runs.json")));
+    out.push(("my-runs", fuzz.join("my-runs.json")));
+    out.push(("calibration", fuzz.join("calibration.json")));
     out
 }
 
@@ -268,6 +270,10 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
             model(rng),
             write(rng, "cluster", "cluster.json")
         ),
+        3 if rng.chance(30) => format!(
+            "estimate tiny-gpt --gpus 8 --pp 2 --global-batch 16 --calibration {}",
+            write(rng, "calibration", "calibration.json")
+        ),
         3 => format!("estimate --plan {}", write(rng, "plan", "plan.json")),
         4 => format!(
             "estimate tiny-gpt --gpus 8 --pp 2 --global-batch 16 --profile {}",
@@ -291,6 +297,10 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
             ])
         ),
         8 => format!("schedule --plan {} --json", write(rng, "plan", "plan.json")),
+        9 if rng.chance(50) => format!(
+            "calibrate {} --out {out}",
+            write(rng, "my-runs", "my-runs.json")
+        ),
         9 => format!("validate {}", write(rng, "runs", "runs.json")),
         10 => format!(
             "launch {} --framework {} --out {}",
@@ -315,7 +325,7 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
                         && !args[i + 1].starts_with("--")
                         // files are mutated on their own; a million training steps is a long
                         // run, not a hang
-                        && !["--out", "--plan", "--cluster", "--profile", "--steps"]
+                        && !["--out", "--plan", "--cluster", "--profile", "--steps", "--calibration"]
                             .contains(&args[i].as_str())
                 })
                 .collect();

@@ -37,6 +37,11 @@ fn band(gpu: &str, metric: Metric, mut errors: Vec<f64>) -> Option<Band> {
     })
 }
 
+/// [`bands`] as the pretty JSON of `validation/bands.json`, ending in a newline.
+pub fn bands_json(results: &[RowResult], generated_by: &str) -> Result<String, serde_json::Error> {
+    Ok(serde_json::to_string_pretty(&bands(results, generated_by))? + "\n")
+}
+
 /// Bands of iteration time and peak memory per GPU kind, then over every row.
 pub fn bands(results: &[RowResult], generated_by: &str) -> Bands {
     let mut kinds: Vec<&str> = results.iter().filter_map(|r| r.gpu.as_deref()).collect();

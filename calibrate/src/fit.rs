@@ -322,6 +322,19 @@ fn fit_knobs(
     efficiency_at(start, knobs, &u)
 }
 
+/// Fits the knobs named in `names` (unknown names are ignored) jointly on every row of `rows`,
+/// from `start`; the other knobs keep `start`'s values. `autopp calibrate` uses it on a user's
+/// runs, where one cluster makes the two-stage split of [`fit_time`] pointless.
+pub fn fit_named(
+    rows: &[PreparedRow],
+    names: &[&str],
+    start: &Efficiency,
+    opts: FitOptions,
+) -> Efficiency {
+    let knobs: Vec<&Knob> = KNOBS.iter().filter(|k| names.contains(&k.name)).collect();
+    fit_knobs(rows, &knobs, start, opts)
+}
+
 /// Fits the time knobs on `rows`, starting from `start`, in two stages: the shared knobs on the
 /// rows that depend on no specific knob (no fused attention, no Hopper-class GPU), then the
 /// specific knobs (fused attention, Hopper) on the rows that depend on them, with the shared

@@ -34,6 +34,7 @@ pub mod report;
 pub mod rows;
 mod stacks;
 mod summary;
+pub mod user;
 pub mod validation;
 
 pub use autopp_planner::bands::Metric;

@@ -332,14 +332,17 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
     let pp = need(row.pp, "pp")?;
     let cp = row.cp.unwrap_or(1).max(1);
     let dp = need(row.dp, "dp")?;
-    if tp * pp * dp * cp != gpus {
+    let product = [tp, pp, dp, cp]
+        .iter()
+        .try_fold(1u64, |a, &b| a.checked_mul(b));
+    if product != Some(gpus) {
         return Err(format!(
             "inconsistent degrees: tp·pp·dp·cp = {}·{}·{}·{} = {} but num_gpus = {gpus}",
             tp,
             pp,
             dp,
             cp,
-            tp * pp * dp * cp
+            product.map_or_else(|| "too many".to_string(), |p| p.to_string())
         ));
     }
     let mbs = need(row.micro_batch_size, "micro_batch_size")?;

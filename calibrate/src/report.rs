@@ -157,7 +157,7 @@ pub fn fit_text(f: &FitReport) -> String {
 }
 
 /// Today's date (UTC) as `YYYY-MM-DD`, from the system clock (civil-from-days, H. Hinnant).
-fn today() -> String {
+pub fn today() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -138,6 +138,10 @@ pub struct AnalyticProfile {
     /// (`estimate --profile`, `plan --profile`); `None`: all analytic.
     #[serde(skip)]
     pub measured: Option<std::sync::Arc<MeasuredProfile>>,
+    /// Where `efficiency` comes from when it is not the shipped fit, e.g. `calibrated on 3
+    /// runs from my-cluster.json` (`--calibration`); `None`: the shipped knobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
 }
 
 impl AnalyticProfile {
@@ -152,6 +156,7 @@ impl AnalyticProfile {
             linear_peak_flops,
             efficiency: Efficiency::default(),
             measured: None,
+            calibration: None,
         })
     }
 

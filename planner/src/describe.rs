@@ -107,4 +107,99 @@ impl RankPlan {
             stages.len()
         )
     }
+
+    /// The rank's stages as transformer layer ranges (0-based, the embedding and the head not
+    /// counted), with the embedding and the head marked: `embedding + layers 0–19`,
+    /// `layers 60–79 + head`, `embedding + layers 0–4,…,60–64 (4 stages)`. `last` is the
+    /// layer list's last entry (the head); entry 0 is the embedding.
+    pub fn transformer_layers_text(&self, last: usize) -> String {
+        let one = |&[a, b]: &[usize; 2]| -> Option<String> {
+            let (a, b) = (a.max(1) - 1, b.min(last.saturating_sub(1)));
+            if b == 0 || a + 1 > b {
+                return None;
+            }
+            Some(if a + 1 == b {
+                format!("{a}")
+            } else {
+                format!("{a}–{}", b - 1)
+            })
+        };
+        let ranges: Vec<String> = self.stages.iter().filter_map(one).collect();
+        let singles = self
+            .stages
+            .iter()
+            .filter_map(one)
+            .filter(|r| !r.contains('–'));
+        let word = if ranges.len() == 1 && singles.count() == 1 {
+            "layer"
+        } else {
+            "layers"
+        };
+        let body = match ranges.len() {
+            0 => String::new(),
+            1..=3 => format!("{word} {}", ranges.join(",")),
+            n => format!(
+                "{word} {},…,{} ({} stages)",
+                ranges[0],
+                ranges[n - 1],
+                self.stages.len()
+            ),
+        };
+        let embedding = self.stages.iter().any(|s| s[0] == 0);
+        let head = self.stages.iter().any(|s| s[1] == last);
+        let mut parts = Vec::new();
+        if embedding {
+            parts.push("embedding".to_string());
+        }
+        if !body.is_empty() {
+            parts.push(body);
+        }
+        if head {
+            parts.push("head".to_string());
+        }
+        parts.join(" + ")
+    }
+}
+
+#[cfg(test)]
+mod layer_text_tests {
+    use crate::plan::{RankPlan, RankRecompute};
+
+    fn rank(stages: Vec<[usize; 2]>) -> RankPlan {
+        RankPlan {
+            rank: 0,
+            stages,
+            recompute: RankRecompute::None,
+            recompute_num_layers: 0,
+            recompute_num_layers_per_stage: Vec::new(),
+            memory_bytes: 0,
+            compute_time_s: 0.0,
+        }
+    }
+
+    /// 80 transformer layers: entries 1–80, the embedding 0 and the head 81.
+    #[test]
+    fn embedding_and_head_are_marked_and_layers_count_from_zero() {
+        assert_eq!(
+            rank(vec![[0, 20]]).transformer_layers_text(81),
+            "embedding + layers 0–19"
+        );
+        assert_eq!(
+            rank(vec![[61, 81]]).transformer_layers_text(81),
+            "layers 60–79 + head"
+        );
+        assert_eq!(
+            rank(vec![[21, 41]]).transformer_layers_text(81),
+            "layers 20–40"
+        );
+        assert_eq!(rank(vec![[5, 5]]).transformer_layers_text(81), "layer 4");
+        assert_eq!(
+            rank(vec![[0, 5], [21, 25], [41, 45], [61, 65]]).transformer_layers_text(81),
+            "embedding + layers 0–4,…,60–64 (4 stages)"
+        );
+        assert_eq!(
+            rank(vec![[0, 0], [81, 81]]).transformer_layers_text(81),
+            "embedding + head"
+        );
+    }
 }

@@ -11,6 +11,7 @@
 pub use autopp_schedule as schedule;
 
 pub mod bands;
+pub mod calibration;
 pub mod config;
 pub mod degrees;
 mod describe;

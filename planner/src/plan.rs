@@ -116,7 +116,7 @@ impl Plan {
         let mut next = 0;
         let mut split = Vec::with_capacity(ranges.len());
         for ([first, last], _) in ranges {
-            if first != next || last < first {
+            if first != next || last < first || last == usize::MAX {
                 return Err(PlanError::invalid(
                     "--plan",
                     format!("the ranks' stages do not tile the layers in order (a stage starts at layer {first}, expected {next})"),
@@ -220,8 +220,13 @@ pub struct Predicted {
     pub tflops_per_gpu: f64,
     /// Model FLOPs utilisation: a fraction of the dense peak for the precision.
     pub mfu: f64,
-    /// Pipeline idle time / (pp × pipeline makespan).
+    /// Pipeline idle time / (pp × pipeline makespan): every rank's idle, averaged. It is the
+    /// busiest rank's idle (the bubble of the breakdown) plus [`Predicted::stage_imbalance`].
     pub bubble_fraction: f64,
+    /// (busiest rank's busy time − the mean rank's) / pipeline makespan: what the lighter ranks
+    /// idle beyond the busiest one because their stages hold less work.
+    #[serde(default)]
+    pub stage_imbalance: f64,
     /// Largest memory per GPU over ranks, bytes.
     pub peak_memory_bytes: u64,
     /// Memory per GPU, bytes.

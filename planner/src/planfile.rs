@@ -193,4 +193,66 @@ impl PlanFile {
             split: c.split,
         })
     }
+
+    /// The plan's schedule simulated with the cost model's per-stage times (in seconds), and a
+    /// title naming the model, the cluster and the schedule (`autopp schedule --plan`).
+    pub fn simulated(
+        &self,
+    ) -> Result<
+        (
+            autopp_schedule::Schedule,
+            autopp_schedule::SimResult,
+            String,
+        ),
+        PlanError,
+    > {
+        let model = self.model()?;
+        let config = self.config()?;
+        let profile =
+            autopp_hardware::AnalyticProfile::new(self.cluster.clone(), config.settings.precision)?;
+        let e = crate::evaluate(&model, &profile, &config)?;
+        let title = format!(
+            "{} on {} × {}: {}",
+            model.name(),
+            self.plan.gpus,
+            self.plan.gpu,
+            autopp_schedule::report::title(&e.schedule)
+        );
+        Ok((
+            std::sync::Arc::unwrap_or_clone(e.schedule),
+            e.simulation,
+            title,
+        ))
+    }
+
+    /// What `autopp exec --plan` runs: the model, the pipeline, the tensor-parallel degree and
+    /// sequence parallelism, after refusing context parallelism (exec runs cp = 1); with a
+    /// note when the plan's recompute mode will not be applied (exec keeps every activation).
+    pub fn exec_parts(
+        &self,
+    ) -> Result<(Model, PipelinePlan, usize, bool, Option<String>), PlanError> {
+        let c = self.config()?;
+        if c.degrees.cp != 1 {
+            return Err(PlanError::invalid(
+                "--plan",
+                format!(
+                    "the plan uses context parallelism {}; exec runs cp = 1 only (tensor, pipeline and data parallelism run as planned)",
+                    c.degrees.cp
+                ),
+            ));
+        }
+        let note = (c.recompute != autopp_models::Recompute::None).then(|| {
+            format!(
+                "exec keeps every activation; the plan's recompute mode ({}) is not applied",
+                c.recompute
+            )
+        });
+        Ok((
+            self.model()?,
+            self.pipeline()?,
+            c.degrees.tp as usize,
+            c.sequence_parallel,
+            note,
+        ))
+    }
 }

@@ -33,6 +33,7 @@ fn run(
         batch,
         train_tokens: Some(1e12),
         prices,
+        calibration: None,
     };
     let model = load(model).expect("preset");
     whatif::sweep(&model, &points(kinds, counts), &sweep, &|_, _| {}).expect("sweep")

@@ -2,7 +2,10 @@
 //! right; `F`, `B`, `I`, `W` and idle in distinct colours (later stages of a rank in lighter
 //! shades of the same colour), the micro-batch number in each cell, and under each lane a
 //! strip showing the activation bytes alive over time. An overlapped pair is one cell split
-//! diagonally between its two actions' colours, labelled with both micro-batches (`7+3`).
+//! diagonally between its two actions' colours, labelled with both micro-batches (`7+3`). On
+//! ranks with several stages a cell that is wide enough also names its chunk (`7·c1`: chunk 1
+//! of the rank). Cells narrower than [`OUTLINE_MIN_PX`] have no outline, so that long runs stay
+//! readable, and [`gantt_window`] draws a window of steps of a long run.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -34,6 +37,8 @@ const LANE_PX: f64 = 26.0;
 const MEM_PX: f64 = 16.0;
 const GAP_PX: f64 = 10.0;
 const AXIS_PX: f64 = 34.0;
+/// Cells narrower than this many pixels are drawn without an outline.
+pub const OUTLINE_MIN_PX: f64 = 4.0;
 
 /// Escapes text for XML.
 pub fn xml_escape(text: &str) -> String {
@@ -124,7 +129,9 @@ fn tick_step(span: f64) -> f64 {
 
 /// Sizes and scales of one chart, in pixels.
 struct Frame {
-    /// The makespan drawn (1 when the run takes no time).
+    /// The first time drawn, in the run's unit.
+    t0: f64,
+    /// The span drawn from `t0` (1 when the run takes no time).
     makespan: f64,
     /// Width of the time axis.
     chart_px: f64,
@@ -139,12 +146,8 @@ struct Frame {
 }
 
 impl Frame {
-    fn new(s: &Schedule, r: &SimResult) -> Self {
-        let makespan = if r.makespan_s > 0.0 {
-            r.makespan_s
-        } else {
-            1.0
-        };
+    fn new(s: &Schedule, r: &SimResult, (t0, t1): (f64, f64)) -> Self {
+        let makespan = if t1 > t0 { t1 - t0 } else { 1.0 };
         let has_pairs = r
             .timeline
             .iter()
@@ -153,10 +156,11 @@ impl Frame {
         let legend_px = 560.0
             + if s.virtual_stages > 1 { 250.0 } else { 0.0 }
             + if has_pairs { 150.0 } else { 0.0 };
-        let chart_px = (makespan / r.shortest_step_s().unwrap_or(r.makespan_s.max(1.0)) * 22.0)
-            .clamp(legend_px, 1800.0);
+        let chart_px =
+            (makespan / r.shortest_step_s().unwrap_or(makespan) * 22.0).clamp(legend_px, 1800.0);
         let row_px = LANE_PX + MEM_PX + GAP_PX;
         Frame {
+            t0,
             makespan,
             chart_px,
             row_px,
@@ -173,15 +177,56 @@ impl Frame {
         }
     }
 
-    /// The x of time `t`.
+    /// The x of time `t`, clamped to the window.
     fn x_of(&self, t: f64) -> f64 {
-        LEFT_PX + t / self.makespan * self.chart_px
+        LEFT_PX + ((t - self.t0) / self.makespan).clamp(0.0, 1.0) * self.chart_px
+    }
+
+    /// Whether `[a, b]` shows in the window.
+    fn shows(&self, a: f64, b: f64) -> bool {
+        b > self.t0 && a < self.t0 + self.makespan
     }
 }
 
 /// Draws the simulated run `r` of `s` as a standalone SVG document titled `title`.
 pub fn gantt(s: &Schedule, r: &SimResult, title: &str) -> String {
-    let f = Frame::new(s, r);
+    gantt_window(s, r, title, (0.0, r.makespan_s))
+}
+
+/// The time window, in the run's unit, of steps `from..to` (0-based, `to` excluded) of every
+/// rank: from the earliest start of a rank's step `from` to the latest end of a rank's step
+/// `to − 1` (or its last step). `None` when no rank has step `from`, or `from ≥ to`.
+pub fn step_window(r: &SimResult, from: usize, to: usize) -> Option<(f64, f64)> {
+    if from >= to {
+        return None;
+    }
+    let starts = r
+        .timeline
+        .iter()
+        .filter_map(|l| l.get(from))
+        .map(|t| t.start_s);
+    let t0 = starts.fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))))?;
+    let ends = r
+        .timeline
+        .iter()
+        .filter(|l| l.len() > from)
+        .filter_map(|l| l.get(to.min(l.len()) - 1))
+        .map(|t| t.end_s);
+    let t1 = ends.fold(t0, f64::max);
+    Some((t0, t1))
+}
+
+/// Parses `--steps A..B` (0-based steps, `B` excluded, `A < B`).
+pub fn parse_steps(text: &str) -> Option<(usize, usize)> {
+    let (a, b) = text.split_once("..")?;
+    let (a, b) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    (a < b).then_some((a, b))
+}
+
+/// [`gantt`] of the time window `(from, to)` only (the run's unit): cells that cross its edges
+/// are cut, the axis starts at `from`, and the header says which part of the run is shown.
+pub fn gantt_window(s: &Schedule, r: &SimResult, title: &str, window: (f64, f64)) -> String {
+    let f = Frame::new(s, r, window);
     let mut o = String::new();
     header(&mut o, r, title, &f);
     legend(&mut o, s, r, f.has_pairs);
@@ -217,9 +262,19 @@ fn header(o: &mut String, r: &SimResult, title: &str, f: &Frame) {
         LEFT_PX,
         xml_escape(title)
     );
+    let whole = f.t0 <= 0.0 && f.makespan >= r.makespan_s;
+    let shown = if whole {
+        String::new()
+    } else {
+        format!(
+            "showing {}–{} of ",
+            fmt_time(f.t0),
+            fmt_time(f.t0 + f.makespan)
+        )
+    };
     let _ = writeln!(
         o,
-        r#"<text x="{}" y="18" text-anchor="end">makespan {} · bubble {:.1}%</text>"#,
+        r#"<text x="{}" y="18" text-anchor="end">{shown}makespan {} · idle {:.1}% (bubble and imbalance, mean over ranks)</text>"#,
         fmt_num(LEFT_PX + f.chart_px),
         fmt_time(r.makespan_s),
         r.bubble_fraction * 100.0
@@ -252,7 +307,7 @@ fn legend(o: &mut String, s: &Schedule, r: &SimResult, has_pairs: bool) {
     legend.push((COLOR_IDLE, "idle"));
     legend.push((COLOR_MEMORY, "activations alive"));
     if s.virtual_stages > 1 {
-        legend.push(("#ffffff", "lighter shade: later stage of the rank"));
+        legend.push(("#ffffff", "lighter shade, ·cN: the rank's chunk N (from 0)"));
     }
     for (color, name) in legend {
         let _ = writeln!(
@@ -291,13 +346,16 @@ fn lane(
         fmt_num(f.chart_px),
         LANE_PX
     );
-    for t in &r.timeline[rank] {
+    for t in r.timeline[rank]
+        .iter()
+        .filter(|t| f.shows(t.start_s, t.end_s))
+    {
         let (x0, x1) = (f.x_of(t.start_s), f.x_of(t.end_s));
         let (class, fill, label) = match t.step {
             Step::One(a) => (
                 a.kind.letter().to_string(),
                 action_color(s, a),
-                a.microbatch.to_string(),
+                cell_label(s, a, x1 - x0),
             ),
             Step::Overlapped(a, b) => {
                 let colors = (action_color(s, a), action_color(s, b));
@@ -314,11 +372,16 @@ fn lane(
         };
         let _ = writeln!(
             o,
-            r#"<rect class="{class}" x="{}" y="{}" width="{}" height="{}" fill="{fill}" stroke="white" stroke-width="0.5"><title>{} [{}, {}]</title></rect>"#,
+            r#"<rect class="{class}" x="{}" y="{}" width="{}" height="{}" fill="{fill}"{}><title>{} [{}, {}]</title></rect>"#,
             fmt_num(x0),
             fmt_num(y),
             fmt_num((x1 - x0).max(0.0)),
             LANE_PX,
+            if x1 - x0 >= OUTLINE_MIN_PX {
+                r#" stroke="white" stroke-width="0.5""#
+            } else {
+                ""
+            },
             xml_escape(&t.step.to_string()),
             fmt_time(t.start_s),
             fmt_time(t.end_s),
@@ -334,12 +397,27 @@ fn lane(
     }
 }
 
+/// The label of a cell of `a` that is `width_px` wide: the micro-batch, with the chunk of the
+/// rank (`7·c1`) on ranks with several stages when that fits; the micro-batch alone otherwise.
+fn cell_label(s: &Schedule, a: Action, width_px: f64) -> String {
+    let mb = a.microbatch.to_string();
+    if s.virtual_stages <= 1 {
+        return mb;
+    }
+    let chunked = format!("{mb}·c{}", a.stage as usize / s.pp.max(1));
+    if width_px >= 6.5 * chunked.chars().count() as f64 + 2.0 {
+        chunked
+    } else {
+        mb
+    }
+}
+
 /// Under rank `rank`'s lane, a step area of the bytes alive, and its peak.
 fn memory_strip(o: &mut String, r: &SimResult, rank: usize, f: &Frame) {
     let y = TOP_PX + rank as f64 * f.row_px;
     let base = y + LANE_PX + MEM_PX;
     let scale = |b: u64| base - (b as f64 / f.peak_bytes as f64) * (MEM_PX - 2.0);
-    let mut d = format!("M{} {}", fmt_num(f.x_of(0.0)), fmt_num(base));
+    let mut d = format!("M{} {}", fmt_num(f.x_of(f.t0)), fmt_num(base));
     let mut last = 0u64;
     for &(t, b) in &r.memory[rank] {
         let x = fmt_num(f.x_of(t));
@@ -388,8 +466,9 @@ fn time_axis(o: &mut String, r: &SimResult, f: &Frame) {
         fmt_num(axis_y)
     );
     let step = tick_step(f.makespan);
-    let ticks = (f.makespan / step + 1e-9).floor() as usize;
-    for k in 0..=ticks {
+    let first = (f.t0 / step - 1e-9).ceil().max(0.0) as usize;
+    let last = ((f.t0 + f.makespan) / step + 1e-9).floor() as usize;
+    for k in first..=last {
         let t = k as f64 * step;
         let x = fmt_num(f.x_of(t));
         let _ = writeln!(

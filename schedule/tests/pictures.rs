@@ -30,13 +30,15 @@ fn svg_parses_with_one_cell_per_action() {
     assert_eq!(count("B"), 4 * 2 * 8);
     assert_eq!(count("idle"), 4);
     assert_eq!(count("memory"), 4);
-    // Micro-batch numbers in the cells.
+    // Micro-batch numbers in the cells, with the rank's chunk where it fits (`7·c1`).
     let numbers = doc
         .descendants()
         .filter(|n| n.has_tag_name("text"))
         .filter(|n| {
-            n.text()
-                .is_some_and(|t| t.parse::<u32>().is_ok_and(|x| x < 8))
+            n.text().is_some_and(|t| {
+                let mb = t.split('·').next().unwrap_or(t);
+                mb.parse::<u32>().is_ok_and(|x| x < 8)
+            })
         })
         .count();
     assert!(numbers >= 2 * 4 * 2 * 8, "{numbers}");
@@ -168,4 +170,23 @@ fn small_times_in_seconds_keep_their_digits() {
     roxmltree::Document::parse(&text).expect("well-formed SVG");
     assert!(text.contains(&format!("makespan {}", ascii::fmt_time(r.makespan_s))));
     assert!(r.makespan_s < 0.02 && ascii::fmt_time(r.makespan_s).len() > 3);
+}
+
+/// Cells narrower than the outline threshold have no outline: a long 1f1b run drawn into a
+/// capped width has thin cells, a short one none.
+#[test]
+fn thin_cells_have_no_outline() {
+    let svg_of = |m: usize| {
+        let s = generate(&ScheduleSpec::new(ScheduleKind::OneFOneB, 8, m)).unwrap();
+        let r = simulate(&s, &SimCosts::uniform(8, 1.0, 2.0, 1.0, 1.0, 0.0)).unwrap();
+        svg::gantt(&s, &r, "t")
+    };
+    let outlined = |t: &str| t.matches(r#"stroke="white""#).count();
+    let short = svg_of(8);
+    assert_eq!(
+        outlined(&short),
+        short.matches(r#"<rect class="F""#).count() * 2
+    );
+    let long = svg_of(2000);
+    assert_eq!(outlined(&long), 0, "thin cells outlined");
 }

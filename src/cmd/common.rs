@@ -25,6 +25,9 @@ pub struct ClusterArgs {
     /// A cluster.json describing the machine (replaces --gpu, --gpus-per-node, --nic-gbps).
     #[arg(long, value_name = "FILE")]
     pub cluster: Option<String>,
+    /// A calibration file from `autopp calibrate` (your own runs) instead of the shipped knobs.
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<String>,
 }
 
 impl ClusterArgs {

@@ -4,6 +4,7 @@ use anyhow::{bail, Result};
 use autopp_hardware::Precision;
 use autopp_models::{Model, Recompute};
 
+use autopp_planner::calibration::calibrated;
 use autopp_planner::report::estimate_text;
 use autopp_planner::Stack;
 use autopp_planner::{
@@ -200,6 +201,7 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
     };
     let precision = config.settings.precision;
     let profile = cost_profile(cluster, precision, args.profile.as_deref(), &model)?;
+    let profile = calibrated(profile, args.cluster.calibration.as_deref())?;
     let estimate = evaluate(&model, &profile, &config)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&estimate.result)?);

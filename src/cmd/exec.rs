@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use autopp_executor::{
     check, run, scale, trace, Backend, ExecConfig, ExecReport, InjectedFailure, StepSummary,
 };
-use autopp_models::{Model, Recompute};
+use autopp_models::Model;
 use autopp_planner::PlanFile;
 use autopp_schedule::{PipelinePlan, ScheduleKind, ScheduleSpec};
 use clap::Args;
@@ -242,7 +242,10 @@ fn run_mpi(_cfg: &ExecConfig, _on_step: &mut dyn FnMut(StepSummary)) -> Result<O
 fn config(args: &ExecArgs) -> Result<ExecConfig> {
     let (model, pipeline, tp, sp) = match &args.plan {
         Some(path) => {
-            let (model, pipeline, tp, sp) = from_plan_file(path, args.json)?;
+            let (model, pipeline, tp, sp, note) = PlanFile::load(path)?.exec_parts()?;
+            if let (Some(note), false) = (note, args.json) {
+                super::common::note(note);
+            }
             let model: Model = match (args.seq_len, args.scale_down) {
                 (Some(s), false) => model.with_seq_length(s).context("--seq-len")?,
                 _ => model,
@@ -278,32 +281,6 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
     cfg.inject_failure = args.inject_failure;
     cfg.validate()?;
     Ok(cfg)
-}
-
-/// The model, pipeline, tensor-parallel degree and sequence parallelism of the plan file at
-/// `path`, after refusing what exec cannot run (context parallelism) and noting what it does
-/// not apply (recompute) unless `quiet`.
-fn from_plan_file(path: &str, quiet: bool) -> Result<(Model, PipelinePlan, usize, bool)> {
-    let file = PlanFile::load(path)?;
-    let c = file.config()?;
-    if c.degrees.cp != 1 {
-        bail!(
-            "--plan: the plan uses context parallelism {}; exec runs cp = 1 only (tensor, pipeline and data parallelism run as planned)",
-            c.degrees.cp
-        );
-    }
-    if c.recompute != Recompute::None && !quiet {
-        super::common::note(format!(
-            "exec keeps every activation; the plan's recompute mode ({}) is not applied",
-            c.recompute
-        ));
-    }
-    Ok((
-        file.model()?,
-        file.pipeline()?,
-        c.degrees.tp as usize,
-        c.sequence_parallel,
-    ))
 }
 
 /// The model and pipeline the flags describe.

@@ -37,6 +37,10 @@ pub const VALIDATE: &str = "Examples:
   autopp validate validation/published-runs.json
   autopp validate validation/published-runs.json --fit --json";
 
+/// `autopp calibrate`'s examples.
+pub const CALIBRATE: &str = "Examples:
+  autopp calibrate my-runs.json --out my-cluster.json";
+
 /// `autopp exec`'s examples.
 pub const EXEC: &str = "Examples:
   autopp exec tiny-gpt --pp 2 --microbatches 8 --mbs 2 --schedule 1f1b --check

@@ -3,6 +3,7 @@
 use anyhow::{bail, Result};
 use autopp_hardware::{AnalyticProfile, Cluster, Precision};
 use autopp_models::Model;
+use autopp_planner::calibration::calibrated;
 use autopp_planner::report::{self, Margin};
 use autopp_planner::search::{self, SearchOptions};
 use autopp_planner::{cost_profile, Fixed, Framework, PlanFile, Stack};
@@ -194,6 +195,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         args.profile.as_deref(),
         &model,
     )?;
+    let profile = calibrated(profile, args.cluster.calibration.as_deref())?;
     let runnable = args.framework == Stack::Any;
     let plans = search_with_progress(&model, &profile, &opts, runnable)?;
     let (result, answers) = (&plans.result, &plans.answers);

@@ -56,7 +56,11 @@ pub struct ScheduleArgs {
     /// Write an SVG Gantt chart to FILE.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<String>,
-    /// Write a Chrome trace (opens in Perfetto) to FILE; one time unit is one millisecond.
+    /// Draw only steps A..B of each rank in the SVG (0-based, B excluded), for long runs.
+    #[arg(long, value_name = "A..B", requires = "svg")]
+    pub steps: Option<String>,
+    /// Write a Chrome trace (opens in Perfetto) to FILE: with --plan times are the plan's
+    /// seconds; otherwise one cost unit is drawn as one millisecond.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<String>,
 }
@@ -72,34 +76,20 @@ struct Simulated {
     us_per_unit: f64,
 }
 
-/// The plan file's schedule, simulated with the cost model's per-stage seconds.
-fn from_plan(path: &str) -> Result<Simulated> {
-    let file = autopp_planner::PlanFile::load(path)?;
-    let model = file.model()?;
-    let config = file.config()?;
-    let profile =
-        autopp_hardware::AnalyticProfile::new(file.cluster.clone(), config.settings.precision)?;
-    let e = autopp_planner::evaluate(&model, &profile, &config)?;
-    let title = format!(
-        "{} on {} × {}: {}",
-        model.name(),
-        file.plan.gpus,
-        file.plan.gpu,
-        report::title(&e.schedule)
-    );
-    Ok(Simulated {
-        s: std::sync::Arc::unwrap_or_clone(e.schedule),
-        r: e.simulation,
-        title,
-        costs_line: String::from("costs per stage from the cost model, in seconds"),
-        us_per_unit: 1e6,
-    })
-}
-
 /// Runs `autopp schedule`.
 pub fn run(args: &ScheduleArgs) -> Result<()> {
     let sim = match &args.plan {
-        Some(path) => from_plan(path)?,
+        Some(path) => {
+            let (s, r, title) = autopp_planner::PlanFile::load(path)?.simulated()?;
+            let costs_line = "costs per stage from the cost model, in seconds".to_string();
+            Simulated {
+                s,
+                r,
+                title,
+                costs_line,
+                us_per_unit: 1e6,
+            }
+        }
         None => from_flags(args)?,
     };
     let Simulated {
@@ -110,7 +100,14 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
         us_per_unit,
     } = sim;
     if let Some(path) = &args.svg {
-        write_atomic(path, schedule::svg::gantt(&s, &r, &title).as_bytes()).context("--svg")?;
+        let window = match &args.steps {
+            Some(t) => schedule::svg::parse_steps(t)
+                .and_then(|(a, b)| schedule::svg::step_window(&r, a, b))
+                .with_context(|| format!("--steps: '{t}' selects no step: write A..B with A < B and A below the {} steps of the longest rank", r.timeline.iter().map(Vec::len).max().unwrap_or(0)))?,
+            None => (0.0, r.makespan_s),
+        };
+        let svg = schedule::svg::gantt_window(&s, &r, &title, window);
+        write_atomic(path, svg.as_bytes()).context("--svg")?;
     }
     if let Some(path) = &args.trace {
         write_atomic(

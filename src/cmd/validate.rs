@@ -1,8 +1,9 @@
-//! `autopp validate`: predictions against published, measured runs.
+//! `autopp validate`: predictions against published, measured runs; `autopp calibrate`: the
+//! efficiency knobs fitted on your own runs.
 
 use anyhow::{Context, Result};
 use autopp_calibrate::validation::Validation;
-use autopp_calibrate::{band, rows::parse_rows};
+use autopp_calibrate::{band, report::today, rows::parse_rows, user};
 use clap::Args;
 
 use super::common::write_atomic;
@@ -37,13 +38,8 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
     let rows = parse_rows(&text, &args.file)?;
     let v = Validation::new(&rows, args.fit || args.docs.is_some());
     if let Some(path) = &args.bands {
-        let bands = band::bands(
-            &v.rows,
-            &format!("autopp validate {} --bands {path}", args.file),
-        );
-        let mut text = serde_json::to_string_pretty(&bands)?;
-        text.push('\n');
-        write_atomic(path, text.as_bytes())?;
+        let command = format!("autopp validate {} --bands {path}", args.file);
+        write_atomic(path, band::bands_json(&v.rows, &command)?.as_bytes())?;
     }
     if let Some(path) = &args.docs {
         write_atomic(path, v.markdown(&args.file).as_bytes())?;
@@ -53,5 +49,29 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
     } else {
         print!("{}", v.text());
     }
+    Ok(())
+}
+
+/// Fit the efficiency knobs on your own measured runs, for `plan`, `estimate` and `whatif
+/// --calibration`.
+#[derive(Args, Debug)]
+pub struct CalibrateArgs {
+    /// Your runs, in the published-runs format (as validation/published-runs.json); one is enough.
+    pub file: String,
+    /// Where to write the calibration file (JSON).
+    #[arg(long, value_name = "PATH")]
+    pub out: String,
+}
+
+/// Runs `autopp calibrate`.
+pub fn calibrate(args: &CalibrateArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read runs file '{}'", args.file))?;
+    let fit = user::calibrate(&parse_rows(&text, &args.file)?, &args.file, &today())?;
+    let json = serde_json::to_string_pretty(&fit.file)? + "\n";
+    write_atomic(&args.out, json.as_bytes())?;
+    print!("{}", fit.text());
+    let out = &args.out;
+    println!("\nwrote {out}: use it with plan, estimate or whatif --calibration {out}");
     Ok(())
 }

@@ -1,9 +1,10 @@
 //! `autopp whatif`: the planner over a grid of clusters, with time and cost to train.
 
 use anyhow::{Context, Result};
-use autopp_hardware::{Cluster, Precision};
+use autopp_hardware::Precision;
+use autopp_planner::calibration::CalibrationFile;
 use autopp_planner::runtime::Stack;
-use autopp_planner::whatif::{self, BatchPolicy, Point, Prices, Sweep};
+use autopp_planner::whatif::{self, BatchPolicy, Prices, Sweep};
 use clap::Args;
 
 use super::common::{global_batch, load_model_at, write_atomic, Progress};
@@ -63,45 +64,15 @@ pub struct WhatifArgs {
     /// A directory for rows.json, rows.csv, table.txt and the pictures (SVG and PNG).
     #[arg(long, value_name = "DIR")]
     pub out: Option<String>,
+    /// A calibration file from `autopp calibrate` to use instead of the shipped knobs.
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<String>,
     /// Print the rows as JSON.
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
     /// Print the rows as CSV.
     #[arg(long)]
     pub csv: bool,
-}
-
-/// The machines to sweep, each at every GPU count.
-fn points(args: &WhatifArgs, counts: &[u64]) -> Result<Vec<Point>> {
-    let templates = match &args.cluster {
-        Some(files) => files
-            .iter()
-            .map(|path| {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("--cluster: cannot read '{path}'"))?;
-                Ok(Cluster::from_json(&text, path)?)
-            })
-            .collect::<Result<Vec<_>>>()?,
-        None => whatif::machines(
-            &args.gpu,
-            args.gpus_per_node.as_deref(),
-            args.nic_gbps.as_deref(),
-        )?,
-    };
-    Ok(whatif::points(&templates, counts))
-}
-
-fn prices(args: &WhatifArgs) -> Result<Prices> {
-    Ok(match (&args.prices, &args.price) {
-        (Some(path), _) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--prices: cannot read '{path}'"))?;
-            Prices::from_json(&text, "--prices")?
-        }
-        (None, Some(pairs)) => Prices::from_pairs(pairs)?,
-        (None, None) if args.tokens.is_some() => Prices::example(),
-        (None, None) => Prices::none(),
-    })
 }
 
 /// Runs `autopp whatif`.
@@ -116,6 +87,7 @@ pub fn run(args: &WhatifArgs) -> Result<()> {
             sequences: global_batch(&model, args.global_batch)?,
         },
     };
+    let calibration = args.calibration.as_deref().map(CalibrationFile::load);
     let sweep = Sweep {
         framework: args.framework,
         precision: args.precision,
@@ -125,9 +97,22 @@ pub fn run(args: &WhatifArgs) -> Result<()> {
             .as_deref()
             .map(|t| whatif::parse_tokens(t, "--tokens"))
             .transpose()?,
-        prices: prices(args)?,
+        prices: Prices::choose(
+            args.prices.as_deref(),
+            args.price.as_deref(),
+            args.tokens.is_some(),
+        )?,
+        calibration: calibration.transpose()?,
     };
-    let points = points(args, &counts)?;
+    let templates = match &args.cluster {
+        Some(files) => whatif::cluster_files(files)?,
+        None => whatif::machines(
+            &args.gpu,
+            args.gpus_per_node.as_deref(),
+            args.nic_gbps.as_deref(),
+        )?,
+    };
+    let points = whatif::points(&templates, &counts);
     let rows = {
         let bar = Progress::new("points");
         whatif::sweep(&model, &points, &sweep, &|d, t| bar.update(d, t))?
@@ -152,11 +137,16 @@ pub fn run(args: &WhatifArgs) -> Result<()> {
     } else if args.csv {
         print!("{}", whatif::to_csv(&rows));
     } else {
+        let cal = sweep
+            .calibration
+            .as_ref()
+            .map(|c| format!(" · {}", c.label()));
         println!(
-            "{} · {} · {}",
+            "{} · {} · {}{}",
             model.name(),
             batch.describe(),
-            args.framework
+            args.framework,
+            cal.unwrap_or_default()
         );
         if sweep.train_tokens.is_some() && !sweep.prices.source.is_empty() {
             println!("prices: {}", sweep.prices.source);

@@ -369,6 +369,7 @@ impl<'a> Evaluation<'a> {
             tflops_per_gpu,
             mfu: tflops_per_gpu * 1e12 / profile.peak_flops,
             bubble_fraction: sim.bubble_fraction,
+            stage_imbalance: stage_imbalance(&sim.busy_s, sim.makespan_s),
             peak_memory_bytes,
             memory_capacity_bytes: capacity,
             fits: peak_memory_bytes + c.settings.memory_margin_bytes <= capacity,
@@ -488,4 +489,27 @@ fn partial_recompute(
         }
     }
     Ok(counts.clone())
+}
+
+/// (largest − mean of `busy_s`) / `makespan_s`, seconds over seconds; 0 for an empty run.
+pub fn stage_imbalance(busy_s: &[f64], makespan_s: f64) -> f64 {
+    if busy_s.is_empty() || makespan_s <= 0.0 {
+        return 0.0;
+    }
+    let max = busy_s.iter().copied().fold(0.0, f64::max);
+    let mean = busy_s.iter().sum::<f64>() / busy_s.len() as f64;
+    (max - mean) / makespan_s
+}
+
+#[cfg(test)]
+mod tests {
+    /// Busy 4, 3, 2 and 3 s in a 5 s pipeline: the mean rank is busy 3 s, the busiest 4 s, so
+    /// the lighter ranks idle (4 − 3) / 5 = 20% more than the busiest on average.
+    #[test]
+    fn stage_imbalance_hand_worked() {
+        let i = super::stage_imbalance(&[4.0, 3.0, 2.0, 3.0], 5.0);
+        assert!((i - 0.2).abs() < 1e-12, "{i}");
+        assert_eq!(super::stage_imbalance(&[2.0, 2.0], 5.0), 0.0);
+        assert_eq!(super::stage_imbalance(&[], 5.0), 0.0);
+    }
 }

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use autopp_hardware::AnalyticProfile;
-use autopp_models::units::{gib, secs, thousands};
+use autopp_models::units::{gib, secs, thousands, wrap};
 use autopp_models::Model;
 
 use crate::bands::uncertainty;
@@ -22,8 +22,8 @@ pub fn estimate_text(
 ) -> String {
     let mut o = header(model, profile, &e.result.plan);
     configuration(&mut o, model, c, &e.result.plan);
-    time_lines(&mut o, &e.result);
-    memory_table(&mut o, e);
+    time_lines(&mut o, &e.result, profile.calibration.as_deref());
+    memory_table(&mut o, model, e);
     fit_lines(&mut o, &e.result);
     o
 }
@@ -49,7 +49,7 @@ fn configuration(o: &mut String, model: &Model, c: &ParallelConfig, plan: &Plan)
     let d = &c.degrees;
     let _ = writeln!(
         o,
-        "  parallelism   tp {} · pp {} · dp {} · cp {}{}    schedule {}, {} stage{} per rank",
+        "  parallelism   tp {} · pp {} · dp {} · cp {}{}{}",
         d.tp,
         d.pp,
         d.dp,
@@ -58,19 +58,18 @@ fn configuration(o: &mut String, model: &Model, c: &ParallelConfig, plan: &Plan)
             (Some(ep), Some(etp)) => format!(" · ep {ep} · etp {etp}"),
             _ => String::new(),
         },
-        plan.schedule,
-        d.virtual_stages,
-        if d.virtual_stages == 1 { "" } else { "s" }
+        schedule_text(plan)
     );
     let tokens = c.global_batch_size * model.seq_length();
     let _ = writeln!(
         o,
-        "  batching      {} micro-batch{} of {} per replica → global batch {} ({} tokens)",
+        "  batching      {} micro-batch{} of {} per replica → global batch {} ({} tokens of {} per sequence)",
         plan.num_microbatches,
         if plan.num_microbatches == 1 { "" } else { "es" },
         c.micro_batch_size,
         c.global_batch_size,
-        thousands(tokens as f64)
+        thousands(tokens as f64),
+        thousands(model.seq_length() as f64)
     );
     let _ = writeln!(
         o,
@@ -88,8 +87,8 @@ fn configuration(o: &mut String, model: &Model, c: &ParallelConfig, plan: &Plan)
 }
 
 /// The iteration time with its uncertainty and breakdown, and the throughput, then a blank
-/// line.
-fn time_lines(o: &mut String, result: &PlanAndPrediction) {
+/// line. `calibration` names the user's calibration when one replaced the shipped knobs.
+fn time_lines(o: &mut String, result: &PlanAndPrediction, calibration: Option<&str>) {
     let pred = &result.predicted;
     let t = pred.iteration_time_s;
     let b = &pred.breakdown_s;
@@ -97,7 +96,14 @@ fn time_lines(o: &mut String, result: &PlanAndPrediction) {
     if let Some(band) = &uncertainty(&result.plan.gpu).time {
         let _ = writeln!(o, "    uncertainty {band}");
     }
+    if let Some(c) = calibration {
+        let _ = writeln!(
+            o,
+            "    knobs       {c} (the band above is the shipped calibration's)"
+        );
+    }
     let moe = result.plan.ep.is_some();
+    let pipelined = result.plan.degrees.pp > 1;
     for (name, v) in [
         ("compute", b.compute),
         ("bubble", b.bubble),
@@ -107,7 +113,7 @@ fn time_lines(o: &mut String, result: &PlanAndPrediction) {
         ("dp comm", b.dp_comm),
         ("optimizer", b.optimizer),
     ] {
-        if name == "ep comm" && !moe {
+        if (name == "ep comm" && !moe) || (matches!(name, "bubble" | "pp comm") && !pipelined) {
             continue;
         }
         let share = if v.abs() < 5e-8 { 0.0 } else { 100.0 * v / t };
@@ -115,21 +121,53 @@ fn time_lines(o: &mut String, result: &PlanAndPrediction) {
     }
     let _ = writeln!(
         o,
-        "  throughput    {} tokens/s · {:.1} TFLOP/s per GPU · MFU {:.1}% · bubble {:.1}%\n",
+        "  throughput    {} tokens/s · {:.1} TFLOP/s per GPU · MFU {:.1}%",
         thousands(pred.tokens_per_s),
         pred.tflops_per_gpu,
         100.0 * pred.mfu,
-        100.0 * pred.bubble_fraction
     );
+    if pipelined {
+        let _ = writeln!(
+            o,
+            "  pipeline      bubble {:.1}% of the iteration (the busiest rank's idle) · stage imbalance {:.1}% (the lighter ranks' extra idle)",
+            100.0 * b.bubble / t.max(f64::MIN_POSITIVE),
+            100.0 * pred.stage_imbalance
+        );
+    }
+    o.push('\n');
+}
+
+/// `    schedule 1f1b, 1 stage per rank` for a pipeline; nothing when pp is 1.
+fn schedule_text(plan: &Plan) -> String {
+    let (pp, v) = (plan.degrees.pp, plan.degrees.virtual_stages);
+    if pp <= 1 {
+        return String::new();
+    }
+    format!(
+        "    schedule {}, {v} stage{} per rank",
+        plan.schedule,
+        if v == 1 { "" } else { "s" }
+    )
 }
 
 /// Memory per GPU by kind, one line per rank (the first four, the last three and the fullest
 /// when there are more than 16), then a blank line.
-fn memory_table(o: &mut String, e: &Estimate) {
+fn memory_table(o: &mut String, model: &Model, e: &Estimate) {
     let plan = &e.result.plan;
+    // a transformer's layer list is the embedding, the layers and the head: ranges count the
+    // transformer layers only
+    let last_entry = matches!(model, Model::Transformer(_))
+        .then(|| {
+            plan.ranks
+                .iter()
+                .flat_map(|r| &r.stages)
+                .map(|s| s[1])
+                .max()
+        })
+        .flatten();
     let _ = writeln!(
         o,
-        "  memory per GPU, GiB                 weights  grads  optim  activ  transient  buffers  runtime  reserve   total"
+        "  memory per GPU, GiB                               weights  grads  optim  activ  transient  buffers  runtime  reserve   total"
     );
     let pp = plan.ranks.len();
     let peak_rank = plan.peak_rank() as usize;
@@ -150,10 +188,13 @@ fn memory_table(o: &mut String, e: &Estimate) {
         }
         last = Some(r);
         let m = &e.memory[r];
-        let layers = plan.ranks[r].stages_text();
+        let layers = match last_entry {
+            Some(last) => plan.ranks[r].transformer_layers_text(last),
+            None => plan.ranks[r].stages_text(),
+        };
         let _ = writeln!(
             o,
-            "    rank {r:<3} {layers:<24} {:>7} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8} {:>7}",
+            "    rank {r:<3} {layers:<38} {:>7} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8} {:>7}",
             gib(m.weights_bytes),
             gib(m.grads_bytes),
             gib(m.optimizer_bytes),
@@ -165,8 +206,14 @@ fn memory_table(o: &mut String, e: &Estimate) {
             gib(m.total_bytes()),
         );
     }
+    for line in wrap(MEMORY_LEGEND, 100) {
+        let _ = writeln!(o, "    {line}");
+    }
     let _ = writeln!(o);
 }
+
+/// What the memory columns hold, printed under the table.
+const MEMORY_LEGEND: &str = "weights, grads, optim: 16-bit weights, fp32 gradients, fp32 master weights and Adam moments (each sharded by ZeRO) · activ: activations of the micro-batches in flight at the peak · transient: the backward's working set · buffers: pipeline sends and NCCL workspaces · runtime: CUDA context, NCCL, framework buffers and allocator fragmentation · reserve: headroom kept free (--memory-reserve-gib)";
 
 /// Whether the plan fits, with the memory's uncertainty.
 fn fit_lines(o: &mut String, result: &PlanAndPrediction) {

@@ -43,7 +43,8 @@ pub fn plan_text(
         gib(margin.mem_bytes),
         margin.source
     );
-    if let Some(layout) = &best.result.plan.megatron_layout {
+    let layout = best.result.plan.megatron_layout.as_ref();
+    if let Some(layout) = layout.filter(|_| best.result.plan.degrees.pp > 1) {
         let _ = writeln!(o, "  layout        {layout}");
     }
     if let Some(a) = answers.first() {

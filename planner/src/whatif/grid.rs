@@ -34,6 +34,19 @@ pub fn machines(
     Ok(out)
 }
 
+/// The machines of `files` (`--cluster`, cluster.json files), read in order.
+pub fn cluster_files(files: &[String]) -> Result<Vec<Cluster>, PlanError> {
+    files
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                PlanError::invalid("--cluster", format!("cannot read '{path}': {e}"))
+            })?;
+            Ok(Cluster::from_json(&text, path)?)
+        })
+        .collect()
+}
+
 /// Every machine of `templates` at every GPU count of `counts`.
 pub fn points(templates: &[Cluster], counts: &[u64]) -> Vec<Point> {
     templates

@@ -12,7 +12,7 @@ pub mod plot;
 mod prices;
 mod table;
 
-pub use grid::{machines, parse_gpu_counts, parse_tokens, points, BatchPolicy};
+pub use grid::{cluster_files, machines, parse_gpu_counts, parse_tokens, points, BatchPolicy};
 pub use prices::Prices;
 pub use table::{to_csv, to_table};
 
@@ -78,6 +78,8 @@ pub struct Sweep {
     pub train_tokens: Option<f64>,
     /// USD per GPU-hour by GPU kind.
     pub prices: Prices,
+    /// The user's calibration (`--calibration`) in place of the shipped knobs.
+    pub calibration: Option<crate::calibration::CalibrationFile>,
 }
 
 /// The best plan at one point, and what it costs to train the budget with it.
@@ -224,7 +226,10 @@ fn best_plan(
     sweep: &Sweep,
     global_batch: u64,
 ) -> Result<PointPlan, PlanError> {
-    let profile = cost_profile(c.clone(), sweep.precision, None, model)?;
+    let mut profile = cost_profile(c.clone(), sweep.precision, None, model)?;
+    if let Some(cal) = &sweep.calibration {
+        profile = cal.apply(profile);
+    }
     let family = sweep.framework.family();
     let mut opts = SearchOptions::new(family, global_batch, c.gpus_per_node);
     opts.limits.schedules = family.schedules_to_search(None)?;

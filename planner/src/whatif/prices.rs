@@ -54,6 +54,26 @@ impl Prices {
         Ok(prices)
     }
 
+    /// The prices of a sweep: the file `--prices` names, else the `--price` pairs, else the
+    /// example table when a token budget asks for costs (`with_tokens`), else none.
+    pub fn choose(
+        file: Option<&str>,
+        pairs: Option<&str>,
+        with_tokens: bool,
+    ) -> Result<Self, PlanError> {
+        Ok(match (file, pairs) {
+            (Some(path), _) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    PlanError::invalid("--prices", format!("cannot read '{path}': {e}"))
+                })?;
+                Prices::from_json(&text, "--prices")?
+            }
+            (None, Some(pairs)) => Prices::from_pairs(pairs)?,
+            (None, None) if with_tokens => Prices::example(),
+            (None, None) => Prices::none(),
+        })
+    }
+
     /// Parses `--price KIND=USD_PER_GPU_HOUR,…`.
     pub fn from_pairs(text: &str) -> Result<Self, PlanError> {
         let mut usd_per_gpu_hour = BTreeMap::new();

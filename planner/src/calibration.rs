@@ -1,0 +1,185 @@
+//! A calibration made from a user's own measured runs (`autopp calibrate runs.json --out
+//! my-cluster.json`), read back by `plan`, `estimate` and `whatif --calibration`: the analytic
+//! profile's efficiency knobs, with which runs fitted them. The memory terms stay shipped.
+//!
+//! The file is small, versioned JSON; a field missing, unknown, of the wrong type or out of
+//! range is one error naming the field.
+
+use autopp_hardware::{AnalyticProfile, Efficiency};
+use serde::{Deserialize, Serialize};
+
+use crate::config::PlanError;
+
+/// `format` of a calibration file.
+pub const CALIBRATION_FORMAT: &str = "autopp-calibration";
+/// The version of the calibration file this autopp writes and reads.
+pub const CALIBRATION_VERSION: u32 = 1;
+
+/// A calibration file: the fitted efficiency knobs and where they come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrationFile {
+    /// Always [`CALIBRATION_FORMAT`].
+    pub format: String,
+    /// [`CALIBRATION_VERSION`].
+    pub version: u32,
+    /// The autopp version that wrote the file.
+    pub autopp_version: String,
+    /// When it was written, `YYYY-MM-DD` (UTC).
+    pub created: String,
+    /// The runs file it was fitted on.
+    pub source: String,
+    /// Ids of the runs the fit used.
+    pub runs: Vec<String>,
+    /// The knobs the fit moved (the others keep the shipped values).
+    pub fitted: Vec<String>,
+    /// Every efficiency knob, fitted or shipped.
+    pub efficiency: Efficiency,
+}
+
+impl CalibrationFile {
+    /// Parses and checks a calibration file read from `path`; an error names `--calibration`,
+    /// the file and the field.
+    pub fn from_json(text: &str, path: &str) -> Result<CalibrationFile, PlanError> {
+        let bad = |m: String| PlanError::invalid("--calibration", format!("'{path}': {m}"));
+        let file: CalibrationFile = serde_json::from_str(text)
+            .map_err(|e| bad(format!("{e} (write it with autopp calibrate)")))?;
+        if file.format != CALIBRATION_FORMAT {
+            return Err(bad(format!("format: expected \"{CALIBRATION_FORMAT}\"")));
+        }
+        if file.version != CALIBRATION_VERSION {
+            return Err(bad(format!(
+                "version: {} is not {CALIBRATION_VERSION}; refit with autopp calibrate",
+                file.version
+            )));
+        }
+        if file.runs.is_empty() {
+            return Err(bad(
+                "runs: empty; a calibration needs at least one run".into()
+            ));
+        }
+        let e = &file.efficiency;
+        let fractions = [
+            ("gemm_max", e.gemm_max, 1.0),
+            ("gemm_misaligned", e.gemm_misaligned, 1.0),
+            ("attention_fused", e.attention_fused, 1.0),
+            ("hopper_compute", e.hopper_compute, 1.0),
+            ("hbm", e.hbm, 1.0),
+            ("comm_intra", e.comm_intra, 1.0),
+            ("comm_inter", e.comm_inter, 1.0),
+            ("gemm_half_dim", e.gemm_half_dim, f64::MAX),
+            ("kernel_overhead_s", e.kernel_overhead_s, 1.0),
+        ];
+        for (name, v, hi) in fractions {
+            if !(v.is_finite() && v > 0.0 && v <= hi) {
+                return Err(bad(format!(
+                    "efficiency.{name}: {v} is out of range (0, {hi}]"
+                )));
+            }
+        }
+        if !(e.comm_overlap.is_finite() && (0.0..=1.0).contains(&e.comm_overlap)) {
+            return Err(bad(format!(
+                "efficiency.comm_overlap: {} is out of range [0, 1]",
+                e.comm_overlap
+            )));
+        }
+        Ok(file)
+    }
+
+    /// Reads `path` (`--calibration`).
+    pub fn load(path: &str) -> Result<CalibrationFile, PlanError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            PlanError::invalid("--calibration", format!("cannot read '{path}': {e}"))
+        })?;
+        let mut file = CalibrationFile::from_json(&text, path)?;
+        // the label names the file as the user typed it
+        file.source = path.to_string();
+        Ok(file)
+    }
+
+    /// What the reports print next to the band: `calibrated on N runs from FILE`.
+    pub fn label(&self) -> String {
+        let n = self.runs.len();
+        format!(
+            "calibrated on {n} run{} from {}",
+            if n == 1 { "" } else { "s" },
+            self.source
+        )
+    }
+
+    /// `profile` with these knobs in place of the shipped ones, labelled.
+    pub fn apply(&self, mut profile: AnalyticProfile) -> AnalyticProfile {
+        profile.efficiency = self.efficiency;
+        profile.calibration = Some(self.label());
+        profile
+    }
+}
+
+/// `profile` calibrated with the file at `path`, when one is given (`--calibration`).
+pub fn calibrated(
+    profile: AnalyticProfile,
+    path: Option<&str>,
+) -> Result<AnalyticProfile, PlanError> {
+    Ok(match path {
+        Some(p) => CalibrationFile::load(p)?.apply(profile),
+        None => profile,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file() -> CalibrationFile {
+        CalibrationFile {
+            format: CALIBRATION_FORMAT.into(),
+            version: CALIBRATION_VERSION,
+            autopp_version: "0.1.0".into(),
+            created: "2026-11-24".into(),
+            source: "runs.json".into(),
+            runs: vec!["a".into(), "b".into()],
+            fitted: vec!["gemm_max".into()],
+            efficiency: Efficiency {
+                gemm_max: 0.5,
+                ..Efficiency::default()
+            },
+        }
+    }
+
+    #[test]
+    fn round_trip_and_label() {
+        let text = serde_json::to_string(&file()).unwrap();
+        let back = CalibrationFile::from_json(&text, "my.json").unwrap();
+        assert_eq!(back, file());
+        assert_eq!(back.label(), "calibrated on 2 runs from runs.json");
+    }
+
+    /// Each bad file is refused with the field named.
+    #[test]
+    fn bad_files_name_the_field() {
+        let mut f = file();
+        f.efficiency.gemm_max = 1.5;
+        let text = serde_json::to_string(&f).unwrap();
+        let e = CalibrationFile::from_json(&text, "c.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--calibration: 'c.json': efficiency.gemm_max"),
+            "{e}"
+        );
+        let mut f = file();
+        f.version = 7;
+        let e = CalibrationFile::from_json(&serde_json::to_string(&f).unwrap(), "c.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("version"), "{e}");
+        let e = CalibrationFile::from_json(r#"{"format": "autopp-calibration"}"#, "c.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing field `version`"), "{e}");
+        let e = CalibrationFile::from_json("[1]", "c.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--calibration: 'c.json'"), "{e}");
+    }
+}
