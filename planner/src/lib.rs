@@ -10,6 +10,7 @@
 
 pub use autopp_schedule as schedule;
 
+pub mod advice;
 pub mod bands;
 pub mod config;
 pub mod degrees;

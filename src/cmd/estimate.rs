@@ -4,7 +4,8 @@ use anyhow::{bail, Result};
 use autopp_hardware::Precision;
 use autopp_models::{Model, Recompute};
 
-use autopp_planner::report::estimate_text;
+use autopp_planner::advice::{self, Given};
+use autopp_planner::report::{self, estimate_text};
 use autopp_planner::Stack;
 use autopp_planner::{
     cost_profile, evaluate, Degrees, EvalSettings, ExpertParallel, ParallelConfig, PlanFile,
@@ -79,29 +80,31 @@ pub struct EstimateArgs {
     #[arg(long, value_name = "G")]
     pub group_size: Option<u64>,
     /// Activation recomputation of transformer layers: none, selective (attention core) or
-    /// full (keep only each layer's input).
-    #[arg(long, default_value = "none", value_name = "MODE")]
-    pub recompute: Recompute,
+    /// full (keep only each layer's input) [default: none].
+    #[arg(long, value_name = "MODE")]
+    pub recompute: Option<Recompute>,
     /// Partial recompute: fully recompute the first N transformer layers of every stage (one
     /// number, capped at each stage's layers: Megatron-LM's `--recompute-method block
     /// --recompute-num-layers N`) or of each stage (one number per stage, in stage order); the
     /// other layers use --recompute.
     #[arg(long, value_delimiter = ',', value_name = "N[,N,…]")]
     pub recompute_num_layers: Option<Vec<u64>>,
-    /// Megatron sequence parallelism (needs --tp ≥ 2).
-    #[arg(long)]
-    pub sequence_parallel: bool,
+    /// Megatron sequence parallelism (needs --tp ≥ 2): on or off [default: on with tp ≥ 2, as
+    /// plan chooses].
+    #[arg(long, num_args = 0..=1, default_missing_value = "on", value_name = "on|off",
+        value_parser = clap::builder::BoolishValueParser::new())]
+    pub sequence_parallel: Option<bool>,
     /// ZeRO stage: 0 none, 1 optimizer states (Megatron's distributed optimizer), 2 +
-    /// gradients, 3 + weights.
-    #[arg(long = "zero", default_value_t = 0, value_name = "0|1|2|3")]
-    pub zero_stage: u8,
+    /// gradients, 3 + weights [default: 1 with more than one replica, as plan chooses].
+    #[arg(long = "zero", value_name = "0|1|2|3")]
+    pub zero_stage: Option<u8>,
     /// An explicit layer split: layer-list entries per stage, comma-separated, in stage order
     /// (the embedding and the head count as one entry each).
     #[arg(long, value_delimiter = ',', value_name = "N,N,…")]
     pub split: Option<Vec<usize>>,
-    /// Math precision: bf16 or fp16.
-    #[arg(long, default_value = "bf16", value_name = "P")]
-    pub precision: Precision,
+    /// Math precision: bf16 or fp16 [default: bf16].
+    #[arg(long, value_name = "P")]
+    pub precision: Option<Precision>,
     /// Headroom kept free per GPU, GiB, beyond the modelled CUDA context, NCCL, framework
     /// buffers and allocator fragmentation (the "runtime" column).
     #[arg(long, default_value_t = 1.0, value_name = "R")]
@@ -121,14 +124,17 @@ pub struct EstimateArgs {
     /// analytic profile's (scaled to each layer's shape); collectives and sends stay analytic.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<String>,
-    /// Print one JSON object {"plan", "predicted"} instead of tables.
+    /// Print one JSON object {"plan", "predicted", "defaults_used", "gap", "fix"} instead.
     #[arg(long)]
     pub json: bool,
+    /// Skip the advice: the search for the best plan and the cheapest fix.
+    #[arg(long)]
+    pub no_advice: bool,
 }
 
 impl EstimateArgs {
     /// The configuration these flags describe, for `gpus` GPUs.
-    fn config(&self, model: &Model, gpus: u64) -> Result<ParallelConfig> {
+    fn config(&self, model: &Model, gpus: u64) -> Result<(ParallelConfig, Vec<String>)> {
         for (flag, v) in [
             ("--tp", self.tp),
             ("--pp", self.pp),
@@ -153,42 +159,55 @@ impl EstimateArgs {
             None => Degrees::filling(gpus, self.tp, self.pp, self.cp, virtual_stages)?,
         };
         let global_batch_size = global_batch(model, self.global_batch)?;
-        let settings = EvalSettings {
+        let given = Given {
+            sequence_parallel: self.sequence_parallel,
+            zero_stage: self.zero_stage,
+            recompute: self.recompute,
             precision: self.precision,
+            framework: self.framework,
+        };
+        let chosen = given.resolve(degrees.tp, degrees.dp * degrees.cp);
+        let settings = EvalSettings {
+            precision: chosen.precision,
             memory_reserve_bytes: reserve_bytes(self.memory_reserve_gib)?,
             // a configuration given whole: fits means fits in the GPU's memory
             memory_margin_bytes: 0,
             flash_attention: !self.no_flash_attention,
-            runtime: self.framework.unwrap_or(Stack::MegatronCore).runtime(),
+            runtime: chosen.framework.runtime(),
         };
         if let Some(stack) = self.framework.filter(|s| !s.family().runs(schedule)) {
             bail!(
                 "--schedule: {stack} does not run {schedule}; name another --framework or schedule"
             );
         }
-        Ok(ParallelConfig::new(degrees, self.mbs, global_batch_size)
+        let config = ParallelConfig::new(degrees, self.mbs, global_batch_size)
             .with_schedule(schedule)
             .with_group_size(self.group_size)
-            .with_recompute(self.recompute)
+            .with_recompute(chosen.recompute)
             .with_recompute_layers(self.recompute_num_layers.clone())
-            .with_sequence_parallel(self.sequence_parallel)
-            .with_zero_stage(self.zero_stage)
+            .with_sequence_parallel(chosen.sequence_parallel)
+            .with_zero_stage(chosen.zero_stage)
             .with_split(self.split.clone())
             .with_settings(settings)
             .with_experts(ExpertParallel {
                 ep: self.ep,
                 etp: self.etp,
                 imbalance: self.moe_imbalance,
-            }))
+            });
+        Ok((config, chosen.used))
     }
 }
 
 /// Runs `autopp estimate`.
 pub fn run(args: &EstimateArgs) -> Result<()> {
-    let (model, cluster, config) = match (&args.plan, &args.model) {
+    let (model, cluster, (config, used)) = match (&args.plan, &args.model) {
         (Some(path), _) => {
             let file = PlanFile::load(path)?;
-            (file.model()?, file.cluster.clone(), file.config()?)
+            (
+                file.model()?,
+                file.cluster.clone(),
+                (file.config()?, vec![]),
+            )
         }
         (None, Some(name)) => {
             let model = load_model_at(name, args.seq_len)?;
@@ -201,10 +220,20 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
     let precision = config.settings.precision;
     let profile = cost_profile(cluster, precision, args.profile.as_deref(), &model)?;
     let estimate = evaluate(&model, &profile, &config)?;
+    let advice = (!args.no_advice)
+        .then(|| advice::advise(&model, &profile, &config, &estimate))
+        .transpose()?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&estimate.result)?);
+        let json = advice::json(&estimate.result, &used, advice.as_ref());
+        println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print!("{}", estimate_text(&model, &profile, &config, &estimate));
+        print!("{}", report::defaults_line(&used));
+        let own_s = estimate.result.predicted.iteration_time_s;
+        print!(
+            "{}",
+            advice.map_or(String::new(), |a| report::advice_text(&a, own_s))
+        );
     }
     for w in &estimate.warnings {
         eprintln!("warning: {w}");

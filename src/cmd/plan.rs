@@ -196,9 +196,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     )?;
     let runnable = args.framework == Stack::Any;
     let plans = search_with_progress(&model, &profile, &opts, runnable)?;
-    let (result, answers) = (&plans.result, &plans.answers);
-    let best = &result.best;
-    let config = answers[0].config.clone();
+    let (best, config) = (&plans.result.best, plans.answers[0].config.clone());
     if let Some(path) = &args.out {
         let file = PlanFile::new(best, &model, &cluster, &config)?
             .with_framework(args.framework.family())
@@ -209,34 +207,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         }
     }
     if args.json {
-        let alternatives: Vec<_> = (result.alternatives.iter().zip(&answers[1..]))
-            .map(|(e, a)| {
-                serde_json::json!({
-                    "plan": e.result.plan,
-                    "predicted": e.result.predicted,
-                    "made_for": a.made_for,
-                    "runs_on": a.runs_on,
-                })
-            })
-            .collect();
-        let out = serde_json::json!({
-            "plan": best.result.plan,
-            "predicted": best.result.predicted,
-            "made_for": answers[0].made_for,
-            "runs_on": answers[0].runs_on,
-            "search": {
-                "elapsed_s": result.elapsed_s,
-                "candidates": result.candidates,
-                "simulated": result.simulated,
-            },
-            "alternatives": alternatives,
-            "memory_margin": {
-                "free_bytes": best.result.predicted.memory_capacity_bytes
-                    .saturating_sub(best.result.predicted.peak_memory_bytes),
-                "required_bytes": opts.settings.memory_margin_bytes,
-            },
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        let json = report::plan_json(&plans, &opts);
+        println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
     let margin = args.margin(&cluster)?;
