@@ -2,7 +2,7 @@
 //! same model, cluster and global batch, and the fewest changes to it that close most of that
 //! gap, each evaluated with the same cost model.
 
-use autopp_hardware::{AnalyticProfile, Precision};
+use autopp_hardware::AnalyticProfile;
 use autopp_models::{Model, Recompute};
 use serde::Serialize;
 
@@ -68,92 +68,6 @@ pub struct Advice {
     pub gap: Option<Gap>,
     /// The cheapest fix; `None` when there is no gap to close or nothing helps.
     pub fix: Option<Fix>,
-}
-
-/// The settings `estimate`'s flags gave (`None`: left out).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Given {
-    /// `--sequence-parallel`.
-    pub sequence_parallel: Option<bool>,
-    /// `--zero`.
-    pub zero_stage: Option<u8>,
-    /// `--recompute`.
-    pub recompute: Option<Recompute>,
-    /// `--precision`.
-    pub precision: Option<Precision>,
-    /// `--framework`.
-    pub framework: Option<Stack>,
-}
-
-/// The settings `estimate` uses: the given ones, and `plan`'s choices for the others.
-#[derive(Debug, Clone)]
-pub struct Chosen {
-    /// Megatron sequence parallelism.
-    pub sequence_parallel: bool,
-    /// ZeRO stage.
-    pub zero_stage: u8,
-    /// Recompute mode.
-    pub recompute: Recompute,
-    /// Math precision.
-    pub precision: Precision,
-    /// The software stack whose runtime predicts it.
-    pub framework: Stack,
-    /// The settings chosen by default, in words (`sequence parallel on (tp ≥ 2)`).
-    pub used: Vec<String>,
-}
-
-impl Given {
-    /// Fills the settings left out as `plan`'s search almost always chooses them for a
-    /// configuration of tensor-parallel degree `tp` and `replicas` (dp · cp) copies of the
-    /// weights: sequence parallelism with tp ≥ 2 (it saves activation memory at the same
-    /// communication volume), a sharded optimizer with more than one replica (ZeRO 1, Megatron's
-    /// distributed optimizer, or the framework's first sharded stage), no recompute, bf16, and
-    /// Megatron-Core's runtime.
-    pub fn resolve(&self, tp: u64, replicas: u64) -> Chosen {
-        let mut used = Vec::new();
-        let framework = self.framework.unwrap_or_else(|| {
-            used.push("megatron-core runtime".to_string());
-            Stack::MegatronCore
-        });
-        let sequence_parallel = self.sequence_parallel.unwrap_or_else(|| {
-            used.push(match tp > 1 {
-                true => "sequence parallel on (tp ≥ 2)".to_string(),
-                false => "sequence parallel off (tp 1)".to_string(),
-            });
-            tp > 1
-        });
-        let zero_stage = self.zero_stage.unwrap_or_else(|| {
-            let sharded = framework
-                .family()
-                .zero_stages()
-                .iter()
-                .copied()
-                .find(|&z| z > 0);
-            let z = sharded.filter(|_| replicas > 1).unwrap_or(0);
-            used.push(match z {
-                0 => "ZeRO 0 (one replica)".to_string(),
-                1 => "ZeRO 1 (distributed optimizer)".to_string(),
-                z => format!("ZeRO {z}"),
-            });
-            z
-        });
-        let recompute = self.recompute.unwrap_or_else(|| {
-            used.push("recompute none".to_string());
-            Recompute::None
-        });
-        let precision = self.precision.unwrap_or_else(|| {
-            used.push("bf16".to_string());
-            Precision::Bf16
-        });
-        Chosen {
-            sequence_parallel,
-            zero_stage,
-            recompute,
-            precision,
-            framework,
-            used,
-        }
-    }
 }
 
 /// `estimate --json`: `{"plan", "predicted"}` with `defaults_used` and, when advice was asked

@@ -111,28 +111,7 @@ pub fn reserve_bytes(gib: f64) -> Result<u64> {
     Ok((gib * (1u64 << 30) as f64) as u64)
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, then a rename,
-/// so a failure never leaves a partial file.
-pub fn write_atomic(path: &str, bytes: &[u8]) -> Result<()> {
-    let target = std::path::Path::new(path);
-    let dir = target
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or_else(|| std::path::Path::new("."));
-    let name = target
-        .file_name()
-        .ok_or_else(|| anyhow::anyhow!("'{path}' is not a file path"))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write '{path}'"))?;
-    std::fs::rename(&tmp, target).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::anyhow!("cannot write '{path}': {e}")
-    })
-}
+pub use autopp_planner::files::write_atomic;
 
 /// A progress bar on stderr, shown only on a terminal and only once the work has run for a
 /// second; cleared when dropped.
@@ -176,24 +155,13 @@ impl Drop for Progress {
     }
 }
 
-/// The flag that sets a schedule or split input.
-pub fn flag_of(field: SpecField) -> &'static str {
-    match field {
-        SpecField::Pp => "--pp",
-        SpecField::VirtualStages => "--virtual",
-        SpecField::NumMicrobatches => "--microbatches",
-        SpecField::GroupSize => "--group-size",
-        SpecField::Split => "--split",
-    }
-}
-
 /// One line for an error: the error and its causes, joined, with the flag named where the
 /// library's error names an input field.
 pub fn error_line(e: &anyhow::Error) -> String {
     let parts: Vec<String> = e
         .chain()
         .map(|c| match field_of(c) {
-            Some(field) => format!("{}: {c}", flag_of(field)),
+            Some(field) => format!("{}: {c}", field.flag()),
             None => c.to_string(),
         })
         .collect();

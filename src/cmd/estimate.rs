@@ -4,12 +4,11 @@ use anyhow::{bail, Result};
 use autopp_hardware::Precision;
 use autopp_models::{Model, Recompute};
 
-use autopp_planner::advice::{self, Given};
+use autopp_planner::advice;
 use autopp_planner::report::{self, estimate_text};
+use autopp_planner::requested::{Given, Requested};
 use autopp_planner::Stack;
-use autopp_planner::{
-    cost_profile, evaluate, Degrees, EvalSettings, ExpertParallel, ParallelConfig, PlanFile,
-};
+use autopp_planner::{cost_profile, evaluate, ExpertParallel, ParallelConfig, PlanFile};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
@@ -135,30 +134,6 @@ pub struct EstimateArgs {
 impl EstimateArgs {
     /// The configuration these flags describe, for `gpus` GPUs.
     fn config(&self, model: &Model, gpus: u64) -> Result<(ParallelConfig, Vec<String>)> {
-        for (flag, v) in [
-            ("--tp", self.tp),
-            ("--pp", self.pp),
-            ("--cp", self.cp),
-            ("--mbs", self.mbs),
-            ("--virtual", self.virtual_stages.unwrap_or(1)),
-        ] {
-            if v == 0 {
-                bail!("{flag}: must be at least 1");
-            }
-        }
-        let (schedule, virtual_stages) =
-            ParallelConfig::schedule_or_default(self.schedule, self.virtual_stages);
-        let degrees = match self.dp {
-            Some(dp) => Degrees {
-                tp: self.tp,
-                pp: self.pp,
-                dp,
-                cp: self.cp,
-                virtual_stages,
-            },
-            None => Degrees::filling(gpus, self.tp, self.pp, self.cp, virtual_stages)?,
-        };
-        let global_batch_size = global_batch(model, self.global_batch)?;
         let given = Given {
             sequence_parallel: self.sequence_parallel,
             zero_stage: self.zero_stage,
@@ -166,35 +141,28 @@ impl EstimateArgs {
             precision: self.precision,
             framework: self.framework,
         };
-        let chosen = given.resolve(degrees.tp, degrees.dp * degrees.cp);
-        let settings = EvalSettings {
-            precision: chosen.precision,
-            memory_reserve_bytes: reserve_bytes(self.memory_reserve_gib)?,
-            // a configuration given whole: fits means fits in the GPU's memory
-            memory_margin_bytes: 0,
-            flash_attention: !self.no_flash_attention,
-            runtime: chosen.framework.runtime(),
-        };
-        if let Some(stack) = self.framework.filter(|s| !s.family().runs(schedule)) {
-            bail!(
-                "--schedule: {stack} does not run {schedule}; name another --framework or schedule"
-            );
-        }
-        let config = ParallelConfig::new(degrees, self.mbs, global_batch_size)
-            .with_schedule(schedule)
-            .with_group_size(self.group_size)
-            .with_recompute(chosen.recompute)
-            .with_recompute_layers(self.recompute_num_layers.clone())
-            .with_sequence_parallel(chosen.sequence_parallel)
-            .with_zero_stage(chosen.zero_stage)
-            .with_split(self.split.clone())
-            .with_settings(settings)
-            .with_experts(ExpertParallel {
+        let requested = Requested {
+            tp: self.tp,
+            pp: self.pp,
+            dp: self.dp,
+            cp: self.cp,
+            micro_batch_size: self.mbs,
+            virtual_stages: self.virtual_stages,
+            schedule: self.schedule,
+            group_size: self.group_size,
+            recompute_layers: self.recompute_num_layers.clone(),
+            split: self.split.clone(),
+            experts: ExpertParallel {
                 ep: self.ep,
                 etp: self.etp,
                 imbalance: self.moe_imbalance,
-            });
-        Ok((config, chosen.used))
+            },
+            global_batch_size: global_batch(model, self.global_batch)?,
+            memory_reserve_bytes: reserve_bytes(self.memory_reserve_gib)?,
+            flash_attention: !self.no_flash_attention,
+            given,
+        };
+        Ok(requested.build(gpus)?)
     }
 }
 
