@@ -82,3 +82,56 @@ fn a_missing_plan_file_is_one_line_naming_it() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Asserts `args` fail with exit 2 and one line on stderr holding `wanted`.
+fn one_line_error(args: &[&str], wanted: &str) {
+    let out = autopp(args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(wanted), "{args:?}: {err}");
+}
+
+#[test]
+fn estimate_set_changes_a_plan_file() {
+    let dir = tempdir("set");
+    let a = plan(&dir, "best", &[]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&[
+        "estimate",
+        "--plan",
+        &a,
+        "--set",
+        "tp=4,pp=2,recompute=full",
+        "--json",
+        "--no-advice",
+    ]))
+    .expect("JSON");
+    let p = &v["plan"];
+    assert_eq!((p["tp"].as_u64(), p["pp"].as_u64()), (Some(4), Some(2)));
+    assert_eq!(p["dp"].as_u64(), Some(4), "dp refills the plan's 32 GPUs");
+    assert_eq!(p["recompute"], "full");
+    let set = |s: &'static str| ["estimate", "--plan", "PLAN", "--set", s];
+    for (s, wanted) in [
+        ("tpp=4", "--set: unknown key 'tpp'; keys: tp, pp, dp"),
+        ("tp=abc", "--set: tp=abc: give a whole number from 1 to 32"),
+        (
+            "tp=3",
+            "--set: tp · pp · cp = 3 does not divide the plan's 32 GPUs",
+        ),
+        ("recompute=most", "--set: recompute=most: "),
+        ("tp", "--set: 'tp' is not KEY=VALUE"),
+    ] {
+        let mut args = set(s);
+        args[2] = &a;
+        one_line_error(&args, wanted);
+    }
+    one_line_error(
+        &["estimate", "tiny-gpt", "--gpus", "8", "--set", "tp=2"],
+        "--set: changes a plan file (--plan FILE)",
+    );
+    one_line_error(
+        &["estimate", "--plan", &a, "--tp", "4"],
+        "'--plan <FILE>' cannot be used with '--tp <T>'",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

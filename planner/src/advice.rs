@@ -45,6 +45,8 @@ pub struct Gap {
     /// The configuration's iteration time over the best's, minus 1 (0.39: 39% slower; negative
     /// when the configuration is faster, e.g. because it keeps no memory margin).
     pub slower_by: f64,
+    /// The configuration fits in memory; when it does not, a fix must make it fit.
+    pub fits: bool,
 }
 
 /// The fewest changes to the configuration that recover most of the gap.
@@ -54,7 +56,8 @@ pub struct Fix {
     pub changes: Vec<String>,
     /// The changed configuration's iteration time, seconds.
     pub iteration_time_s: f64,
-    /// Share of the gap it recovers (1: all of it).
+    /// Share of the gap it recovers (1: all of it); for a configuration that does not fit, the
+    /// best plan's time over the fix's (1: as fast as the best plan).
     pub recovered: f64,
     /// It recovers at least [`FIX_RECOVERS`] of the gap; `false`: no change of up to
     /// [`MAX_FIX_CHANGES`] settings does, and this is the best of them.
@@ -137,8 +140,10 @@ pub fn advise(
             runs_on: plans.answers[0].runs_on.clone(),
         },
         slower_by: own_s / best_s - 1.0,
+        fits: own.result.predicted.fits,
     };
-    let fix = if gap.slower_by > SAME_AS_BEST {
+    let fix = if gap.slower_by > SAME_AS_BEST || !gap.fits {
+        let own_s = if gap.fits { own_s } else { f64::INFINITY };
         cheapest_fix(model, profile, c, best, own_s, best_s)
     } else {
         None
@@ -306,7 +311,7 @@ fn changes(c: &ParallelConfig, best: &ParallelConfig) -> Vec<Change> {
 }
 
 /// The fewest changes (up to [`MAX_FIX_CHANGES`]) to `c` whose configuration fits and recovers
-/// [`FIX_RECOVERS`] of the gap from `own_s` to `best_s`, the fastest of those; else the fastest
+/// [`FIX_RECOVERS`] of the gap from `own_s` (infinite: `c` does not fit) to `best_s`, the fastest of those; else the fastest
 /// change set of any size that helps at all.
 fn cheapest_fix(
     model: &Model,
@@ -324,7 +329,13 @@ fn cheapest_fix(
         let p = &e.result.predicted;
         p.fits.then_some(p.iteration_time_s)
     };
-    let target = own_s - FIX_RECOVERS * (own_s - best_s);
+    // a configuration that does not fit is as slow as can be: any change that makes it fit
+    // helps, and one within 1 − FIX_RECOVERS of the best plan's time is enough
+    let fits = own_s.is_finite();
+    let target = match fits {
+        true => own_s - FIX_RECOVERS * (own_s - best_s),
+        false => best_s * (2.0 - FIX_RECOVERS),
+    };
     let mut fallback: Option<(Vec<&Change>, f64)> = None;
     for size in 1..=MAX_FIX_CHANGES {
         let mut found: Option<(Vec<&Change>, f64)> = None;
@@ -352,7 +363,10 @@ fn fix(set: &[&Change], t: f64, own_s: f64, best_s: f64, enough: bool) -> Fix {
     Fix {
         changes: set.iter().map(|c| c.words()).collect(),
         iteration_time_s: t,
-        recovered: (own_s - t) / (own_s - best_s),
+        recovered: match own_s.is_finite() {
+            true => (own_s - t) / (own_s - best_s),
+            false => best_s / t,
+        },
         enough,
     }
 }

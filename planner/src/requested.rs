@@ -185,3 +185,154 @@ impl Requested {
         Ok((config, chosen.used))
     }
 }
+
+/// The keys `estimate --plan FILE --set KEY=VALUE,…` takes.
+pub const SET_KEYS: &str = "tp, pp, dp, cp, mbs, ep, etp, v (virtual_stages), schedule, recompute, sp (sequence_parallel), zero, precision, global_batch";
+
+/// Changes `c` as `text` says (`tp=4,recompute=full`, `--set`): degrees left out keep theirs,
+/// except dp, which refills the same GPUs when tp, pp or cp change; a new pp or stage count
+/// drops the plan's split and recompute counts (the even split); a new recompute mode drops the
+/// recompute counts.
+pub fn set(c: &mut ParallelConfig, text: &str) -> Result<(), PlanError> {
+    let gpus = c.num_gpus();
+    let (mut dp_given, mut schedule_given, mut v_given) = (false, false, false);
+    let before = c.degrees;
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').ok_or_else(|| {
+            PlanError::invalid(
+                "--set",
+                format!("'{pair}' is not KEY=VALUE; keys: {SET_KEYS}"),
+            )
+        })?;
+        let (key, value) = (key.trim(), value.trim());
+        let bad = |what: &str| PlanError::invalid("--set", format!("{key}={value}: {what}"));
+        let count = |most: u64| -> Result<u64, PlanError> {
+            match value.parse::<u64>() {
+                Ok(n) if (1..=most).contains(&n) => Ok(n),
+                _ => Err(bad(&format!("give a whole number from 1 to {most}"))),
+            }
+        };
+        match key {
+            "tp" => c.degrees.tp = count(gpus)?,
+            "pp" => c.degrees.pp = count(gpus)?,
+            "cp" => c.degrees.cp = count(gpus)?,
+            "dp" => (c.degrees.dp, dp_given) = (count(gpus)?, true),
+            "v" | "virtual_stages" => (c.degrees.virtual_stages, v_given) = (count(1024)?, true),
+            "mbs" | "micro_batch_size" => c.micro_batch_size = count(1 << 20)?,
+            "ep" => c.experts.ep = count(gpus)?,
+            "etp" => c.experts.etp = count(gpus)?,
+            "global_batch" | "global_batch_size" => c.global_batch_size = count(1 << 40)?,
+            "zero" | "zero_stage" => {
+                c.zero_stage = match value.parse::<u8>() {
+                    Ok(z) if z <= 3 => z,
+                    _ => return Err(bad("give 0, 1, 2 or 3")),
+                }
+            }
+            "sp" | "sequence_parallel" => {
+                c.sequence_parallel = match value {
+                    "on" | "true" | "1" | "yes" => true,
+                    "off" | "false" | "0" | "no" => false,
+                    _ => return Err(bad("give on or off")),
+                }
+            }
+            "schedule" => {
+                c.schedule = value
+                    .parse::<ScheduleKind>()
+                    .map_err(|e| bad(&e.to_string()))?;
+                schedule_given = true;
+            }
+            "recompute" => {
+                c.recompute = value
+                    .parse::<Recompute>()
+                    .map_err(|e| bad(&e.to_string()))?;
+                c.recompute_layers = None;
+            }
+            "precision" => {
+                c.settings.precision = value
+                    .parse::<Precision>()
+                    .map_err(|e| bad(&e.to_string()))?
+            }
+            _ => {
+                return Err(PlanError::invalid(
+                    "--set",
+                    format!("unknown key '{key}'; keys: {SET_KEYS}"),
+                ))
+            }
+        }
+    }
+    if schedule_given && !v_given {
+        c.degrees.virtual_stages = ParallelConfig::schedule_or_default(Some(c.schedule), None).1;
+    }
+    if v_given && !schedule_given {
+        c.schedule = ParallelConfig::schedule_or_default(None, Some(c.degrees.virtual_stages)).0;
+    }
+    let d = c.degrees;
+    if !dp_given && (d.tp, d.pp, d.cp) != (before.tp, before.pp, before.cp) {
+        let per_replica = d.tp.saturating_mul(d.pp).saturating_mul(d.cp);
+        if !gpus.is_multiple_of(per_replica) {
+            return Err(PlanError::invalid(
+                "--set",
+                format!("tp · pp · cp = {per_replica} does not divide the plan's {gpus} GPUs; change them, or give dp too"),
+            ));
+        }
+        c.degrees.dp = gpus / per_replica;
+    }
+    if (d.pp, d.virtual_stages) != (before.pp, before.virtual_stages) {
+        c.split = None;
+        c.recompute_layers = None;
+    }
+    if c.degrees.pp == 1 {
+        c.group_size = None;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_32() -> ParallelConfig {
+        let d = Degrees::filling(32, 4, 2, 1, 1).expect("degrees");
+        ParallelConfig::new(d, 1, 1024).with_split(Some(vec![21, 21]))
+    }
+
+    #[test]
+    fn set_refills_dp_and_drops_the_split_when_pp_changes() {
+        let mut c = plan_32();
+        set(&mut c, "tp=2,pp=4,recompute=full,sp=on,zero=1").expect("valid");
+        assert_eq!((c.degrees.tp, c.degrees.pp, c.degrees.dp), (2, 4, 4));
+        assert_eq!(c.split, None);
+        assert_eq!(c.recompute, Recompute::Full);
+        assert!(c.sequence_parallel);
+        assert_eq!(c.zero_stage, 1);
+        let mut c = plan_32();
+        set(&mut c, "schedule=zb-v").expect("valid");
+        assert_eq!(c.degrees.virtual_stages, 2, "zb-v's two stages per rank");
+        let mut c = plan_32();
+        set(&mut c, "v=3").expect("valid");
+        assert_eq!(c.schedule, ScheduleKind::Interleaved1F1B);
+    }
+
+    #[test]
+    fn set_names_the_key_and_the_valid_ones() {
+        let e = set(&mut plan_32(), "tpp=4")
+            .expect_err("unknown key")
+            .to_string();
+        assert!(e.contains("unknown key 'tpp'; keys: tp, pp"), "{e}");
+        let e = set(&mut plan_32(), "tp=abc")
+            .expect_err("bad value")
+            .to_string();
+        assert!(
+            e.contains("tp=abc: give a whole number from 1 to 32"),
+            "{e}"
+        );
+        let e = set(&mut plan_32(), "tp=3")
+            .expect_err("not dividing")
+            .to_string();
+        assert!(e.contains("does not divide the plan's 32 GPUs"), "{e}");
+        let e = set(&mut plan_32(), "zero=4")
+            .expect_err("bad stage")
+            .to_string();
+        assert!(e.contains("zero=4: give 0, 1, 2 or 3"), "{e}");
+    }
+}

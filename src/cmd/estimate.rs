@@ -6,7 +6,7 @@ use autopp_models::{Model, Recompute};
 
 use autopp_planner::advice;
 use autopp_planner::report::{self, estimate_text};
-use autopp_planner::requested::{Given, Requested};
+use autopp_planner::requested::{self, Given, Requested};
 use autopp_planner::Stack;
 use autopp_planner::{cost_profile, evaluate, ExpertParallel, ParallelConfig, PlanFile};
 use autopp_schedule::ScheduleKind;
@@ -25,7 +25,7 @@ pub struct EstimateArgs {
     #[arg(required_unless_present = "plan")]
     pub model: Option<String>,
     /// A plan file from `autopp plan --out`: evaluates exactly that plan (model, cluster,
-    /// configuration and split); configuration flags are not allowed with it.
+    /// configuration and split); change it with --set, not configuration flags.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "model", "gpus", "tp", "pp", "dp", "cp", "mbs", "global_batch", "seq_len", "virtual_stages",
         "schedule", "group_size", "recompute", "sequence_parallel", "zero_stage", "split",
@@ -33,6 +33,10 @@ pub struct EstimateArgs {
         "nic_gbps", "cluster", "ep", "etp", "moe_imbalance",
     ])]
     pub plan: Option<String>,
+    /// With --plan: change the plan, KEY=VALUE pairs, comma-separated; keys tp, pp, dp, cp, mbs,
+    /// ep, etp, v, schedule, recompute, sp, zero, precision, global_batch.
+    #[arg(long, value_name = "KEY=VALUE,…")]
+    pub set: Option<String>,
     /// Number of GPUs [default with --cluster: all of the cluster's].
     #[arg(long, value_name = "N")]
     pub gpus: Option<u64>,
@@ -171,12 +175,13 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
     let (model, cluster, (config, used)) = match (&args.plan, &args.model) {
         (Some(path), _) => {
             let file = PlanFile::load(path)?;
-            (
-                file.model()?,
-                file.cluster.clone(),
-                (file.config()?, vec![]),
-            )
+            let mut config = file.config()?;
+            requested::set(&mut config, args.set.as_deref().unwrap_or_default())?;
+            (file.model()?, file.cluster.clone(), (config, vec![]))
         }
+        (None, Some(_)) if args.set.is_some() => bail!(
+            "--set: changes a plan file (--plan FILE); without one, use the configuration flags"
+        ),
         (None, Some(name)) => {
             let model = load_model_at(name, args.seq_len)?;
             let cluster = args.cluster.build(args.gpus)?;

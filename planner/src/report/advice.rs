@@ -42,7 +42,12 @@ pub fn advice_text(a: &Advice, own_s: f64) -> String {
         b.label,
         secs(b.iteration_time_s)
     );
-    if gap.slower_by <= SAME_AS_BEST {
+    if !gap.fits {
+        let _ = writeln!(
+            o,
+            "  gap           this configuration does not fit in memory; the best plan does"
+        );
+    } else if gap.slower_by <= SAME_AS_BEST {
         let _ = writeln!(
             o,
             "  gap           none: this configuration ({}) is as fast as the best plan{}",
@@ -54,22 +59,29 @@ pub fn advice_text(a: &Advice, own_s: f64) -> String {
             }
         );
         return o;
+    } else {
+        let _ = writeln!(
+            o,
+            "  gap           this configuration ({}) is {:.0}% slower; the best plan is {:.0}% faster",
+            secs(own_s),
+            100.0 * gap.slower_by,
+            100.0 * (1.0 - b.iteration_time_s / own_s)
+        );
     }
-    let _ = writeln!(
-        o,
-        "  gap           this configuration ({}) is {:.0}% slower; the best plan is {:.0}% faster",
-        secs(own_s),
-        100.0 * gap.slower_by,
-        100.0 * (1.0 - b.iteration_time_s / own_s)
-    );
     match &a.fix {
         Some(f) => {
+            let gain = match gap.fits {
+                true => format!("{:.0}% of the gap", 100.0 * f.recovered),
+                false => format!(
+                    "fits, {:.0}% slower than the best plan",
+                    100.0 * (1.0 / f.recovered - 1.0)
+                ),
+            };
             let _ = writeln!(
                 o,
-                "  fix           {} → {}, {:.0}% of the gap{}",
+                "  fix           {} → {}, {gain}{}",
                 f.changes.join(" + "),
                 secs(f.iteration_time_s),
-                100.0 * f.recovered,
                 if f.enough {
                     String::new()
                 } else {
