@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{autopp, stdout};
+use common::{autopp, fails_one_line, stdout};
 
 /// A colleague's Llama 2 13B configuration on 32 A100 80GB: tp 2 · pp 2 with full recompute,
 /// no sequence parallelism and no sharded optimizer.
@@ -128,4 +128,68 @@ fn the_best_plan_itself_has_no_gap() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("  gap           none"), "{text}");
+}
+
+#[test]
+fn batch_units_and_time_to_train() {
+    let base = [
+        "estimate",
+        "llama3-8b",
+        "--gpus",
+        "64",
+        "--tp",
+        "2",
+        "--no-advice",
+    ];
+    let with = |extra: &[&'static str]| [&base[..], extra].concat();
+    // tokens typed as sequences: 4,194,304 × 8,192 tokens
+    fails_one_line(
+        &with(&["--global-batch", "4194304"]),
+        "--global-batch: 4194304 sequences × 8192 tokens = 34.4B tokens per iteration; did you mean --global-batch-tokens 4194304? (--huge-batch if you mean it)",
+    );
+    fails_one_line(
+        &with(&["--global-batch-tokens", "4M"]),
+        "--global-batch-tokens: 4M tokens is not a whole number of 8192-token sequences",
+    );
+    fails_one_line(
+        &with(&["--train-tokens", "1Q"]),
+        "--train-tokens: '1Q': unknown suffix",
+    );
+    fails_one_line(
+        &with(&["--train-tokens", "1T", "--price", "NaN"]),
+        "--price: NaN is not a price",
+    );
+    fails_one_line(
+        &[
+            "plan",
+            "llama3-8b",
+            "--gpus",
+            "64",
+            "--global-batch",
+            "4194304",
+        ],
+        "did you mean --global-batch-tokens 4194304?",
+    );
+    // 4,194,304 tokens = 512 sequences of 8,192; at that batch the time to train 1T tokens
+    let text = stdout(&with(&[
+        "--global-batch-tokens",
+        "4194304",
+        "--train-tokens",
+        "1T",
+        "--price",
+        "2",
+    ]));
+    assert!(
+        text.contains("→ global batch 512 (4,194,304 tokens)"),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("  to train"))
+        .expect("a to-train line");
+    assert!(line.starts_with("  to train      1.0T tokens: "), "{line}");
+    assert!(
+        line.contains(" GPU-hours · $") && line.ends_with(" at $2.00/GPU-hour"),
+        "{line}"
+    );
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{autopp, stdout};
+use common::{autopp, fails_one_line, stdout};
 
 /// Plans Llama 2 13B on 32 A100 80GB into `dir/NAME.json`, with `extra` flags.
 fn plan(dir: &std::path::Path, name: &str, extra: &[&str]) -> String {
@@ -83,15 +83,6 @@ fn a_missing_plan_file_is_one_line_naming_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Asserts `args` fail with exit 2 and one line on stderr holding `wanted`.
-fn one_line_error(args: &[&str], wanted: &str) {
-    let out = autopp(args);
-    assert_eq!(out.status.code(), Some(2), "{args:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains(wanted), "{args:?}: {err}");
-}
-
 #[test]
 fn estimate_set_changes_a_plan_file() {
     let dir = tempdir("set");
@@ -123,13 +114,13 @@ fn estimate_set_changes_a_plan_file() {
     ] {
         let mut args = set(s);
         args[2] = &a;
-        one_line_error(&args, wanted);
+        fails_one_line(&args, wanted);
     }
-    one_line_error(
+    fails_one_line(
         &["estimate", "tiny-gpt", "--gpus", "8", "--set", "tp=2"],
         "--set: changes a plan file (--plan FILE)",
     );
-    one_line_error(
+    fails_one_line(
         &["estimate", "--plan", &a, "--tp", "4"],
         "'--plan <FILE>' cannot be used with '--tp <T>'",
     );

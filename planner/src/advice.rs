@@ -115,7 +115,7 @@ pub fn advise(
 ) -> Result<Advice, PlanError> {
     let cl = &profile.cluster;
     let opts = plan_options(c, cl.gpus_per_node, &cl.gpu.name, cl.gpu.memory_bytes);
-    if c.global_batch_size / cl.num_gpus().max(1) > search::MAX_SEQUENCES_PER_GPU {
+    if crate::requested::check_batch(c.global_batch_size, cl.num_gpus()).is_err() {
         return Ok(Advice {
             gap: None,
             fix: None,

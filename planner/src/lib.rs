@@ -12,6 +12,7 @@ pub use autopp_schedule as schedule;
 
 pub mod advice;
 pub mod bands;
+pub mod batch;
 pub mod config;
 pub mod degrees;
 mod describe;

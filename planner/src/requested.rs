@@ -2,11 +2,13 @@
 //! given, with `plan`'s choices for the settings left out (and said in words).
 
 use autopp_hardware::Precision;
-use autopp_models::Recompute;
+use autopp_models::{Model, Recompute};
 
 use crate::config::{EvalSettings, ParallelConfig, PlanError};
 use crate::degrees::Degrees;
 use crate::experts::ExpertParallel;
+use crate::framework::Framework;
+use crate::pins::Fixed;
 use crate::runtime::Stack;
 use crate::schedule::ScheduleKind;
 
@@ -283,6 +285,42 @@ pub fn set(c: &mut ParallelConfig, text: &str) -> Result<(), PlanError> {
     }
     if c.degrees.pp == 1 {
         c.group_size = None;
+    }
+    Ok(())
+}
+
+/// `plan --fix TEXT` (or none) for `framework` on `model`: the pins, refused where the
+/// framework cannot honour them (a pin it does not run, a tp that splits key/value heads).
+pub fn pins(text: Option<&str>, framework: Framework, model: &Model) -> Result<Fixed, PlanError> {
+    let fixed = match text {
+        Some(t) => Fixed::parse(t).map_err(|e| PlanError::invalid("--fix", e))?,
+        None => Fixed::default(),
+    };
+    framework.check_pins(&fixed)?;
+    if let (Some(tp), Model::Transformer(t)) = (fixed.degrees.tp, model) {
+        if framework.tp_splits_whole_kv_heads() && !t.kv_heads().is_multiple_of(tp) {
+            return Err(PlanError::invalid(
+                &format!("--fix tp={tp}"),
+                format!(
+                    "{framework} splits whole key/value heads over its tensor-parallel ranks, and {tp} does not divide {}'s {}",
+                    t.name,
+                    t.kv_heads()
+                ),
+            ));
+        }
+    }
+    Ok(fixed)
+}
+
+/// Refuses `global_batch_size` sequences on `gpus` GPUs when that is more per GPU than the
+/// search takes on ([`crate::search::MAX_SEQUENCES_PER_GPU`]).
+pub fn check_batch(global_batch_size: u64, gpus: u64) -> Result<(), PlanError> {
+    let most = crate::search::MAX_SEQUENCES_PER_GPU;
+    if global_batch_size / gpus.max(1) > most {
+        return Err(PlanError::invalid(
+            "--global-batch",
+            format!("{global_batch_size} sequences on {gpus} GPUs is more than {most} per GPU, the most the search takes on; use a smaller batch or more GPUs"),
+        ));
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use autopp_planner::{cost_profile, evaluate, ExpertParallel, ParallelConfig, Pla
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
-use super::common::{global_batch, load_model_at, reserve_bytes, ClusterArgs};
+use super::common::{load_model_at, reserve_bytes, BatchArgs, ClusterArgs};
 
 /// Predict the iteration time and per-GPU memory of one parallel configuration.
 ///
@@ -27,7 +27,7 @@ pub struct EstimateArgs {
     /// A plan file from `autopp plan --out`: evaluates exactly that plan (model, cluster,
     /// configuration and split); change it with --set, not configuration flags.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
-        "model", "gpus", "tp", "pp", "dp", "cp", "mbs", "global_batch", "seq_len", "virtual_stages",
+        "model", "gpus", "tp", "pp", "dp", "cp", "mbs", "global_batch", "global_batch_tokens", "seq_len", "virtual_stages",
         "schedule", "group_size", "recompute", "sequence_parallel", "zero_stage", "split",
         "precision", "memory_reserve_gib", "no_flash_attention", "gpu", "gpus_per_node",
         "nic_gbps", "cluster", "ep", "etp", "moe_imbalance",
@@ -65,9 +65,8 @@ pub struct EstimateArgs {
     /// Load of the busiest expert rank over the balanced share (1.0: forced balance).
     #[arg(long, default_value_t = 1.0, value_name = "X")]
     pub moe_imbalance: f64,
-    /// Global batch in sequences [default: the model's published batch, else about 4M tokens].
-    #[arg(long, value_name = "G")]
-    pub global_batch: Option<u64>,
+    #[command(flatten)]
+    pub batch: BatchArgs,
     /// Sequence length in tokens [default: the model's, at most 8192].
     #[arg(long, value_name = "S")]
     pub seq_len: Option<u64>,
@@ -161,7 +160,7 @@ impl EstimateArgs {
                 etp: self.etp,
                 imbalance: self.moe_imbalance,
             },
-            global_batch_size: global_batch(model, self.global_batch)?,
+            global_batch_size: self.batch.sequences(model)?,
             memory_reserve_bytes: reserve_bytes(self.memory_reserve_gib)?,
             flash_attention: !self.no_flash_attention,
             given,
@@ -200,13 +199,12 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
         let json = advice::json(&estimate.result, &used, advice.as_ref());
         println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
-        print!("{}", estimate_text(&model, &profile, &config, &estimate));
-        print!("{}", report::defaults_line(&used));
-        let own_s = estimate.result.predicted.iteration_time_s;
-        print!(
-            "{}",
-            advice.map_or(String::new(), |a| report::advice_text(&a, own_s))
-        );
+        let p = &estimate.result.predicted;
+        let advice = advice.map(|a| report::advice_text(&a, p.iteration_time_s));
+        let report = estimate_text(&model, &profile, &config, &estimate);
+        let defaults = report::defaults_line(&used);
+        let train = args.batch.train_text(p, config.num_gpus())?;
+        print!("{report}{defaults}{train}{}", advice.unwrap_or_default());
     }
     for w in &estimate.warnings {
         eprintln!("warning: {w}");

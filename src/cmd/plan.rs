@@ -4,14 +4,13 @@ use anyhow::{bail, Result};
 use autopp_hardware::{AnalyticProfile, Cluster, Precision};
 use autopp_models::Model;
 use autopp_planner::report::{self, Margin};
+use autopp_planner::requested;
 use autopp_planner::search::{self, SearchOptions};
-use autopp_planner::{cost_profile, Fixed, Framework, PlanFile, Stack};
+use autopp_planner::{cost_profile, Framework, PlanFile, Stack};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
-use super::common::{
-    global_batch, load_model_at, reserve_bytes, write_atomic, ClusterArgs, Progress,
-};
+use super::common::{load_model_at, reserve_bytes, write_atomic, BatchArgs, ClusterArgs, Progress};
 
 /// Find the fastest plan that fits: degrees, schedule, micro-batching, recompute, sharding and
 /// the layer split, searched jointly, with the reasons and the runner-ups.
@@ -27,9 +26,8 @@ pub struct PlanArgs {
     pub gpus: Option<u64>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Global batch in sequences [default: the model's published batch, else about 4M tokens].
-    #[arg(long, value_name = "G")]
-    pub global_batch: Option<u64>,
+    #[command(flatten)]
+    pub batch: BatchArgs,
     /// Sequence length in tokens [default: the model's, at most 8192].
     #[arg(long, value_name = "S")]
     pub seq_len: Option<u64>,
@@ -107,14 +105,8 @@ pub struct PlanArgs {
 impl PlanArgs {
     /// What to search: the framework's defaults with these flags' limits, pins and settings.
     fn options(&self, model: &Model, cluster: &Cluster) -> Result<SearchOptions> {
-        let global_batch_size = global_batch(model, self.global_batch)?;
-        let gpus = cluster.num_gpus();
-        if global_batch_size / gpus.max(1) > search::MAX_SEQUENCES_PER_GPU {
-            bail!(
-                "--global-batch: {global_batch_size} sequences on {gpus} GPUs is more than {} per GPU, the most the search takes on; use a smaller batch or more GPUs",
-                search::MAX_SEQUENCES_PER_GPU
-            );
-        }
+        let global_batch_size = self.batch.sequences(model)?;
+        requested::check_batch(global_batch_size, cluster.num_gpus())?;
         let memory_reserve_bytes = reserve_bytes(self.memory_reserve_gib)?;
         for (flag, v) in [
             ("--max-mbs", self.max_mbs),
@@ -124,24 +116,10 @@ impl PlanArgs {
                 bail!("{flag}: must be at least 1");
             }
         }
-        let fixed = match &self.fix {
-            Some(text) => Fixed::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
-            None => Fixed::default(),
-        };
         let framework = self.framework.family();
         let mut opts = SearchOptions::new(framework, global_batch_size, cluster.gpus_per_node);
         opts.limits.schedules = framework.schedules_to_search(self.schedules.as_deref())?;
-        framework.check_pins(&fixed)?;
-        if let (Some(tp), Model::Transformer(t)) = (fixed.degrees.tp, model) {
-            if framework.tp_splits_whole_kv_heads() && !t.kv_heads().is_multiple_of(tp) {
-                bail!(
-                    "--fix tp={tp}: {framework} splits whole key/value heads over its tensor-parallel ranks, and {tp} does not divide {}'s {}",
-                    t.name,
-                    t.kv_heads()
-                );
-            }
-        }
-        opts.fixed = fixed;
+        opts.fixed = requested::pins(self.fix.as_deref(), framework, model)?;
         if let Some(max_tp) = self.max_tp {
             opts.limits.max_tp = max_tp;
         }
@@ -215,6 +193,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     print!(
         "{}",
         report::plan_text(&model, &profile, &config, &plans, &margin)
+    );
+    print!(
+        "{}",
+        args.batch
+            .train_text(&best.result.predicted, config.num_gpus())?
     );
     if let Some(path) = &args.out {
         println!("\nplan written to {path}");

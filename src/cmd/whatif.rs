@@ -91,19 +91,6 @@ fn points(args: &WhatifArgs, counts: &[u64]) -> Result<Vec<Point>> {
     Ok(whatif::points(&templates, counts))
 }
 
-fn prices(args: &WhatifArgs) -> Result<Prices> {
-    Ok(match (&args.prices, &args.price) {
-        (Some(path), _) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--prices: cannot read '{path}'"))?;
-            Prices::from_json(&text, "--prices")?
-        }
-        (None, Some(pairs)) => Prices::from_pairs(pairs)?,
-        (None, None) if args.tokens.is_some() => Prices::example(),
-        (None, None) => Prices::none(),
-    })
-}
-
 /// Runs `autopp whatif`.
 pub fn run(args: &WhatifArgs) -> Result<()> {
     let model = load_model_at(&args.model, args.seq_len)?;
@@ -125,7 +112,11 @@ pub fn run(args: &WhatifArgs) -> Result<()> {
             .as_deref()
             .map(|t| whatif::parse_tokens(t, "--tokens"))
             .transpose()?,
-        prices: prices(args)?,
+        prices: Prices::from_flags(
+            args.prices.as_deref(),
+            args.price.as_deref(),
+            args.tokens.is_some(),
+        )?,
     };
     let points = points(args, &counts)?;
     let rows = {

@@ -30,6 +30,26 @@ struct PriceFile {
 }
 
 impl Prices {
+    /// `whatif`'s prices: the file at `path` (`--prices`), else `pairs` (`--price`), else the
+    /// example table when a token budget is given (`with_tokens`), else none.
+    pub fn from_flags(
+        path: Option<&str>,
+        pairs: Option<&str>,
+        with_tokens: bool,
+    ) -> Result<Self, PlanError> {
+        Ok(match (path, pairs) {
+            (Some(path), _) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    PlanError::invalid("--prices", format!("cannot read '{path}': {e}"))
+                })?;
+                Prices::from_json(&text, "--prices")?
+            }
+            (None, Some(pairs)) => Prices::from_pairs(pairs)?,
+            (None, None) if with_tokens => Prices::example(),
+            (None, None) => Prices::none(),
+        })
+    }
+
     /// No prices: costs are left empty.
     pub fn none() -> Self {
         Prices::default()
