@@ -33,6 +33,9 @@ enum Command {
     /// Predict time and memory of one parallel configuration.
     #[command(before_help = cmd::help::ESTIMATE)]
     Estimate(cmd::estimate::EstimateArgs),
+    /// Two plan files side by side: every term of the iteration and the memory, with B − A.
+    #[command(before_help = cmd::compare::HELP)]
+    Compare(cmd::compare::CompareArgs),
     /// Generate, check, simulate and draw a pipeline schedule.
     #[command(before_help = cmd::help::SCHEDULE)]
     Schedule(cmd::schedule::ScheduleArgs),
@@ -119,6 +122,7 @@ fn main() {
         Command::Plan(args) => cmd::plan::run(args),
         Command::Launch(args) => cmd::launch::run(args),
         Command::Estimate(args) => cmd::estimate::run(args),
+        Command::Compare(args) => cmd::compare::run(args),
         Command::Schedule(args) => cmd::schedule::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Calibrate(args) => cmd::validate::calibrate(args),
@@ -151,6 +155,7 @@ mod tests {
             PLAN,
             LAUNCH,
             ESTIMATE,
+            cmd::compare::HELP,
             SCHEDULE,
             WHATIF,
             VALIDATE,

@@ -56,7 +56,13 @@ fn gpt3_json_has_the_documented_shape() {
     args.push("--json");
     let v = json(&args);
     let obj = v.as_object().unwrap();
-    assert_eq!(obj.len(), 2, "exactly plan and predicted: {v}");
+    let mut keys: Vec<&String> = obj.keys().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["defaults_used", "fix", "gap", "plan", "predicted"],
+        "plan, predicted and the advice: {v}"
+    );
     let plan = &v["plan"];
     for key in [
         "format_version",

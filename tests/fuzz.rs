@@ -260,7 +260,7 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
     };
     let out_file = dir.join("out").join("result.json");
     let out = out_file.to_string_lossy().into_owned();
-    let line: String = match rng.below(13) {
+    let line: String = match rng.below(16) {
         0 | 1 => format!(
             "estimate {} --gpus 8 --tp 1 --pp 2 --mbs 1 --global-batch 16 --seq-len 128 --json",
             model(rng)
@@ -312,7 +312,21 @@ fn case(rng: &mut Rng, fixtures: &[(&'static str, PathBuf)], dir: &Path) -> Case
             "exec tiny-gpt --pp 2 --microbatches 2 --mbs 1 --schedule {} --steps 1 --seq-len 16",
             rng.pick(&["1f1b", "gpipe", "zb-v", "interleaved-zb"])
         ),
-        _ => format!("profile tiny-gpt --seq-len 16 --repetitions 1 --warmup 0 --out {out}"),
+        12 => format!("profile tiny-gpt --seq-len 16 --repetitions 1 --warmup 0 --out {out}"),
+        // issue #22's flags: --set, batch units and time to train, compare
+        13 => format!(
+            "estimate --plan {} --set tp=2,pp=1,mbs=2,zero=1,sp=on,recompute=full --train-tokens 1T --price 2",
+            write(rng, "plan", "plan.json")
+        ),
+        14 => format!(
+            "estimate {} --gpus 8 --pp 2 --seq-len 128 --global-batch-tokens 4096 --train-tokens 1B --price 2.5 --zero 1 --sequence-parallel off",
+            model(rng)
+        ),
+        _ => format!(
+            "compare {} {}",
+            write(rng, "plan", "a.json"),
+            write(rng, "plan", "b.json")
+        ),
     };
     let mut args: Vec<String> = line.split(' ').map(str::to_string).collect();
     // bad flag values: one in two cases changes one or two of them

@@ -69,6 +69,7 @@ fn estimate_tables() {
             "--sequence-parallel",
             "--zero",
             "1",
+            "--no-advice",
         ])
     );
     insta::assert_snapshot!(
@@ -90,6 +91,7 @@ fn estimate_tables() {
             "1536",
             "--schedule",
             "zb-v",
+            "--no-advice",
         ])
     );
 }

@@ -126,7 +126,9 @@ impl Cluster {
         }
         let mut cluster = Cluster::new(
             gpu,
-            file.nodes * file.gpus_per_node,
+            file.nodes.checked_mul(file.gpus_per_node).ok_or_else(|| {
+                HardwareError::invalid("nodes", "nodes × gpus_per_node is too large")
+            })?,
             file.gpus_per_node,
             file.nic_gbps,
         )?;

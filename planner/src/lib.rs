@@ -10,13 +10,16 @@
 
 pub use autopp_schedule as schedule;
 
+pub mod advice;
 pub mod bands;
+pub mod batch;
 pub mod calibration;
 pub mod config;
 pub mod degrees;
 mod describe;
 pub mod estimate;
 pub mod experts;
+pub mod files;
 pub mod framework;
 pub mod launch;
 pub mod layout;
@@ -26,6 +29,7 @@ pub mod plan;
 pub mod planfile;
 pub mod profile;
 pub mod report;
+pub mod requested;
 pub mod runtime;
 pub mod search;
 pub mod stages;

@@ -62,3 +62,17 @@ pub enum SpecField {
     /// The layer-list entries of each stage.
     Split,
 }
+
+impl SpecField {
+    /// The `autopp` flag that sets this input (`--pp`, `--virtual`, `--microbatches`,
+    /// `--group-size`, `--split`).
+    pub fn flag(self) -> &'static str {
+        match self {
+            SpecField::Pp => "--pp",
+            SpecField::VirtualStages => "--virtual",
+            SpecField::NumMicrobatches => "--microbatches",
+            SpecField::GroupSize => "--group-size",
+            SpecField::Split => "--split",
+        }
+    }
+}

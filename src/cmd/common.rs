@@ -5,7 +5,7 @@ use autopp_executor::ExecError;
 use autopp_hardware::{hardware, Cluster};
 use autopp_models::units::thousands;
 use autopp_models::{Defaulted, Model};
-use autopp_planner::PlanError;
+use autopp_planner::{batch, PlanError};
 use autopp_schedule::{ScheduleError, SpecField, SplitError};
 use clap::Args;
 
@@ -106,6 +106,48 @@ pub fn global_batch(model: &Model, flag: Option<u64>) -> Result<u64> {
     Ok(g)
 }
 
+/// The batch and training-length flags of `plan` and `estimate`.
+#[derive(Args, Debug, Clone)]
+pub struct BatchArgs {
+    /// Global batch in sequences [default: the model's published batch, else about 4M tokens].
+    #[arg(long, value_name = "G", conflicts_with = "global_batch_tokens")]
+    pub global_batch: Option<u64>,
+    /// Global batch in tokens, e.g. 4M (K, M, B, T suffixes): a whole number of sequences.
+    #[arg(long, value_name = "TOKENS")]
+    pub global_batch_tokens: Option<String>,
+    /// Accept a batch of more than 100M tokens per iteration.
+    #[arg(long)]
+    pub huge_batch: bool,
+    /// Tokens to train on, e.g. 1T: prints the days, GPU-hours and, with --price, the cost.
+    #[arg(long, value_name = "TOKENS")]
+    pub train_tokens: Option<String>,
+    /// USD per GPU-hour, for the cost of --train-tokens.
+    #[arg(long, value_name = "USD")]
+    pub price: Option<f64>,
+}
+
+impl BatchArgs {
+    /// The global batch in sequences of `model`; a batch over 100M tokens is refused.
+    pub fn sequences(&self, model: &Model) -> Result<u64> {
+        let (seq, tokens) = (model.seq_length(), self.global_batch_tokens.as_deref());
+        let flag = tokens
+            .map(|t| batch::sequences_from_tokens(t, seq))
+            .transpose()?;
+        let g = global_batch(model, flag.or(self.global_batch))?;
+        batch::check_huge(g, seq, self.huge_batch, tokens.is_some())?;
+        Ok(g)
+    }
+
+    /// `  to train …` for a prediction `p` on `gpus` GPUs, or nothing without --train-tokens.
+    pub fn train_text(&self, p: &autopp_planner::Predicted, gpus: u64) -> Result<String> {
+        let Some(text) = &self.train_tokens else {
+            return Ok(String::new());
+        };
+        let t = batch::time_to_train(text, p.tokens_per_s, gpus, self.price)?;
+        Ok(batch::train_line(&t, self.price))
+    }
+}
+
 /// `--memory-reserve-gib` in bytes; an error unless it is zero or a positive number.
 pub fn reserve_bytes(gib: f64) -> Result<u64> {
     if !(gib.is_finite() && gib >= 0.0) {
@@ -114,28 +156,7 @@ pub fn reserve_bytes(gib: f64) -> Result<u64> {
     Ok((gib * (1u64 << 30) as f64) as u64)
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, then a rename,
-/// so a failure never leaves a partial file.
-pub fn write_atomic(path: &str, bytes: &[u8]) -> Result<()> {
-    let target = std::path::Path::new(path);
-    let dir = target
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or_else(|| std::path::Path::new("."));
-    let name = target
-        .file_name()
-        .ok_or_else(|| anyhow::anyhow!("'{path}' is not a file path"))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write '{path}'"))?;
-    std::fs::rename(&tmp, target).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::anyhow!("cannot write '{path}': {e}")
-    })
-}
+pub use autopp_planner::files::write_atomic;
 
 /// A progress bar on stderr, shown only on a terminal and only once the work has run for a
 /// second; cleared when dropped.
@@ -179,24 +200,13 @@ impl Drop for Progress {
     }
 }
 
-/// The flag that sets a schedule or split input.
-pub fn flag_of(field: SpecField) -> &'static str {
-    match field {
-        SpecField::Pp => "--pp",
-        SpecField::VirtualStages => "--virtual",
-        SpecField::NumMicrobatches => "--microbatches",
-        SpecField::GroupSize => "--group-size",
-        SpecField::Split => "--split",
-    }
-}
-
 /// One line for an error: the error and its causes, joined, with the flag named where the
 /// library's error names an input field.
 pub fn error_line(e: &anyhow::Error) -> String {
     let parts: Vec<String> = e
         .chain()
         .map(|c| match field_of(c) {
-            Some(field) => format!("{}: {c}", flag_of(field)),
+            Some(field) => format!("{}: {c}", field.flag()),
             None => c.to_string(),
         })
         .collect();

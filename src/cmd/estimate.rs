@@ -4,16 +4,16 @@ use anyhow::{bail, Result};
 use autopp_hardware::Precision;
 use autopp_models::{Model, Recompute};
 
+use autopp_planner::advice;
 use autopp_planner::calibration::calibrated;
-use autopp_planner::report::estimate_text;
+use autopp_planner::report::{self, estimate_text};
+use autopp_planner::requested::{self, Given, Requested};
 use autopp_planner::Stack;
-use autopp_planner::{
-    cost_profile, evaluate, Degrees, EvalSettings, ExpertParallel, ParallelConfig, PlanFile,
-};
+use autopp_planner::{cost_profile, evaluate, ExpertParallel, ParallelConfig, PlanFile};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
-use super::common::{global_batch, load_model_at, reserve_bytes, ClusterArgs};
+use super::common::{load_model_at, reserve_bytes, BatchArgs, ClusterArgs};
 
 /// Predict the iteration time and per-GPU memory of one parallel configuration.
 ///
@@ -26,14 +26,18 @@ pub struct EstimateArgs {
     #[arg(required_unless_present = "plan")]
     pub model: Option<String>,
     /// A plan file from `autopp plan --out`: evaluates exactly that plan (model, cluster,
-    /// configuration and split); configuration flags are not allowed with it.
+    /// configuration and split); change it with --set, not configuration flags.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
-        "model", "gpus", "tp", "pp", "dp", "cp", "mbs", "global_batch", "seq_len", "virtual_stages",
+        "model", "gpus", "tp", "pp", "dp", "cp", "mbs", "global_batch", "global_batch_tokens", "seq_len", "virtual_stages",
         "schedule", "group_size", "recompute", "sequence_parallel", "zero_stage", "split",
         "precision", "memory_reserve_gib", "no_flash_attention", "gpu", "gpus_per_node",
         "nic_gbps", "cluster", "ep", "etp", "moe_imbalance",
     ])]
     pub plan: Option<String>,
+    /// With --plan: change the plan, KEY=VALUE pairs, comma-separated; keys tp, pp, dp, cp, mbs,
+    /// ep, etp, v, schedule, recompute, sp, zero, precision, global_batch.
+    #[arg(long, value_name = "KEY=VALUE,…")]
+    pub set: Option<String>,
     /// Number of GPUs [default with --cluster: all of the cluster's].
     #[arg(long, value_name = "N")]
     pub gpus: Option<u64>,
@@ -62,9 +66,8 @@ pub struct EstimateArgs {
     /// Load of the busiest expert rank over the balanced share (1.0: forced balance).
     #[arg(long, default_value_t = 1.0, value_name = "X")]
     pub moe_imbalance: f64,
-    /// Global batch in sequences [default: the model's published batch, else about 4M tokens].
-    #[arg(long, value_name = "G")]
-    pub global_batch: Option<u64>,
+    #[command(flatten)]
+    pub batch: BatchArgs,
     /// Sequence length in tokens [default: the model's, at most 8192].
     #[arg(long, value_name = "S")]
     pub seq_len: Option<u64>,
@@ -80,29 +83,31 @@ pub struct EstimateArgs {
     #[arg(long, value_name = "G")]
     pub group_size: Option<u64>,
     /// Activation recomputation of transformer layers: none, selective (attention core) or
-    /// full (keep only each layer's input).
-    #[arg(long, default_value = "none", value_name = "MODE")]
-    pub recompute: Recompute,
+    /// full (keep only each layer's input) [default: none].
+    #[arg(long, value_name = "MODE")]
+    pub recompute: Option<Recompute>,
     /// Partial recompute: fully recompute the first N transformer layers of every stage (one
     /// number, capped at each stage's layers: Megatron-LM's `--recompute-method block
     /// --recompute-num-layers N`) or of each stage (one number per stage, in stage order); the
     /// other layers use --recompute.
     #[arg(long, value_delimiter = ',', value_name = "N[,N,…]")]
     pub recompute_num_layers: Option<Vec<u64>>,
-    /// Megatron sequence parallelism (needs --tp ≥ 2).
-    #[arg(long)]
-    pub sequence_parallel: bool,
+    /// Megatron sequence parallelism (needs --tp ≥ 2): on or off [default: on with tp ≥ 2, as
+    /// plan chooses].
+    #[arg(long, num_args = 0..=1, default_missing_value = "on", value_name = "on|off",
+        value_parser = clap::builder::BoolishValueParser::new())]
+    pub sequence_parallel: Option<bool>,
     /// ZeRO stage: 0 none, 1 optimizer states (Megatron's distributed optimizer), 2 +
-    /// gradients, 3 + weights.
-    #[arg(long = "zero", default_value_t = 0, value_name = "0|1|2|3")]
-    pub zero_stage: u8,
+    /// gradients, 3 + weights [default: 1 with more than one replica, as plan chooses].
+    #[arg(long = "zero", value_name = "0|1|2|3")]
+    pub zero_stage: Option<u8>,
     /// An explicit layer split: layer-list entries per stage, comma-separated, in stage order
     /// (the embedding and the head count as one entry each).
     #[arg(long, value_delimiter = ',', value_name = "N,N,…")]
     pub split: Option<Vec<usize>>,
-    /// Math precision: bf16, fp16, or FP8 for the linear layers: fp8 (delayed scaling), fp8-tensorwise, fp8-rowwise, mxfp8 (Blackwell).
-    #[arg(long, default_value = "bf16", value_name = "P")]
-    pub precision: Precision,
+    /// Math precision: bf16, fp16, or FP8 for the linear layers: fp8 (delayed scaling), fp8-tensorwise, fp8-rowwise, mxfp8 (Blackwell) [default: bf16].
+    #[arg(long, value_name = "P")]
+    pub precision: Option<Precision>,
     /// Headroom kept free per GPU, GiB, beyond the modelled CUDA context, NCCL, framework
     /// buffers and allocator fragmentation (the "runtime" column).
     #[arg(long, default_value_t = 1.0, value_name = "R")]
@@ -122,75 +127,61 @@ pub struct EstimateArgs {
     /// analytic profile's (scaled to each layer's shape); collectives and sends stay analytic.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<String>,
-    /// Print one JSON object {"plan", "predicted"} instead of tables.
+    /// Print one JSON object {"plan", "predicted", "defaults_used", "gap", "fix"} instead.
     #[arg(long)]
     pub json: bool,
+    /// Skip the advice: the search for the best plan and the cheapest fix.
+    #[arg(long)]
+    pub no_advice: bool,
 }
 
 impl EstimateArgs {
     /// The configuration these flags describe, for `gpus` GPUs.
-    fn config(&self, model: &Model, gpus: u64) -> Result<ParallelConfig> {
-        for (flag, v) in [
-            ("--tp", self.tp),
-            ("--pp", self.pp),
-            ("--cp", self.cp),
-            ("--mbs", self.mbs),
-            ("--virtual", self.virtual_stages.unwrap_or(1)),
-        ] {
-            if v == 0 {
-                bail!("{flag}: must be at least 1");
-            }
-        }
-        let (schedule, virtual_stages) =
-            ParallelConfig::schedule_or_default(self.schedule, self.virtual_stages);
-        let degrees = match self.dp {
-            Some(dp) => Degrees {
-                tp: self.tp,
-                pp: self.pp,
-                dp,
-                cp: self.cp,
-                virtual_stages,
-            },
-            None => Degrees::filling(gpus, self.tp, self.pp, self.cp, virtual_stages)?,
-        };
-        let global_batch_size = global_batch(model, self.global_batch)?;
-        let settings = EvalSettings {
+    fn config(&self, model: &Model, gpus: u64) -> Result<(ParallelConfig, Vec<String>)> {
+        let given = Given {
+            sequence_parallel: self.sequence_parallel,
+            zero_stage: self.zero_stage,
+            recompute: self.recompute,
             precision: self.precision,
-            memory_reserve_bytes: reserve_bytes(self.memory_reserve_gib)?,
-            // a configuration given whole: fits means fits in the GPU's memory
-            memory_margin_bytes: 0,
-            flash_attention: !self.no_flash_attention,
-            runtime: self.framework.unwrap_or(Stack::MegatronCore).runtime(),
+            framework: self.framework,
         };
-        if let Some(stack) = self.framework.filter(|s| !s.family().runs(schedule)) {
-            bail!(
-                "--schedule: {stack} does not run {schedule}; name another --framework or schedule"
-            );
-        }
-        Ok(ParallelConfig::new(degrees, self.mbs, global_batch_size)
-            .with_schedule(schedule)
-            .with_group_size(self.group_size)
-            .with_recompute(self.recompute)
-            .with_recompute_layers(self.recompute_num_layers.clone())
-            .with_sequence_parallel(self.sequence_parallel)
-            .with_zero_stage(self.zero_stage)
-            .with_split(self.split.clone())
-            .with_settings(settings)
-            .with_experts(ExpertParallel {
+        let requested = Requested {
+            tp: self.tp,
+            pp: self.pp,
+            dp: self.dp,
+            cp: self.cp,
+            micro_batch_size: self.mbs,
+            virtual_stages: self.virtual_stages,
+            schedule: self.schedule,
+            group_size: self.group_size,
+            recompute_layers: self.recompute_num_layers.clone(),
+            split: self.split.clone(),
+            experts: ExpertParallel {
                 ep: self.ep,
                 etp: self.etp,
                 imbalance: self.moe_imbalance,
-            }))
+            },
+            global_batch_size: self.batch.sequences(model)?,
+            memory_reserve_bytes: reserve_bytes(self.memory_reserve_gib)?,
+            flash_attention: !self.no_flash_attention,
+            given,
+        };
+        Ok(requested.build(gpus)?)
     }
 }
 
 /// Runs `autopp estimate`.
 pub fn run(args: &EstimateArgs) -> Result<()> {
-    let (model, cluster, config) = match (&args.plan, &args.model) {
+    let (model, cluster, (config, used)) = match (&args.plan, &args.model) {
         (Some(path), _) => {
             let file = PlanFile::load(path)?;
-            (file.model()?, file.cluster.clone(), file.config()?)
+            let mut config = file.config()?;
+            requested::set(&mut config, args.set.as_deref().unwrap_or_default())?;
+            (file.model()?, file.cluster.clone(), (config, vec![]))
         }
+        (None, Some(_)) if args.set.is_some() => bail!(
+            "--set: changes a plan file (--plan FILE); without one, use the configuration flags"
+        ),
         (None, Some(name)) => {
             let model = load_model_at(name, args.seq_len)?;
             let cluster = args.cluster.build(args.gpus)?;
@@ -203,10 +194,19 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
     let profile = cost_profile(cluster, precision, args.profile.as_deref(), &model)?;
     let profile = calibrated(profile, args.cluster.calibration.as_deref())?;
     let estimate = evaluate(&model, &profile, &config)?;
+    let advice = (!args.no_advice)
+        .then(|| advice::advise(&model, &profile, &config, &estimate))
+        .transpose()?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&estimate.result)?);
+        let json = advice::json(&estimate.result, &used, advice.as_ref());
+        println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
-        print!("{}", estimate_text(&model, &profile, &config, &estimate));
+        let p = &estimate.result.predicted;
+        let advice = advice.map(|a| report::advice_text(&a, p.iteration_time_s));
+        let report = estimate_text(&model, &profile, &config, &estimate);
+        let defaults = report::defaults_line(&used);
+        let train = args.batch.train_text(p, config.num_gpus())?;
+        print!("{report}{defaults}{train}{}", advice.unwrap_or_default());
     }
     for w in &estimate.warnings {
         eprintln!("warning: {w}");

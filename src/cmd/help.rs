@@ -5,7 +5,7 @@ use clap::CommandFactory;
 
 /// `autopp plan`'s examples.
 pub const PLAN: &str = "Examples:
-  autopp plan gpt3-175b --gpus 1024 --gpu a100-80g --global-batch 1536
+  autopp plan gpt3-175b --gpus 1024 --gpu a100-80g --global-batch 1536 --train-tokens 300B
   autopp plan llama3-70b --gpus 64 --framework megatron --out plan.json
   autopp plan config.json --gpus 32 --seq-len 4096 --fix pp=4,schedule=1f1b";
 
@@ -18,7 +18,7 @@ pub const LAUNCH: &str = "Examples:
 pub const ESTIMATE: &str = "Examples:
   autopp estimate gpt3-175b --gpus 1024 --gpu a100-80g --tp 8 --pp 16 --global-batch 1536
   autopp estimate config.json --gpus 64 --tp 8 --pp 4 --seq-len 8192 --schedule zb-v
-  autopp estimate --plan plan.json --json";
+  autopp estimate --plan plan.json --set tp=4,recompute=full --json";
 
 /// `autopp schedule`'s examples.
 pub const SCHEDULE: &str = "Examples:

@@ -1,6 +1,7 @@
 //! One module per subcommand, plus the flags and helpers they share.
 pub mod catalog;
 pub mod common;
+pub mod compare;
 pub mod estimate;
 pub mod exec;
 pub mod help;

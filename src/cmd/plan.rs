@@ -5,14 +5,13 @@ use autopp_hardware::{AnalyticProfile, Cluster, Precision};
 use autopp_models::Model;
 use autopp_planner::calibration::calibrated;
 use autopp_planner::report::{self, Margin};
+use autopp_planner::requested;
 use autopp_planner::search::{self, SearchOptions};
-use autopp_planner::{cost_profile, Fixed, Framework, PlanFile, Stack};
+use autopp_planner::{cost_profile, Framework, PlanFile, Stack};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
-use super::common::{
-    global_batch, load_model_at, reserve_bytes, write_atomic, ClusterArgs, Progress,
-};
+use super::common::{load_model_at, reserve_bytes, write_atomic, BatchArgs, ClusterArgs, Progress};
 
 /// Find the fastest plan that fits: degrees, schedule, micro-batching, recompute, sharding and
 /// the layer split, searched jointly, with the reasons and the runner-ups.
@@ -28,9 +27,8 @@ pub struct PlanArgs {
     pub gpus: Option<u64>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Global batch in sequences [default: the model's published batch, else about 4M tokens].
-    #[arg(long, value_name = "G")]
-    pub global_batch: Option<u64>,
+    #[command(flatten)]
+    pub batch: BatchArgs,
     /// Sequence length in tokens [default: the model's, at most 8192].
     #[arg(long, value_name = "S")]
     pub seq_len: Option<u64>,
@@ -108,14 +106,8 @@ pub struct PlanArgs {
 impl PlanArgs {
     /// What to search: the framework's defaults with these flags' limits, pins and settings.
     fn options(&self, model: &Model, cluster: &Cluster) -> Result<SearchOptions> {
-        let global_batch_size = global_batch(model, self.global_batch)?;
-        let gpus = cluster.num_gpus();
-        if global_batch_size / gpus.max(1) > search::MAX_SEQUENCES_PER_GPU {
-            bail!(
-                "--global-batch: {global_batch_size} sequences on {gpus} GPUs is more than {} per GPU, the most the search takes on; use a smaller batch or more GPUs",
-                search::MAX_SEQUENCES_PER_GPU
-            );
-        }
+        let global_batch_size = self.batch.sequences(model)?;
+        requested::check_batch(global_batch_size, cluster.num_gpus())?;
         let memory_reserve_bytes = reserve_bytes(self.memory_reserve_gib)?;
         for (flag, v) in [
             ("--max-mbs", self.max_mbs),
@@ -125,24 +117,10 @@ impl PlanArgs {
                 bail!("{flag}: must be at least 1");
             }
         }
-        let fixed = match &self.fix {
-            Some(text) => Fixed::parse(text).map_err(|e| anyhow::anyhow!("--fix: {e}"))?,
-            None => Fixed::default(),
-        };
         let framework = self.framework.family();
         let mut opts = SearchOptions::new(framework, global_batch_size, cluster.gpus_per_node);
         opts.limits.schedules = framework.schedules_to_search(self.schedules.as_deref())?;
-        framework.check_pins(&fixed)?;
-        if let (Some(tp), Model::Transformer(t)) = (fixed.degrees.tp, model) {
-            if framework.tp_splits_whole_kv_heads() && !t.kv_heads().is_multiple_of(tp) {
-                bail!(
-                    "--fix tp={tp}: {framework} splits whole key/value heads over its tensor-parallel ranks, and {tp} does not divide {}'s {}",
-                    t.name,
-                    t.kv_heads()
-                );
-            }
-        }
-        opts.fixed = fixed;
+        opts.fixed = requested::pins(self.fix.as_deref(), framework, model)?;
         if let Some(max_tp) = self.max_tp {
             opts.limits.max_tp = max_tp;
         }
@@ -198,9 +176,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let profile = calibrated(profile, args.cluster.calibration.as_deref())?;
     let runnable = args.framework == Stack::Any;
     let plans = search_with_progress(&model, &profile, &opts, runnable)?;
-    let (result, answers) = (&plans.result, &plans.answers);
-    let best = &result.best;
-    let config = answers[0].config.clone();
+    let (best, config) = (&plans.result.best, plans.answers[0].config.clone());
     if let Some(path) = &args.out {
         let file = PlanFile::new(best, &model, &cluster, &config)?
             .with_framework(args.framework.family())
@@ -211,40 +187,19 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         }
     }
     if args.json {
-        let alternatives: Vec<_> = (result.alternatives.iter().zip(&answers[1..]))
-            .map(|(e, a)| {
-                serde_json::json!({
-                    "plan": e.result.plan,
-                    "predicted": e.result.predicted,
-                    "made_for": a.made_for,
-                    "runs_on": a.runs_on,
-                })
-            })
-            .collect();
-        let out = serde_json::json!({
-            "plan": best.result.plan,
-            "predicted": best.result.predicted,
-            "made_for": answers[0].made_for,
-            "runs_on": answers[0].runs_on,
-            "search": {
-                "elapsed_s": result.elapsed_s,
-                "candidates": result.candidates,
-                "simulated": result.simulated,
-            },
-            "alternatives": alternatives,
-            "memory_margin": {
-                "free_bytes": best.result.predicted.memory_capacity_bytes
-                    .saturating_sub(best.result.predicted.peak_memory_bytes),
-                "required_bytes": opts.settings.memory_margin_bytes,
-            },
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        let json = report::plan_json(&plans, &opts);
+        println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
     let margin = args.margin(&cluster)?;
     print!(
         "{}",
         report::plan_text(&model, &profile, &config, &plans, &margin)
+    );
+    print!(
+        "{}",
+        args.batch
+            .train_text(&best.result.predicted, config.num_gpus())?
     );
     if let Some(path) = &args.out {
         println!("\nplan written to {path}");
