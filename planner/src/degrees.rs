@@ -57,14 +57,18 @@ impl Degrees {
         })
     }
 
-    /// GPUs used: `tp · pp · dp · cp`.
+    /// GPUs used: `tp · pp · dp · cp` (saturating: degrees read from a file may be huge, and a
+    /// saturated count matches no cluster).
     pub fn num_gpus(&self) -> u64 {
-        self.tp * self.pp * self.dp * self.cp
+        self.tp
+            .saturating_mul(self.pp)
+            .saturating_mul(self.dp)
+            .saturating_mul(self.cp)
     }
 
-    /// Number of stages: `pp · virtual_stages`.
+    /// Number of stages: `pp · virtual_stages` (saturating).
     pub fn num_stages(&self) -> u64 {
-        self.pp * self.virtual_stages
+        self.pp.saturating_mul(self.virtual_stages)
     }
 
     /// Where the parallel groups sit on the cluster (Megatron's rank order tp-cp-dp-pp).

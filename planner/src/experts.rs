@@ -80,8 +80,9 @@ impl ExpertParallel {
                 ),
             ));
         }
-        let folded = d.tp * d.cp * d.dp;
-        if !folded.is_multiple_of(self.ep * self.etp) {
+        let folded = d.tp.saturating_mul(d.cp).saturating_mul(d.dp);
+        let experts_gpus = self.ep.checked_mul(self.etp).filter(|&n| n <= folded);
+        if !experts_gpus.is_some_and(|n| folded.is_multiple_of(n)) {
             return Err(PlanError::invalid(
                 "--ep",
                 format!(

@@ -34,8 +34,10 @@ use serde::{Deserialize, Serialize};
 use super::ir::{Schedule, ScheduleKind};
 use crate::SpecField;
 
-/// The most (stage, micro-batch) pairs a generated schedule may have (`p·v·m`).
-pub const MAX_STAGE_MICROBATCHES: usize = 1 << 24;
+/// The most (stage, micro-batch) pairs a generated schedule may have (`p·v·m`): 4,194,304,
+/// four times pp 64 · v 8 · m 2,048, beyond any published run; a schedule that size is
+/// generated, checked and simulated in seconds (above it, tens of seconds).
+pub const MAX_STAGE_MICROBATCHES: usize = 1 << 22;
 
 /// The most pipeline ranks a schedule may have: the simulator and the pictures hold per-rank
 /// state for every pair of ranks, and no model has more layers to spread (GPT-3: 96).
