@@ -306,11 +306,13 @@ fn named_model(row: &PublishedRow, missing: String) -> String {
     }
 }
 
-fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
-    let (stack, guess) = stack_of(row);
-    let mut assumptions: Vec<String> = guess.into_iter().collect();
-    let model = transformer(row, stack, None)?;
-    let gpus = need(row.num_gpus, "num_gpus")?;
+/// The row's machine: its GPU kind from the catalog, GPUs per node (8 when not stated) and
+/// network; what it assumes goes to `assumptions`.
+fn row_cluster(
+    row: &PublishedRow,
+    gpus: u64,
+    assumptions: &mut Vec<String>,
+) -> Result<Cluster, String> {
     let gpu_name = row.gpu_type.as_deref().unwrap_or("");
     let kind =
         gpu_kind(gpu_name).ok_or_else(|| format!("GPU '{gpu_name}' is not in autopp's catalog"))?;
@@ -326,7 +328,15 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
         assumptions.push(format!("network not stated: {kind}'s usual NIC assumed"));
     }
     let gpu = hardware::gpu(kind).map_err(|e| e.to_string())?;
-    let cluster = Cluster::new(gpu, gpus, per_node, nic).map_err(|e| e.to_string())?;
+    Cluster::new(gpu, gpus, per_node, nic).map_err(|e| e.to_string())
+}
+
+fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
+    let (stack, guess) = stack_of(row);
+    let mut assumptions: Vec<String> = guess.into_iter().collect();
+    let model = transformer(row, stack, None)?;
+    let gpus = need(row.num_gpus, "num_gpus")?;
+    let cluster = row_cluster(row, gpus, &mut assumptions)?;
 
     let tp = need(row.tp, "tp")?;
     let pp = need(row.pp, "pp")?;

@@ -28,6 +28,18 @@ type Final = Option<Vec<Stage>>;
 /// since the error reports them.
 pub const RANK_THREAD_PREFIX: &str = "autopp rank ";
 
+/// Keeps panics of rank threads off stderr (a run reports them as its one error line); other
+/// threads' panics still go to the hook that was installed before.
+pub fn quiet_rank_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let name = std::thread::current().name().map(str::to_owned);
+        if !name.is_some_and(|n| n.starts_with(RANK_THREAD_PREFIX)) {
+            default(info);
+        }
+    }));
+}
+
 /// Trains `cfg.steps` steps of `cfg.model` under `cfg.schedule` on `pp × dp` threads, calling
 /// `on_step` as each step completes.
 ///

@@ -309,23 +309,12 @@ fn from_flags(args: &ExecArgs) -> Result<(Model, PipelinePlan)> {
     Ok((load_model_at(name, args.seq_len)?, pipeline))
 }
 
-/// Keeps panics of rank threads off stderr: the run reports them as its one error line.
-fn quiet_rank_panics() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let name = std::thread::current().name().map(str::to_owned);
-        if !name.is_some_and(|n| n.starts_with(autopp_executor::run::RANK_THREAD_PREFIX)) {
-            default(info);
-        }
-    }));
-}
-
 /// Runs `autopp exec`.
 pub fn run_exec(args: &ExecArgs) -> Result<()> {
     let gpu = check_backend(args)?;
     let mut cfg = config(args)?;
     cfg.backend = backend(args.backend);
-    quiet_rank_panics();
+    autopp_executor::run::quiet_rank_panics();
     let Some((report, lines)) = train(args, &cfg)? else {
         return Ok(()); // not rank 0: rank 0 reports
     };
