@@ -2,7 +2,7 @@
 //! [`super::evaluate_scheduled`] runs them: lay the stages out, cost them, simulate the
 //! pipeline, add each rank's memory and data-parallel tail, then the prediction and the plan.
 
-use autopp_hardware::{AnalyticProfile, Layout, Link};
+use autopp_hardware::{AnalyticProfile, LayerTimes, Layout, Link};
 use autopp_models::{CollectiveKind, LayerCost, LayerKind, Model, Recompute};
 
 use super::{cp_kv_bytes, dp_comm_time_s, optimizer_time_s, Detail};
@@ -18,6 +18,9 @@ pub(super) struct Evaluation<'a> {
     profile: &'a AnalyticProfile,
     c: &'a ParallelConfig,
     layers: &'a [LayerCost],
+    /// Each layer's compute times, when the caller has them (the search times its layer
+    /// lists once); timed here otherwise.
+    timed: Option<&'a [LayerTimes]>,
     sched: &'a Schedule,
     /// The kinds of the layer list.
     kinds: Vec<LayerKind>,
@@ -99,6 +102,7 @@ impl<'a> Evaluation<'a> {
             profile,
             c,
             layers,
+            timed: None,
             sched,
             kinds,
             ranges: split::stage_ranges(&counts),
@@ -127,6 +131,13 @@ impl<'a> Evaluation<'a> {
         }
     }
 
+    /// The same evaluation with each layer's compute times given (`timed[i]` of `layers[i]`,
+    /// from the same profile): they are not timed again.
+    pub fn with_timed(mut self, timed: Option<&'a [LayerTimes]>) -> Self {
+        self.timed = timed.filter(|t| t.len() == self.layers.len());
+        self
+    }
+
     /// Every stage's costs for one micro-batch, with partial recompute's fully recomputed
     /// layers (checked against the split).
     pub fn stage_costs(&self) -> Result<Stages, PlanError> {
@@ -147,7 +158,12 @@ impl<'a> Evaluation<'a> {
             ep_link: self.profile.cluster.group_link(c.experts.ep, c.experts.etp),
         };
         let full_layers = partial_recompute(c, self.layers, &self.ranges)?;
-        let costs = stages::stage_costs_partial(self.layers, &self.ranges, &ctx, &full_layers);
+        let costs = match self.timed {
+            Some(timed) => {
+                stages::stage_costs_timed(self.layers, timed, &self.ranges, &ctx, &full_layers)
+            }
+            None => stages::stage_costs_partial(self.layers, &self.ranges, &ctx, &full_layers),
+        };
         Ok(Stages { costs, full_layers })
     }
 
@@ -249,6 +265,22 @@ impl<'a> Evaluation<'a> {
             }
         }
         .map_err(|e| PlanError::Schedule(e.to_string()))
+    }
+
+    /// The busiest rank's seconds of work in one iteration, `m · Σ (F + B)` over its stages:
+    /// every rank runs its actions one after another, so no simulation of this configuration
+    /// (sends, bubble and data-parallel tail only add) takes less.
+    pub fn busiest_rank_s(&self, costs: &[StageCost]) -> f64 {
+        self.rank_stages
+            .iter()
+            .map(|stages| {
+                let per_microbatch: f64 = stages
+                    .iter()
+                    .map(|&k| costs[k].forward_s() + costs[k].backward_s())
+                    .sum();
+                per_microbatch * self.m as f64
+            })
+            .fold(0.0, f64::max)
     }
 
     /// Each rank's memory (with its simulated activation peak), exposed data-parallel

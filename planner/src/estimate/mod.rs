@@ -6,7 +6,7 @@ mod tail;
 
 use std::sync::Arc;
 
-use autopp_hardware::AnalyticProfile;
+use autopp_hardware::{AnalyticProfile, LayerTimes};
 use autopp_models::{LayerCost, Model, ShardSpec};
 use serde::Serialize;
 
@@ -203,6 +203,10 @@ pub fn evaluate_layers_with(
 ) -> Result<Estimate, PlanError> {
     let sched = Arc::new(schedule_for(c)?);
     let flops = model.model_flops_per_sequence()?;
+    let layers = LayerList {
+        layers,
+        timed: None,
+    };
     evaluate_scheduled(model, profile, c, layers, detail, sched, flops)
 }
 
@@ -224,6 +228,32 @@ pub fn schedule_spec(c: &ParallelConfig) -> ScheduleSpec {
     }
 }
 
+/// A configuration's layer list, with each layer's compute times when the caller has them.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerList<'a> {
+    /// The layers, embedding first and head last.
+    pub layers: &'a [LayerCost],
+    /// `timed[i]`: the compute times of `layers[i]` on the profile evaluated with (`None`:
+    /// timed during the evaluation).
+    pub timed: Option<&'a [LayerTimes]>,
+}
+
+/// A lower bound on the iteration time of `c` with `sched` (its schedule), seconds, without
+/// simulating: the busiest rank's work, `m · Σ (F + B)` over its stages. The search skips the
+/// simulations that this shows cannot beat what it has found.
+pub fn busiest_rank_s(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: LayerList<'_>,
+    sched: &Schedule,
+) -> Result<f64, PlanError> {
+    let evaluation =
+        Evaluation::new(model, profile, c, layers.layers, sched)?.with_timed(layers.timed);
+    let stages = evaluation.stage_costs()?;
+    Ok(evaluation.busiest_rank_s(&stages.costs))
+}
+
 /// [`evaluate_layers_with`] given the configuration's schedule, [`schedule_for`]`(c)`, and the
 /// model's FLOPs per sequence, [`Model::model_flops_per_sequence`] (the planner computes both
 /// once per search and shares them).
@@ -231,12 +261,13 @@ pub fn evaluate_scheduled(
     model: &Model,
     profile: &AnalyticProfile,
     c: &ParallelConfig,
-    layers: &[LayerCost],
+    layers: LayerList<'_>,
     detail: Detail,
     sched: Arc<Schedule>,
     model_flops_per_sequence: f64,
 ) -> Result<Estimate, PlanError> {
-    let evaluation = Evaluation::new(model, profile, c, layers, &sched)?;
+    let evaluation =
+        Evaluation::new(model, profile, c, layers.layers, &sched)?.with_timed(layers.timed);
     let warnings = evaluation.warnings();
     let stages = evaluation.stage_costs()?;
     let pipeline = evaluation.simulate(&stages.costs, detail)?;

@@ -10,7 +10,7 @@ use super::memo::Memo;
 use super::table::LayerTable;
 use super::{config_with, key_of, Key, SearchOptions};
 use crate::config::ParallelConfig;
-use crate::estimate::{evaluate_scheduled, schedule_for, Detail, Estimate};
+use crate::estimate::{busiest_rank_s, evaluate_scheduled, schedule_for, Detail, Estimate};
 use crate::schedule::{Schedule, ScheduleKind};
 
 /// A schedule's shape: kind, pipeline ranks, stages per rank, micro-batches.
@@ -64,12 +64,26 @@ impl<'a> Evaluator<'a> {
             self.model,
             self.profile,
             &c,
-            &table.layers,
+            table.list(),
             detail,
             sched,
             flops,
         )
         .ok()
+    }
+
+    /// A lower bound on the iteration time of a key with a split (`None`: the even split),
+    /// seconds, without simulating ([`busiest_rank_s`]); `None` when it does not evaluate.
+    pub fn lower_bound_s(
+        &self,
+        key: &Key,
+        table: &LayerTable,
+        split: Option<Vec<usize>>,
+        recompute_layers: Option<Vec<u64>>,
+    ) -> Option<f64> {
+        let c = config_with(key, self.opts, split, recompute_layers);
+        let sched = self.schedule(&c)?;
+        busiest_rank_s(self.model, self.profile, &c, table.list(), &sched).ok()
     }
 
     /// Iteration time and memory of a key with a split (the search's inner loop).

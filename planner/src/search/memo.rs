@@ -1,6 +1,6 @@
 //! A map of values computed once, on first use, and shared by the search's threads.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::hash::Hash;
 use std::sync::Mutex;
 
@@ -11,7 +11,7 @@ pub(crate) struct Memo<K, V>(Mutex<HashMap<K, V>>);
 
 impl<K, V> Default for Memo<K, V> {
     fn default() -> Self {
-        Memo(Mutex::new(HashMap::new()))
+        Memo(Mutex::new(HashMap::default()))
     }
 }
 

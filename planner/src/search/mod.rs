@@ -17,6 +17,7 @@
 //!
 //! The result is deterministic for any thread count: candidates are ranked by (time, [`Key`]).
 
+mod ceiling;
 mod errors;
 mod evaluator;
 pub mod explain;
@@ -44,6 +45,7 @@ use crate::memory;
 use crate::schedule::ScheduleKind;
 
 pub use crate::pins::Fixed;
+use ceiling::Ceiling;
 use evaluator::ScheduleShape;
 pub use partial::IlpSolver;
 use phases::Search;
@@ -191,8 +193,20 @@ pub fn search(
     opts: &SearchOptions,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<SearchResult, PlanError> {
+    search_under(model, profile, opts, progress, &Ceiling::new(opts))
+}
+
+/// [`search`] that skips candidates unable to beat `shared`, the plans other searches found
+/// (see [`ceiling`]): its answers then hold only the plans that could matter beside theirs.
+fn search_under(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    progress: &(dyn Fn(usize, usize) + Sync),
+    shared: &Ceiling,
+) -> Result<SearchResult, PlanError> {
     let start = Instant::now();
-    let mut phases = Search::new(model, profile, opts)?;
+    let mut phases = Search::new(model, profile, opts, shared)?;
     let (scored, exact) = phases.exact_candidates(progress)?;
     let exact = phases.refine(exact);
     let (exact, passed_over) = prefer_simple(exact, opts.tolerance);

@@ -2,12 +2,13 @@
 //! and tabulate, scan, shortlist, simulate, try other splits, refine, answer, and say what more
 //! memory would buy.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 use rayon::prelude::*;
 
+use super::ceiling::{exact_lower_bound_s, same_run, Ceiling};
 use super::errors::{no_candidates, nothing_fits};
 use super::evaluator::{Evaluator, ScheduleShape};
 use super::memo::Memo;
@@ -31,6 +32,10 @@ pub(super) struct Search<'a> {
     profile: &'a AnalyticProfile,
     opts: &'a SearchOptions,
     eval: Evaluator<'a>,
+    /// This search's own ceiling: plans known so far, and what a candidate must beat.
+    own: Ceiling,
+    /// The ceiling shared with the other frameworks' searches of `--framework any`.
+    shared: &'a Ceiling,
     /// The configurations of the space that clear the memory floor, in enumeration order.
     pub keys: Vec<Key>,
     /// Every configuration of the space, kept or not.
@@ -62,6 +67,7 @@ impl<'a> Search<'a> {
         model: &'a Model,
         profile: &'a AnalyticProfile,
         opts: &'a SearchOptions,
+        shared: &'a Ceiling,
     ) -> Result<Self, PlanError> {
         let eval = Evaluator::new(model, profile, opts);
         let gpus = profile.cluster.num_gpus();
@@ -78,6 +84,8 @@ impl<'a> Search<'a> {
             profile,
             opts,
             eval,
+            own: Ceiling::new(opts),
+            shared,
             keys: space.keys,
             candidates: space.candidates,
             leanest: space.leanest,
@@ -86,7 +94,7 @@ impl<'a> Search<'a> {
             generated: Memo::default(),
             shortlist: (4 * opts.top_k).max(24),
             simulated: 0,
-            excluded: HashSet::new(),
+            excluded: HashSet::default(),
             scores: Default::default(),
         })
     }
@@ -110,10 +118,31 @@ impl<'a> Search<'a> {
         &self.tables[&group_of(key)]
     }
 
-    /// Scores keys by the split DP and closed form, in lower-bound order, until no later key
-    /// can enter the shortlist. The lower bound: the work spread perfectly over the ranks,
-    /// plus the fill of perfectly even stages.
-    pub fn scan(&self, progress: &(dyn Fn(usize, usize) + Sync)) -> Vec<Scored> {
+    /// Whether `key`, with any split, could still change the answer (see [`Ceiling`]); always
+    /// in the exhaustive search.
+    fn may_matter(&self, key: &Key) -> bool {
+        if self.opts.exhaustive {
+            return true;
+        }
+        exact_lower_bound_s(key, self.table(key), self.opts) <= self.limit_s()
+    }
+
+    /// Seconds above which no plan changes this search's answer, nor `--framework any`'s.
+    fn limit_s(&self) -> f64 {
+        self.own.limit_s().min(self.shared.limit_s())
+    }
+
+    /// The keys to scan with their lower bounds on the closed form, in ascending order: the
+    /// work spread perfectly over the ranks, plus the fill of perfectly even stages. None when
+    /// no key can beat the other frameworks' answers (see [`Ceiling`]). (Leaving out only the
+    /// keys that cannot would hand their places in the shortlist to others, and change which
+    /// plans are found.)
+    fn bounded(&self) -> Vec<(f64, Key)> {
+        let limit_s = self.shared.limit_s();
+        let hopeless = |k: &Key| exact_lower_bound_s(k, self.table(k), self.opts) > limit_s;
+        if !self.opts.exhaustive && limit_s.is_finite() && self.keys.iter().all(hopeless) {
+            return Vec::new();
+        }
         let mut bounded: Vec<(f64, Key)> = self
             .keys
             .iter()
@@ -122,7 +151,18 @@ impl<'a> Search<'a> {
                 Some((lower_bound_s(k, table, self.opts), *k))
             })
             .collect();
-        bounded.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        // keys are distinct, so the order is total and the same on every run
+        bounded.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        bounded
+    }
+
+    /// Scores `bounded` keys by the split DP and closed form, in that order, until no later
+    /// key can enter the shortlist.
+    pub fn scan(
+        &self,
+        bounded: &[(f64, Key)],
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Vec<Scored> {
         scan::Scan {
             model: self.model,
             profile: self.profile,
@@ -133,7 +173,7 @@ impl<'a> Search<'a> {
             excluded: &self.excluded,
             scores: &self.scores,
         }
-        .run(&bounded, progress)
+        .run(bounded, progress)
     }
 
     /// Scan, shortlist, simulate and try other splits: the scored keys and every candidate's
@@ -144,14 +184,17 @@ impl<'a> Search<'a> {
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<(Vec<Scored>, Vec<Estimate>), PlanError> {
         let mut round = 0;
+        let bounded = self.bounded();
         loop {
-            let scored = self.scan(progress);
+            let scored = self.scan(&bounded, progress);
             let chosen = self.shortlist(&scored)?;
             let keys: Vec<Key> = chosen.iter().map(|s| s.key).collect();
+            let before = self.simulated;
             let simulated = self.simulate(&chosen);
             match self.other_splits(simulated) {
                 Ok(exact) => return Ok((scored, exact)),
-                Err(e) if round >= RESCANS => return Err(e),
+                // nothing simulated: every candidate left could not beat the other answers
+                Err(e) if round >= RESCANS || self.simulated == before => return Err(e),
                 Err(_) => {
                     self.excluded.extend(keys.iter().flat_map(|k| {
                         [false, true].map(|partial_recompute| Key {
@@ -179,7 +222,7 @@ impl<'a> Search<'a> {
             self.shortlist
         };
         let mut chosen: Vec<&Scored> = fitting.iter().take(quota).copied().collect();
-        let mut per_kind_count: HashMap<ScheduleKind, usize> = HashMap::new();
+        let mut per_kind_count: HashMap<ScheduleKind, usize> = HashMap::default();
         for s in &chosen {
             *per_kind_count.entry(s.key.schedule).or_default() += 1;
         }
@@ -216,19 +259,42 @@ impl<'a> Search<'a> {
             .filter(|(_, s)| s.approx_s <= front_s)
             .map(|(i, _)| i)
             .collect();
-        // (candidate, solve its integer program): the solves, which take longest, first
-        let tasks: Vec<(usize, bool)> = to_solve
-            .iter()
-            .map(|&i| (i, true))
-            .chain((0..chosen.len()).map(|i| (i, false)))
+        // (candidate, solve its integer program): the solves, which take longest, first; then
+        // the others in closed-form order, in two waves: the second simulates only what the
+        // first (and the other frameworks' answers) leave able to change the answer
+        let first_wave = (2 * (self.opts.top_k + 2)).min(chosen.len());
+        let solves = to_solve.iter().map(|&i| (i, true));
+        let wave: Vec<(usize, bool)> = solves
+            .chain((0..first_wave).map(|i| (i, false)))
+            .filter(|&(i, _)| self.may_matter(&chosen[i].key))
             .collect();
-        let this = &*self;
-        let results: Vec<(usize, Option<Estimate>)> = tasks
-            .par_iter()
-            // one task per split: simulations and solves differ in length by 100×
-            .with_max_len(1)
-            .map(|&(i, solve)| (i, this.simulate_one(chosen[i], solve)))
+        let mut results = self.simulate_tasks(chosen, &wave);
+        let later: Vec<(usize, bool)> = (first_wave..chosen.len())
+            .filter(|&i| self.may_matter(&chosen[i].key))
+            .map(|i| (i, false))
             .collect();
+        if std::env::var_os("AUTOPP_DEBUG_SIM").is_some() {
+            let lbs: Vec<String> = (first_wave..chosen.len())
+                .map(|i| {
+                    format!(
+                        "{:.1}/{:.1}",
+                        exact_lower_bound_s(&chosen[i].key, self.table(&chosen[i].key), self.opts),
+                        chosen[i].approx_s
+                    )
+                })
+                .collect();
+            eprintln!(
+                "fw {:?} chosen {} first {} later {} own {} shared {} lbs {:?}",
+                self.opts.limits.framework,
+                chosen.len(),
+                wave.len(),
+                later.len(),
+                self.own.limit_s(),
+                self.shared.limit_s(),
+                lbs
+            );
+        }
+        results.extend(self.simulate_tasks(chosen, &later));
         self.simulated += results.len();
         let mut tiered: Vec<Simulated<'s>> = chosen.iter().map(|s| (None, *s)).collect();
         for (i, e) in results {
@@ -246,6 +312,48 @@ impl<'a> Search<'a> {
         tiered
     }
 
+    /// Simulates `tasks` (candidate, solve its integer program) in parallel, and records the
+    /// fitting plans in this search's ceiling.
+    fn simulate_tasks(
+        &self,
+        chosen: &[&Scored],
+        tasks: &[(usize, bool)],
+    ) -> Vec<(usize, Option<Estimate>)> {
+        let results: Vec<(usize, Option<Estimate>)> = tasks
+            .par_iter()
+            // one task per split: simulations and solves differ in length by 100×
+            .with_max_len(1)
+            .map(|&(i, solve)| (i, self.simulate_one(chosen[i], solve)))
+            .collect();
+        for e in results.iter().filter_map(|(_, e)| e.as_ref()) {
+            self.own.offer(e);
+        }
+        if std::env::var_os("AUTOPP_DEBUG_SIM").is_some() {
+            for (i, e) in &results {
+                if let Some(e) = e {
+                    let k = &chosen[*i].key;
+                    let lb = exact_lower_bound_s(k, self.table(k), self.opts);
+                    eprintln!(
+                        "LB {:?} pp {} v {} lb {:.3} exact {:.3} ratio {:.4} mk {:.3} busy {:?}",
+                        k.schedule,
+                        k.degrees.pp,
+                        k.degrees.virtual_stages,
+                        lb,
+                        time_of(e),
+                        time_of(e) / lb,
+                        e.simulation.makespan_s,
+                        e.simulation
+                            .busy_s
+                            .iter()
+                            .map(|b| format!("{b:.2}"))
+                            .collect::<Vec<_>>()
+                    );
+                }
+            }
+        }
+        results
+    }
+
     /// One candidate simulated with its DP split, or with the integer program's split and
     /// recompute counts (`solve`); `None` when it does not fit.
     fn simulate_one(&self, s: &Scored, solve: bool) -> Option<Estimate> {
@@ -256,12 +364,28 @@ impl<'a> Search<'a> {
                 .and_then(|(split, layers)| {
                     eval.time_and_memory(&s.key, table, Some(split), Some(layers))
                 })
-        } else if s.key.partial_recompute {
-            let layers = s.recompute_layers.clone();
-            eval.time_and_memory(&s.key, table, Some(s.split.clone()), layers)
         } else {
-            let split = (!self.opts.even_split_only).then(|| s.split.clone());
-            eval.time_and_memory(&s.key, table, split, None)
+            let (split, layers) = match s.key.partial_recompute {
+                true => (Some(s.split.clone()), s.recompute_layers.clone()),
+                false => ((!self.opts.even_split_only).then(|| s.split.clone()), None),
+            };
+            // (a split's own bound does not decide: refining a split that cannot beat the
+            // others may give one that does)
+            let e = eval.time_and_memory(&s.key, table, split.clone(), layers.clone());
+            if let Some(e) = e.as_ref().filter(|_| cfg!(debug_assertions)) {
+                // the bounds the search skips by are bounds (every test's searches check)
+                let bound = eval
+                    .lower_bound_s(&s.key, table, split, layers)
+                    .unwrap_or(0.0);
+                let whole = exact_lower_bound_s(&s.key, table, self.opts);
+                debug_assert!(
+                    time_of(e) >= bound * (1.0 - 1e-9) && bound >= whole * (1.0 - 1e-9),
+                    "{:?}: simulated {} s, busiest rank {bound} s, any split {whole} s",
+                    s.key,
+                    time_of(e)
+                );
+            }
+            e
         };
         e.filter(|e| e.result.predicted.fits)
     }
@@ -302,7 +426,7 @@ impl<'a> Search<'a> {
     /// The fastest fitting of `first` and the candidate's even and end-isolating splits.
     fn best_other_split(&self, first: &Option<Estimate>, s: &Scored) -> Option<Estimate> {
         let table = self.table(&s.key);
-        if s.key.partial_recompute {
+        if s.key.partial_recompute || !self.may_matter(&s.key) {
             // its split goes with its recompute counts
             return first.clone();
         }
@@ -313,8 +437,16 @@ impl<'a> Search<'a> {
         }
         others.retain(|o| *o != s.split);
         others.dedup();
+        // a split whose busiest rank alone is slower than the split in hand is not simulated
+        let beat_s = first.as_ref().map_or(f64::INFINITY, time_of);
         others
             .into_iter()
+            .filter(|o| {
+                let bound = self
+                    .eval
+                    .lower_bound_s(&s.key, table, Some(o.clone()), None);
+                bound.is_some_and(|b| b <= beat_s)
+            })
             .filter_map(|o| self.eval.time_and_memory(&s.key, table, Some(o), None))
             .chain(first.clone())
             .filter(|e| e.result.predicted.fits)
@@ -325,9 +457,10 @@ impl<'a> Search<'a> {
     /// layers across stage boundaries.
     pub fn refine(&mut self, mut exact: Vec<Estimate>) -> Vec<Estimate> {
         // one leader per configuration: the fastest split of each
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         exact.retain(|e| seen.insert(key_of(e)));
-        let leaders = self.leaders(&exact);
+        let mut leaders = self.leaders(&exact);
+        leaders.retain(|&i| self.may_matter(&key_of(&exact[i])));
         let this = &*self;
         let refined: Vec<(usize, Estimate, usize)> = leaders
             .par_iter()
@@ -338,6 +471,14 @@ impl<'a> Search<'a> {
                 (i, better, n)
             })
             .collect();
+        if std::env::var_os("AUTOPP_DEBUG_SIM").is_some() {
+            eprintln!(
+                "refine {:?} leaders {} moves {:?}",
+                self.opts.limits.framework,
+                leaders.len(),
+                refined.iter().map(|r| r.2).collect::<Vec<_>>()
+            );
+        }
         for (i, better, n) in refined {
             self.simulated += n;
             exact[i] = better;
@@ -357,7 +498,7 @@ impl<'a> Search<'a> {
             return (0..exact.len()).collect();
         }
         let limit = exact.first().map_or(0.0, time_of) * GIVE_UP_FACTOR;
-        let mut kinds = HashSet::new();
+        let mut kinds = HashSet::default();
         (0..exact.len())
             .filter(|&i| {
                 let first_of_kind = kinds.insert(exact[i].result.plan.schedule);
@@ -439,21 +580,14 @@ impl<'a> Search<'a> {
             })
     }
 
-    /// The error when nothing fits: what the leanest configuration needs.
+    /// The error when nothing fits: what the leanest configuration needs; or, when the other
+    /// frameworks' answers left nothing to simulate, only that (the caller drops it).
     fn nothing_fits(&self) -> PlanError {
+        if self.shared.limit_s().is_finite() {
+            return PlanError::Schedule(
+                "internal: no candidate can beat the other frameworks' answers".into(),
+            );
+        }
         nothing_fits(self.model, self.profile, self.opts, &self.leanest)
     }
-}
-
-/// Whether two evaluated configurations run identically under different schedule names: the
-/// same per-rank action lists and placement (gpipe and 1f1b with one micro-batch, interleaved
-/// 1F1B with one stage per rank and 1f1b), and the same plan and prediction otherwise.
-pub(crate) fn same_run(a: &Estimate, b: &Estimate) -> bool {
-    let (sa, sb) = (&a.schedule, &b.schedule);
-    if !std::sync::Arc::ptr_eq(sa, sb) && sa.ranks != sb.ranks || sa.placement != sb.placement {
-        return false;
-    }
-    let mut plan = b.result.plan.clone();
-    plan.schedule = a.result.plan.schedule;
-    plan == a.result.plan && a.result.predicted == b.result.predicted
 }

@@ -2,7 +2,7 @@
 //! model states can fit ([`below_memory_floor`]) are kept, so that a space where little or
 //! nothing fits costs a pass over it rather than layer tables and split DPs for all of it.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
@@ -40,7 +40,7 @@ pub(super) fn enumerate(
     opts: &SearchOptions,
     gpus: u64,
 ) -> Space {
-    let mut params: HashMap<WeightKey, Option<u64>> = HashMap::new();
+    let mut params: HashMap<WeightKey, Option<u64>> = HashMap::default();
     let mut last: Option<(WeightKey, Option<u64>)> = None;
     let mut space = Space {
         keys: Vec::new(),

@@ -12,9 +12,12 @@ use std::time::Instant;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
-use rayon::prelude::*;
 
-use super::{exact_config, prefer_simple, rank_cmp, search, time_of, SearchOptions, SearchResult};
+use super::ceiling::Ceiling;
+use super::{
+    exact_config, prefer_simple, rank_cmp, search, search_under, time_of, SearchOptions,
+    SearchResult,
+};
 use crate::config::{ParallelConfig, PlanError};
 use crate::estimate::Estimate;
 use crate::framework::Framework;
@@ -115,7 +118,9 @@ pub fn framework_options(
     Some(o)
 }
 
-/// The frameworks' searches (in parallel), their answers ranked together.
+/// The frameworks' searches, one after the other (each in parallel inside), their answers
+/// ranked together. Each search skips what cannot beat the runnable answers of those before it
+/// (see [`Ceiling`]), which leaves the ranked answers as they would be without skipping.
 fn united(
     model: &Model,
     profile: &AnalyticProfile,
@@ -127,18 +132,25 @@ fn united(
     let done: Vec<AtomicUsize> = per.iter().map(|_| AtomicUsize::new(0)).collect();
     let total: Vec<AtomicUsize> = per.iter().map(|_| AtomicUsize::new(0)).collect();
     let sum = |v: &[AtomicUsize]| v.iter().map(|a| a.load(Ordering::Relaxed)).sum::<usize>();
-    let results: Vec<Result<SearchResult, PlanError>> = per
-        .par_iter()
-        .enumerate()
-        .with_max_len(1)
-        .map(|(i, o)| {
-            search(model, profile, o, &|d, t| {
+    let shared = Ceiling::new(opts);
+    let mut results: Vec<Result<SearchResult, PlanError>> = Vec::with_capacity(per.len());
+    for (i, o) in per.iter().enumerate() {
+        let found = search_under(
+            model,
+            profile,
+            o,
+            &|d, t| {
                 done[i].store(d, Ordering::Relaxed);
                 total[i].store(t, Ordering::Relaxed);
                 progress(sum(&done), sum(&total));
-            })
-        })
-        .collect();
+            },
+            &shared,
+        );
+        if let Ok(r) = &found {
+            offer_runnable(model, profile, o, r, &shared)?;
+        }
+        results.push(found);
+    }
     let mut first_error = None;
     let mut found: Vec<(SearchResult, &SearchOptions)> = Vec::new();
     for (r, o) in results.into_iter().zip(per) {
@@ -221,6 +233,26 @@ fn merge(
         elapsed_s: start.elapsed().as_secs_f64(),
     };
     Ok(Plans { result, answers })
+}
+
+/// Records in `shared` the answers of `r` (found under `opts`) that some framework runs: only
+/// those are ranked by [`merge`].
+fn offer_runnable(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    r: &SearchResult,
+    shared: &Ceiling,
+) -> Result<(), PlanError> {
+    let all = std::iter::once(&r.best)
+        .chain(&r.alternatives)
+        .chain(&r.passed_over);
+    for e in all {
+        if !answer(model, profile, opts, e)?.runs_on.is_empty() {
+            shared.offer(e);
+        }
+    }
+    Ok(())
 }
 
 /// The answer of `e`, found under `opts`: its configuration and the frameworks that run it.

@@ -12,8 +12,8 @@
 //! Chunks are fixed and every decision uses only what earlier chunks found, so the keys scored
 //! do not depend on the thread count.
 
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet};
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
@@ -78,7 +78,7 @@ impl Scan<'_> {
         let mut pending: Vec<Item> = Vec::new();
         let mut scored: Vec<Scored> = Vec::new();
         let mut fit_times: Vec<f64> = Vec::new();
-        let mut kind_times: HashMap<ScheduleKind, Vec<f64>> = HashMap::new();
+        let mut kind_times: HashMap<ScheduleKind, Vec<f64>> = HashMap::default();
         loop {
             let cutoff_s = self.cutoff_s(&fit_times, &kind_times);
             // the next chunk: the smallest items of both queues

@@ -2,9 +2,9 @@
 //! micro-batch size, sequence parallelism): what every phase of the search reads instead of
 //! expanding the model again.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
-use autopp_hardware::AnalyticProfile;
+use autopp_hardware::{AnalyticProfile, LayerTimes};
 use autopp_models::{LayerCost, LayerKind, Model, Recompute};
 use rayon::prelude::*;
 
@@ -12,7 +12,7 @@ use super::memo::Memo;
 use super::split_dp::{self, LayerSums};
 use super::{config_of, partial, Key, SearchOptions};
 use crate::config::PlanError;
-use crate::estimate::{cp_kv_bytes, shard_spec};
+use crate::estimate::{cp_kv_bytes, shard_spec, LayerList};
 use crate::stages::{self, StageContext, StageCost};
 
 /// The layer sharding of a key: (tp, cp, micro-batch size, sequence parallelism, ep, etp).
@@ -39,7 +39,7 @@ pub(super) fn layer_tables(
     keys: &[Key],
 ) -> Result<HashMap<GroupKey, LayerTable>, PlanError> {
     // each sharding's first key, found in one pass (not one pass over the keys per sharding)
-    let mut firsts: HashMap<GroupKey, &Key> = HashMap::new();
+    let mut firsts: HashMap<GroupKey, &Key> = HashMap::default();
     for k in keys {
         firsts.entry(group_of(k)).or_insert(k);
     }
@@ -81,9 +81,19 @@ pub(crate) struct LayerTable {
     pub(super) total_s: Vec<(f64, f64)>,
     /// Parameters of all layers.
     pub(super) params: u64,
+    /// Each layer's compute times (the same under every recompute mode).
+    pub(super) timed: Vec<LayerTimes>,
 }
 
 impl LayerTable {
+    /// The layers with their compute times, for an evaluation.
+    pub(super) fn list(&self) -> LayerList<'_> {
+        LayerList {
+            layers: &self.layers,
+            timed: Some(&self.timed),
+        }
+    }
+
     /// The kinds of the layer list.
     pub(super) fn kinds(&self) -> Vec<LayerKind> {
         self.layers.iter().map(|l| l.kind).collect()
@@ -192,6 +202,7 @@ fn layer_table(
         free_bottleneck: Default::default(),
         total_s,
         params,
+        timed,
     })
 }
 
