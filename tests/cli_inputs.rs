@@ -230,6 +230,18 @@ fn whatif_shares_plans_batch_flags_and_refusal() {
     let rows = rows.as_array().expect("rows");
     assert_eq!(rows.len(), 2, "{text}");
     assert!(rows.iter().all(|r| r["global_batch"] == 256), "{text}");
+    // plan's --train-tokens names whatif's --tokens too
+    let args = [
+        "whatif",
+        "llama3-8b",
+        "--gpus",
+        "8",
+        "--train-tokens",
+        "1T",
+        "--json",
+    ];
+    let rows: Value = serde_json::from_str(&stdout(&args)).expect("JSON");
+    assert!(rows[0]["plan"]["gpu_hours"].as_f64().is_some(), "{rows}");
     let out = common::autopp(&[
         "whatif",
         "llama3-8b",

@@ -42,11 +42,11 @@ pub struct WhatifArgs {
     /// A batch that grows with the cluster: tokens per GPU per iteration.
     #[arg(long, value_name = "TOKENS", conflicts_with_all = ["global_batch", "global_batch_tokens"])]
     pub batch_per_gpu: Option<String>,
-    /// Sequence length in tokens [default: the model's].
+    /// Sequence length in tokens [default: the model's, at most 8192].
     #[arg(long, value_name = "S")]
     pub seq_len: Option<u64>,
     /// Token budget to train (15T, 300B, …): adds days, GPU-hours and cost.
-    #[arg(long, value_name = "TOKENS", alias = "train-tokens")]
+    #[arg(long, value_name = "TOKENS", visible_alias = "train-tokens")]
     pub tokens: Option<String>,
     /// A price file: {"usd_per_gpu_hour": {"h100-sxm": 2.5}} [default with --tokens: the
     /// example table shipped in planner/data/example-prices.json, clearly an example].
