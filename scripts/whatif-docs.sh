@@ -40,7 +40,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
   cat "$tmp/table.txt"
   echo '```'
   echo
-  echo "Columns: degrees as tp·pp·dp·cp·v; \`scale\` is tokens/s per GPU against the smallest point of the same GPU kind, NIC and node size; \`train\`, \`GPU-h\` and \`cost \$\` are for the token budget (cost = GPU-hours × the price, here from the **example** price table \`planner/data/example-prices.json\`, which is an illustration and not a quote: pass \`--prices FILE\` or \`--price KIND=USD\`); \`binds\` names the largest non-compute term when compute is under 80% of the iteration, else \`compute\`."
+  echo "Columns: degrees as tp·pp·dp·cp·v; \`scale\` is tokens/s per GPU against the smallest point of the same GPU kind, NIC and node size; \`train\`, \`GPU-h\` and \`cost \$\` are for the token budget (cost = GPU-hours × the price, here from the **example** price table \`planner/data/example-prices.json\`, which is an illustration and not a quote: pass \`--prices FILE\` or \`--price KIND=USD\`); \`binds\` names the largest non-compute term when compute is under 80% of the iteration, else \`compute\`; \`runs on\` names the frameworks that run the plan (under the default \`--framework any\`, the best plan at least one of them runs)."
   echo
   echo "With a fixed global batch, adding GPUs eventually stops paying: data parallelism runs out of sequences and the pipeline's bubble and the exposed gradient reduction grow. \`--batch-per-gpu TOKENS\` makes the batch grow with the cluster instead."
   echo

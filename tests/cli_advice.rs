@@ -180,7 +180,9 @@ fn batch_units_and_time_to_train() {
         "2",
     ]));
     assert!(
-        text.contains("→ global batch 512 (4,194,304 tokens of 8,192 per sequence)"),
+        text.contains(
+            "→ global batch 512 (4,194,304 tokens of 8,192 per sequence, from the preset)"
+        ),
         "{text}"
     );
     let line = text

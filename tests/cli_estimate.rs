@@ -60,8 +60,17 @@ fn gpt3_json_has_the_documented_shape() {
     keys.sort();
     assert_eq!(
         keys,
-        ["defaults_used", "fix", "gap", "plan", "predicted"],
-        "plan, predicted and the advice: {v}"
+        [
+            "batch",
+            "calibration",
+            "defaults_used",
+            "fix",
+            "gap",
+            "plan",
+            "predicted",
+            "time_to_train"
+        ],
+        "plan, predicted, the advice and the inputs: {v}"
     );
     let plan = &v["plan"];
     for key in [

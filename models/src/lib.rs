@@ -43,6 +43,7 @@ mod json;
 pub mod layer;
 pub mod load;
 pub mod presets;
+pub mod seqlen;
 pub mod transformer;
 pub mod units;
 
@@ -53,6 +54,7 @@ pub use layer::{
 };
 pub use load::{load, load_file, load_str};
 pub use presets::{presets, Preset};
+pub use seqlen::{load_with_source, SeqLenSource};
 pub use transformer::{MlaSpec, MoeSpec, Norm, PositionEmbedding, TransformerSpec};
 
 use serde::Serialize;

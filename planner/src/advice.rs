@@ -11,7 +11,7 @@ use crate::plan::PlanAndPrediction;
 use crate::config::{ParallelConfig, PlanError};
 use crate::estimate::{evaluate, Estimate};
 use crate::framework::Framework;
-use crate::report::Margin;
+use crate::report::{Inputs, Margin};
 use crate::runtime::Stack;
 use crate::schedule::ScheduleKind;
 use crate::search::{self, SearchOptions};
@@ -73,15 +73,21 @@ pub struct Advice {
     pub fix: Option<Fix>,
 }
 
-/// `estimate --json`: `{"plan", "predicted"}` with `defaults_used` and, when advice was asked
-/// for, `gap` and `fix`.
-pub fn json(r: &PlanAndPrediction, used: &[String], advice: Option<&Advice>) -> serde_json::Value {
+/// `estimate --json`: `{"plan", "predicted"}` with `defaults_used`, the [`Inputs`] keys and,
+/// when advice was asked for, `gap` and `fix`.
+pub fn json(
+    r: &PlanAndPrediction,
+    used: &[String],
+    advice: Option<&Advice>,
+    inputs: &Inputs,
+) -> serde_json::Value {
     let mut v =
         serde_json::json!({ "plan": r.plan, "predicted": r.predicted, "defaults_used": used });
     if let Some(a) = advice {
         v["gap"] = serde_json::json!(a.gap);
         v["fix"] = serde_json::json!(a.fix);
     }
+    inputs.add_to(&mut v);
     v
 }
 

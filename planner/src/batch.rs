@@ -1,10 +1,37 @@
 //! Batch units and time to train: `--global-batch-tokens`, the refusal of a batch that is
 //! probably tokens typed as sequences, and `--train-tokens` in days, GPU-hours and cost.
 
+use autopp_models::units::thousands;
+use autopp_models::Model;
 use serde::Serialize;
 
 use crate::config::PlanError;
 use crate::whatif::parse_tokens;
+
+/// The global batch in sequences of `model`: `--global-batch-tokens` (`tokens`) or
+/// `--global-batch` (`sequences`), else the model's, else about 4M tokens, with a note saying
+/// it was defaulted; refused above [`MAX_TOKENS_PER_ITERATION`] unless `huge`.
+pub fn global_batch(
+    model: &Model,
+    tokens: Option<&str>,
+    sequences: Option<u64>,
+    huge: bool,
+) -> Result<(u64, Option<String>), PlanError> {
+    let seq = model.seq_length();
+    let flag = tokens.map(|t| sequences_from_tokens(t, seq)).transpose()?;
+    let mut defaulted = autopp_models::Defaulted::default();
+    let g = model
+        .global_batch_or_default(flag.or(sequences), &mut defaulted)
+        .map_err(|_| PlanError::invalid("--global-batch", "must be at least 1"))?;
+    check_huge(g, seq, huge, tokens.is_some())?;
+    let note = defaulted.global_batch.map(|g| {
+        format!(
+            "global batch {g} sequences ({} tokens), as the model names none; change it with --global-batch",
+            thousands(g.saturating_mul(seq) as f64)
+        )
+    });
+    Ok((g, note))
+}
 
 /// More tokens per iteration than this (100M) is refused without `--huge-batch`: published
 /// runs use 1–16M.
@@ -66,6 +93,8 @@ pub struct TimeToTrain {
     pub days: f64,
     /// GPU-hours: days × 24 × GPUs.
     pub gpu_hours: f64,
+    /// The price given (`--price`), USD per GPU-hour.
+    pub price_usd_per_gpu_hour: Option<f64>,
     /// GPU-hours × the price, USD, when a price is given.
     pub cost_usd: Option<f64>,
 }
@@ -90,13 +119,13 @@ pub fn time_to_train(
         tokens,
         days: seconds / 86_400.0,
         gpu_hours,
+        price_usd_per_gpu_hour: usd_per_gpu_hour,
         cost_usd: usd_per_gpu_hour.map(|p| p * gpu_hours),
     })
 }
 
 /// `  to train      1.0T tokens: 12.3 days · 9,431 GPU-hours · $23,578 at $2.50/GPU-hour`.
-pub fn train_line(t: &TimeToTrain, usd_per_gpu_hour: Option<f64>) -> String {
-    use autopp_models::units::thousands;
+pub fn train_line(t: &TimeToTrain) -> String {
     let tokens = match t.tokens {
         x if x >= 1e12 => format!("{:.1}T", x / 1e12),
         x if x >= 1e9 => format!("{:.1}B", x / 1e9),
@@ -107,7 +136,7 @@ pub fn train_line(t: &TimeToTrain, usd_per_gpu_hour: Option<f64>) -> String {
         t.days,
         thousands(t.gpu_hours)
     );
-    if let (Some(c), Some(p)) = (t.cost_usd, usd_per_gpu_hour) {
+    if let (Some(c), Some(p)) = (t.cost_usd, t.price_usd_per_gpu_hour) {
         o += &format!(" · ${} at ${p:.2}/GPU-hour", thousands(c));
     }
     o + "\n"
@@ -126,7 +155,7 @@ mod tests {
         assert!((t.gpu_hours - 284_444.444_444).abs() < 1e-3);
         assert!((t.cost_usd.expect("priced") - 568_888.888_889).abs() < 1e-3);
         assert_eq!(
-            train_line(&t, Some(2.0)),
+            train_line(&t),
             "  to train      1.0T tokens: 11.6 days · 284,444 GPU-hours · $568,889 at $2.00/GPU-hour\n"
         );
         assert!(time_to_train("1T", 1e6, 8, Some(f64::NAN)).is_err());
@@ -149,6 +178,31 @@ mod tests {
             "{e}"
         );
         assert!(sequences_from_tokens("abc", 4096).is_err());
+    }
+
+    #[test]
+    fn global_batch_from_flags_model_or_default() {
+        let m = autopp_models::load("llama3-70b").expect("preset");
+        // 1,048,576 tokens = 128 sequences of 8,192 (1M = 10^6 is not whole); the preset's own
+        // batch is 512
+        let g = global_batch(&m, Some("1048576"), None, false).unwrap();
+        assert_eq!(g, (128, None));
+        assert!(global_batch(&m, Some("1M"), None, false).is_err());
+        assert_eq!(global_batch(&m, None, None, false).unwrap(), (512, None));
+        let e = global_batch(&m, None, Some(4_194_304), false).unwrap_err();
+        assert!(
+            e.to_string().contains("did you mean --global-batch-tokens"),
+            "{e}"
+        );
+        let plain = r#"{"name": "m", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 100, "seq_length": 4096}"#;
+        let m = autopp_models::load_str(plain, "m.json").expect("model.json");
+        // no batch named: 2^22 / 4,096 = 1,024 sequences, 4,194,304 tokens
+        let (g, note) = global_batch(&m, None, None, false).unwrap();
+        assert_eq!(g, 1024);
+        assert!(note
+            .expect("defaulted")
+            .contains("1024 sequences (4,194,304 tokens)"));
+        assert!(global_batch(&m, None, Some(0), false).is_err());
     }
 
     #[test]

@@ -115,15 +115,35 @@ impl CalibrationFile {
     }
 }
 
-/// `profile` calibrated with the file at `path`, when one is given (`--calibration`).
+/// `profile` calibrated with the file at `path`, when one is given (`--calibration`), and the
+/// file.
 pub fn calibrated(
     profile: AnalyticProfile,
     path: Option<&str>,
-) -> Result<AnalyticProfile, PlanError> {
+) -> Result<(AnalyticProfile, Option<CalibrationFile>), PlanError> {
     Ok(match path {
-        Some(p) => CalibrationFile::load(p)?.apply(profile),
-        None => profile,
+        Some(p) => {
+            let file = CalibrationFile::load(p)?;
+            (file.apply(profile), Some(file))
+        }
+        None => (profile, None),
     })
+}
+
+/// `--json`'s `calibration`: `null` for the shipped knobs, else the file, its run count, the
+/// runs' ids, the knobs it fitted, when it was written and every efficiency knob.
+pub fn calibration_json(file: Option<&CalibrationFile>) -> serde_json::Value {
+    match file {
+        None => serde_json::Value::Null,
+        Some(f) => serde_json::json!({
+            "file": f.source,
+            "runs": f.runs.len(),
+            "run_ids": f.runs,
+            "fitted": f.fitted,
+            "created": f.created,
+            "efficiency": f.efficiency,
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -152,6 +172,17 @@ mod tests {
         let back = CalibrationFile::from_json(&text, "my.json").unwrap();
         assert_eq!(back, file());
         assert_eq!(back.label(), "calibrated on 2 runs from runs.json");
+    }
+
+    #[test]
+    fn json_names_the_file_and_its_runs() {
+        assert_eq!(calibration_json(None), serde_json::Value::Null);
+        let v = calibration_json(Some(&file()));
+        assert_eq!(v["file"], "runs.json");
+        assert_eq!(v["runs"], 2);
+        assert_eq!(v["run_ids"], serde_json::json!(["a", "b"]));
+        assert_eq!(v["fitted"], serde_json::json!(["gemm_max"]));
+        assert_eq!(v["efficiency"]["gemm_max"], 0.5);
     }
 
     /// Each bad file is refused with the field named.

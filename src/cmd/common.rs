@@ -4,8 +4,9 @@ use anyhow::{Context, Result};
 use autopp_executor::ExecError;
 use autopp_hardware::{hardware, Cluster};
 use autopp_models::units::thousands;
-use autopp_models::{Defaulted, Model};
-use autopp_planner::{batch, PlanError};
+use autopp_models::{Model, SeqLenSource};
+use autopp_planner::batch::{self, TimeToTrain};
+use autopp_planner::PlanError;
 use autopp_schedule::{ScheduleError, SpecField, SplitError};
 use clap::Args;
 
@@ -49,11 +50,6 @@ impl ClusterArgs {
     }
 }
 
-/// Loads a model by preset name or path.
-pub fn load_model(name_or_path: &str) -> Result<Model> {
-    Ok(autopp_models::load(name_or_path)?)
-}
-
 /// Notes for the user (a default chosen, a setting not applied), printed on stderr only when
 /// the command succeeds, so that a failure stays one line.
 static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
@@ -74,12 +70,11 @@ pub fn take_notes() -> Vec<String> {
 }
 
 /// Loads a model at `--seq-len` tokens, or at its own length capped at
-/// [`MAX_DEFAULT_SEQ_LENGTH`](autopp_models::defaults::MAX_DEFAULT_SEQ_LENGTH) with a note on
-/// a note saying so and how to change it.
-pub fn load_model_at(name_or_path: &str, seq_len: Option<u64>) -> Result<Model> {
-    let (model, defaulted) = load_model(name_or_path)?
-        .at_seq_length(seq_len)
-        .context("--seq-len")?;
+/// [`MAX_DEFAULT_SEQ_LENGTH`](autopp_models::defaults::MAX_DEFAULT_SEQ_LENGTH) with a note
+/// saying so and how to change it; with where the length comes from.
+pub fn load_model_at(name_or_path: &str, seq_len: Option<u64>) -> Result<(Model, SeqLenSource)> {
+    let (model, own) = autopp_models::load_with_source(name_or_path)?;
+    let (model, defaulted) = model.at_seq_length(seq_len).context("--seq-len")?;
     if let Some(own) = defaulted.seq_length_capped_from {
         note(format!(
             "training at {} tokens per sequence, not the model's {}-token maximum context; change it with --seq-len",
@@ -87,26 +82,10 @@ pub fn load_model_at(name_or_path: &str, seq_len: Option<u64>) -> Result<Model> 
             thousands(own as f64)
         ));
     }
-    Ok(model)
+    Ok((model, own.at(seq_len, &defaulted)))
 }
 
-/// The global batch in sequences: `--global-batch`, else the model's, else about 4M tokens
-/// with a note saying so and how to change it.
-pub fn global_batch(model: &Model, flag: Option<u64>) -> Result<u64> {
-    let mut defaulted = Defaulted::default();
-    let g = model
-        .global_batch_or_default(flag, &mut defaulted)
-        .map_err(|_| anyhow::anyhow!("--global-batch: must be at least 1"))?;
-    if defaulted.global_batch.is_some() {
-        note(format!(
-            "global batch {g} sequences ({} tokens), as the model names none; change it with --global-batch",
-            thousands((g.saturating_mul(model.seq_length())) as f64)
-        ));
-    }
-    Ok(g)
-}
-
-/// The batch and training-length flags of `plan` and `estimate`.
+/// The batch flags of `plan`, `estimate` and `whatif`.
 #[derive(Args, Debug, Clone)]
 pub struct BatchArgs {
     /// Global batch in sequences [default: the model's published batch, else about 4M tokens].
@@ -118,6 +97,22 @@ pub struct BatchArgs {
     /// Accept a batch of more than 100M tokens per iteration.
     #[arg(long)]
     pub huge_batch: bool,
+}
+
+impl BatchArgs {
+    /// The global batch in sequences of `model` (a note when defaulted); over 100M tokens is
+    /// refused.
+    pub fn sequences(&self, model: &Model) -> Result<u64> {
+        let tokens = self.global_batch_tokens.as_deref();
+        let (g, n) = batch::global_batch(model, tokens, self.global_batch, self.huge_batch)?;
+        n.into_iter().for_each(note);
+        Ok(g)
+    }
+}
+
+/// The training-length flags of `plan` and `estimate`.
+#[derive(Args, Debug, Clone)]
+pub struct TrainArgs {
     /// Tokens to train on, e.g. 1T: prints the days, GPU-hours and, with --price, the cost.
     #[arg(long, value_name = "TOKENS")]
     pub train_tokens: Option<String>,
@@ -126,25 +121,12 @@ pub struct BatchArgs {
     pub price: Option<f64>,
 }
 
-impl BatchArgs {
-    /// The global batch in sequences of `model`; a batch over 100M tokens is refused.
-    pub fn sequences(&self, model: &Model) -> Result<u64> {
-        let (seq, tokens) = (model.seq_length(), self.global_batch_tokens.as_deref());
-        let flag = tokens
-            .map(|t| batch::sequences_from_tokens(t, seq))
-            .transpose()?;
-        let g = global_batch(model, flag.or(self.global_batch))?;
-        batch::check_huge(g, seq, self.huge_batch, tokens.is_some())?;
-        Ok(g)
-    }
-
-    /// `  to train …` for a prediction `p` on `gpus` GPUs, or nothing without --train-tokens.
-    pub fn train_text(&self, p: &autopp_planner::Predicted, gpus: u64) -> Result<String> {
-        let Some(text) = &self.train_tokens else {
-            return Ok(String::new());
-        };
-        let t = batch::time_to_train(text, p.tokens_per_s, gpus, self.price)?;
-        Ok(batch::train_line(&t, self.price))
+impl TrainArgs {
+    /// The time to train --train-tokens at prediction `p` on `gpus` GPUs; none without it.
+    pub fn time(&self, p: &autopp_planner::Predicted, gpus: u64) -> Result<Option<TimeToTrain>> {
+        let t = self.train_tokens.as_deref();
+        let f = |t| batch::time_to_train(t, p.tokens_per_s, gpus, self.price);
+        Ok(t.map(f).transpose()?)
     }
 }
 

@@ -2,18 +2,18 @@
 
 use anyhow::{bail, Result};
 use autopp_hardware::Precision;
-use autopp_models::{Model, Recompute};
+use autopp_models::{Model, Recompute, SeqLenSource};
 
-use autopp_planner::advice;
 use autopp_planner::calibration::calibrated;
 use autopp_planner::report::{self, estimate_text};
 use autopp_planner::requested::{self, Given, Requested};
 use autopp_planner::Stack;
+use autopp_planner::{advice, batch};
 use autopp_planner::{cost_profile, evaluate, ExpertParallel, ParallelConfig, PlanFile};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
-use super::common::{load_model_at, reserve_bytes, BatchArgs, ClusterArgs};
+use super::common::{load_model_at, reserve_bytes, BatchArgs, ClusterArgs, TrainArgs};
 
 /// Predict the iteration time and per-GPU memory of one parallel configuration.
 ///
@@ -68,6 +68,8 @@ pub struct EstimateArgs {
     pub moe_imbalance: f64,
     #[command(flatten)]
     pub batch: BatchArgs,
+    #[command(flatten)]
+    pub train: TrainArgs,
     /// Sequence length in tokens [default: the model's, at most 8192].
     #[arg(long, value_name = "S")]
     pub seq_len: Option<u64>,
@@ -127,7 +129,8 @@ pub struct EstimateArgs {
     /// analytic profile's (scaled to each layer's shape); collectives and sends stay analytic.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<String>,
-    /// Print one JSON object {"plan", "predicted", "defaults_used", "gap", "fix"} instead.
+    /// Print one JSON object {"plan", "predicted", "defaults_used", "gap", "fix", "batch",
+    /// "calibration", "time_to_train"} instead (as plan --json's).
     #[arg(long)]
     pub json: bool,
     /// Skip the advice: the search for the best plan and the cheapest fix.
@@ -172,12 +175,13 @@ impl EstimateArgs {
 
 /// Runs `autopp estimate`.
 pub fn run(args: &EstimateArgs) -> Result<()> {
-    let (model, cluster, (config, used)) = match (&args.plan, &args.model) {
+    let ((model, seq), cluster, (config, used)) = match (&args.plan, &args.model) {
         (Some(path), _) => {
             let file = PlanFile::load(path)?;
             let mut config = file.config()?;
             requested::set(&mut config, args.set.as_deref().unwrap_or_default())?;
-            (file.model()?, file.cluster.clone(), (config, vec![]))
+            let model = (file.model()?, SeqLenSource::PlanFile);
+            (model, file.cluster.clone(), (config, vec![]))
         }
         (None, Some(_)) if args.set.is_some() => bail!(
             "--set: changes a plan file (--plan FILE); without one, use the configuration flags"
@@ -185,27 +189,35 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
         (None, Some(name)) => {
             let model = load_model_at(name, args.seq_len)?;
             let cluster = args.cluster.build(args.gpus)?;
-            let config = args.config(&model, cluster.num_gpus())?;
+            let config = args.config(&model.0, cluster.num_gpus())?;
             (model, cluster, config)
         }
         (None, None) => bail!("MODEL: give a model, or --plan FILE"),
     };
     let precision = config.settings.precision;
     let profile = cost_profile(cluster, precision, args.profile.as_deref(), &model)?;
-    let profile = calibrated(profile, args.cluster.calibration.as_deref())?;
+    let (profile, cal) = calibrated(profile, args.cluster.calibration.as_deref())?;
     let estimate = evaluate(&model, &profile, &config)?;
     let advice = (!args.no_advice)
         .then(|| advice::advise(&model, &profile, &config, &estimate))
         .transpose()?;
+    let p = &estimate.result.predicted;
+    let train = args.train.time(p, config.num_gpus())?;
     if args.json {
-        let json = advice::json(&estimate.result, &used, advice.as_ref());
+        let inputs = report::Inputs {
+            global_batch: config.global_batch_size,
+            seq_len: model.seq_length(),
+            seq_len_source: seq,
+            calibration: cal.as_ref(),
+            train: train.as_ref(),
+        };
+        let json = advice::json(&estimate.result, &used, advice.as_ref(), &inputs);
         println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
-        let p = &estimate.result.predicted;
         let advice = advice.map(|a| report::advice_text(&a, p.iteration_time_s));
-        let report = estimate_text(&model, &profile, &config, &estimate);
+        let report = estimate_text(&model, seq, &profile, &config, &estimate);
         let defaults = report::defaults_line(&used);
-        let train = args.batch.train_text(p, config.num_gpus())?;
+        let train = train.as_ref().map(batch::train_line).unwrap_or_default();
         print!("{report}{defaults}{train}{}", advice.unwrap_or_default());
     }
     for w in &estimate.warnings {

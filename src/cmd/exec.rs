@@ -306,7 +306,7 @@ fn from_flags(args: &ExecArgs) -> Result<(Model, PipelinePlan)> {
         micro_batch_size: mbs,
         split: args.split.clone(),
     };
-    Ok((load_model_at(name, args.seq_len)?, pipeline))
+    Ok((load_model_at(name, args.seq_len)?.0, pipeline))
 }
 
 /// Runs `autopp exec`.

@@ -5,8 +5,8 @@ use clap::CommandFactory;
 
 /// `autopp plan`'s examples.
 pub const PLAN: &str = "Examples:
-  autopp plan gpt3-175b --gpus 1024 --gpu a100-80g --global-batch 1536 --train-tokens 300B
-  autopp plan llama3-70b --gpus 64 --framework megatron --out plan.json
+  autopp plan gpt3-175b --gpus 1024 --gpu a100-80g --global-batch 1536 --train-tokens 300B --json
+  autopp plan llama3-70b --gpus 64 --framework megatron --calibration my-cluster.json --out plan.json
   autopp plan config.json --gpus 32 --seq-len 4096 --fix pp=4,schedule=1f1b";
 
 /// `autopp launch`'s examples.
@@ -30,7 +30,7 @@ pub const SCHEDULE: &str = "Examples:
 pub const WHATIF: &str = "Examples:
   autopp whatif llama3-70b --gpus 64..1024 --gpu a100-80g,h100-sxm,h200 --tokens 15T
   autopp whatif llama3-8b --gpus 8,16,32 --nic-gbps 200,400 --batch-per-gpu 64K --csv
-  autopp whatif llama3-70b --gpus 128..2048 --tokens 2T --price h100-sxm=2.2 --out sweep/";
+  autopp whatif llama3-70b --gpus 128..2048 --global-batch-tokens 8M --tokens 2T --price h100-sxm=2.2";
 
 /// `autopp validate`'s examples.
 pub const VALIDATE: &str = "Examples:

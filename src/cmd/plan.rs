@@ -5,13 +5,14 @@ use autopp_hardware::{AnalyticProfile, Cluster, Precision};
 use autopp_models::Model;
 use autopp_planner::calibration::calibrated;
 use autopp_planner::report::{self, Margin};
-use autopp_planner::requested;
 use autopp_planner::search::{self, SearchOptions};
+use autopp_planner::{batch, requested};
 use autopp_planner::{cost_profile, Framework, PlanFile, Stack};
 use autopp_schedule::ScheduleKind;
 use clap::Args;
 
-use super::common::{load_model_at, reserve_bytes, write_atomic, BatchArgs, ClusterArgs, Progress};
+use super::common::{load_model_at, reserve_bytes, write_atomic, BatchArgs, ClusterArgs};
+use super::common::{Progress, TrainArgs};
 
 /// Find the fastest plan that fits: degrees, schedule, micro-batching, recompute, sharding and
 /// the layer split, searched jointly, with the reasons and the runner-ups.
@@ -29,6 +30,8 @@ pub struct PlanArgs {
     pub cluster: ClusterArgs,
     #[command(flatten)]
     pub batch: BatchArgs,
+    #[command(flatten)]
+    pub train: TrainArgs,
     /// Sequence length in tokens [default: the model's, at most 8192].
     #[arg(long, value_name = "S")]
     pub seq_len: Option<u64>,
@@ -90,7 +93,8 @@ pub struct PlanArgs {
     /// analytic profile's (scaled to each layer's shape); collectives and sends stay analytic.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<String>,
-    /// Print one JSON object: plan, predicted, search, alternatives.
+    /// Print one JSON object: plan, predicted, search, alternatives, batch (with seq_len_source),
+    /// calibration (null: the shipped knobs) and time_to_train (null without --train-tokens).
     #[arg(long)]
     pub json: bool,
     /// Write the plan file (plan, prediction, model, cluster) here; `estimate --plan` and
@@ -159,7 +163,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         framework: super::launch::plan_framework(args.framework, args.emit),
         ..args.clone()
     };
-    let model = load_model_at(&args.model, args.seq_len)?;
+    let (model, seq) = load_model_at(&args.model, args.seq_len)?;
     // a model the framework cannot run is refused before the search, not after it
     autopp_planner::launch::check_model(&model, args.precision, args.framework.family())?;
     if let Some(f) = args.emit {
@@ -173,7 +177,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         args.profile.as_deref(),
         &model,
     )?;
-    let profile = calibrated(profile, args.cluster.calibration.as_deref())?;
+    let (profile, cal) = calibrated(profile, args.cluster.calibration.as_deref())?;
     let runnable = args.framework == Stack::Any;
     let plans = search_with_progress(&model, &profile, &opts, runnable)?;
     let (best, config) = (&plans.result.best, plans.answers[0].config.clone());
@@ -186,21 +190,23 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             None => write_atomic(path, serde_json::to_string_pretty(&file)?.as_bytes())?,
         }
     }
+    let train = args.train.time(&best.result.predicted, config.num_gpus())?;
     if args.json {
-        let json = report::plan_json(&plans, &opts);
+        let inputs = report::Inputs {
+            global_batch: opts.global_batch_size,
+            seq_len: model.seq_length(),
+            seq_len_source: seq,
+            calibration: cal.as_ref(),
+            train: train.as_ref(),
+        };
+        let json = report::plan_json(&plans, &opts, &inputs);
         println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
     let margin = args.margin(&cluster)?;
-    print!(
-        "{}",
-        report::plan_text(&model, &profile, &config, &plans, &margin)
-    );
-    print!(
-        "{}",
-        args.batch
-            .train_text(&best.result.predicted, config.num_gpus())?
-    );
+    let text = report::plan_text(&model, seq, &profile, &config, &plans, &margin);
+    let train = train.as_ref().map(batch::train_line);
+    print!("{text}{}", train.unwrap_or_default());
     if let Some(path) = &args.out {
         println!("\nplan written to {path}");
     }

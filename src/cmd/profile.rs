@@ -51,7 +51,7 @@ pub struct ProfileArgs {
 
 /// Runs `autopp profile`.
 pub fn run(args: &ProfileArgs) -> Result<()> {
-    let model = load_model_at(&args.model, args.seq_len)?;
+    let (model, _) = load_model_at(&args.model, args.seq_len)?;
     let p = profile_layers(&model, args.mbs, args.repetitions, args.seed)?;
     let text = p.to_json();
     write_atomic(&args.out, text.as_bytes()).context("--out")?;

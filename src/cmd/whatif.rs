@@ -7,7 +7,7 @@ use autopp_planner::runtime::Stack;
 use autopp_planner::whatif::{self, BatchPolicy, Prices, Sweep};
 use clap::Args;
 
-use super::common::{global_batch, load_model_at, write_atomic, Progress};
+use super::common::{load_model_at, write_atomic, BatchArgs, Progress};
 
 /// Sweep clusters: the best plan at every GPU count × GPU kind × network, with tokens/s, MFU,
 /// scaling efficiency, time, GPU-hours and cost to train a token budget, and what binds.
@@ -36,17 +36,17 @@ pub struct WhatifArgs {
     /// --nic-gbps and --gpus-per-node.
     #[arg(long, value_delimiter = ',', value_name = "FILE,…", conflicts_with_all = ["nic_gbps"])]
     pub cluster: Option<Vec<String>>,
-    /// A fixed global batch, in sequences, at every point [default: the model's].
-    #[arg(long, value_name = "G", conflicts_with = "batch_per_gpu")]
-    pub global_batch: Option<u64>,
+    // a fixed global batch at every point: --global-batch or --global-batch-tokens, as plan's
+    #[command(flatten)]
+    pub batch: BatchArgs,
     /// A batch that grows with the cluster: tokens per GPU per iteration.
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(long, value_name = "TOKENS", conflicts_with_all = ["global_batch", "global_batch_tokens"])]
     pub batch_per_gpu: Option<String>,
-    /// Sequence length in tokens [default: the model's].
+    /// Sequence length in tokens [default: the model's, at most 8192].
     #[arg(long, value_name = "S")]
     pub seq_len: Option<u64>,
     /// Token budget to train (15T, 300B, …): adds days, GPU-hours and cost.
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(long, value_name = "TOKENS", visible_alias = "train-tokens")]
     pub tokens: Option<String>,
     /// A price file: {"usd_per_gpu_hour": {"h100-sxm": 2.5}} [default with --tokens: the
     /// example table shipped in planner/data/example-prices.json, clearly an example].
@@ -55,7 +55,8 @@ pub struct WhatifArgs {
     /// Prices on the command line: KIND=USD_PER_GPU_HOUR,…
     #[arg(long, value_name = "KIND=USD,…")]
     pub price: Option<String>,
-    /// The framework whose space and runtime every point uses (see `plan --help`).
+    /// The framework whose space and runtime every point uses, as plan's: any (the best plan
+    /// one framework runs; the runs-on column says which), any-mix, megatron, torchtitan, ….
     #[arg(long, default_value = "any", value_name = "NAME")]
     pub framework: Stack,
     /// Math precision: bf16, fp16, or FP8 for the linear layers: fp8 (delayed scaling), fp8-tensorwise, fp8-rowwise, mxfp8 (Blackwell).
@@ -77,14 +78,14 @@ pub struct WhatifArgs {
 
 /// Runs `autopp whatif`.
 pub fn run(args: &WhatifArgs) -> Result<()> {
-    let model = load_model_at(&args.model, args.seq_len)?;
+    let (model, _) = load_model_at(&args.model, args.seq_len)?;
     let counts = whatif::parse_gpu_counts(&args.gpus)?;
     let batch = match &args.batch_per_gpu {
         Some(t) => BatchPolicy::TokensPerGpu {
             tokens: whatif::parse_tokens(t, "--batch-per-gpu")?.round() as u64,
         },
         None => BatchPolicy::Fixed {
-            sequences: global_batch(&model, args.global_batch)?,
+            sequences: args.batch.sequences(&model)?,
         },
     };
     let calibration = args.calibration.as_deref().map(CalibrationFile::load);

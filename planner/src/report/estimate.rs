@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::units::{gib, secs, thousands, wrap};
-use autopp_models::Model;
+use autopp_models::{Model, SeqLenSource};
 
 use crate::bands::uncertainty;
 use crate::config::ParallelConfig;
@@ -13,15 +13,16 @@ use crate::estimate::Estimate;
 use crate::plan::{Plan, PlanAndPrediction};
 
 /// The human-readable report of `e`, the estimate of configuration `c` of `model` on
-/// `profile`'s cluster.
+/// `profile`'s cluster; the batching line says where the sequence length comes from (`seq`).
 pub fn estimate_text(
     model: &Model,
+    seq: SeqLenSource,
     profile: &AnalyticProfile,
     c: &ParallelConfig,
     e: &Estimate,
 ) -> String {
     let mut o = header(model, profile, &e.result.plan);
-    configuration(&mut o, model, c, &e.result.plan);
+    configuration(&mut o, model, seq, c, &e.result.plan);
     time_lines(&mut o, &e.result, profile.calibration.as_deref());
     memory_table(&mut o, model, e);
     fit_lines(&mut o, &e.result);
@@ -45,7 +46,13 @@ fn header(model: &Model, profile: &AnalyticProfile, plan: &Plan) -> String {
 }
 
 /// Parallelism, batching and the memory-saving choices, then a blank line.
-fn configuration(o: &mut String, model: &Model, c: &ParallelConfig, plan: &Plan) {
+fn configuration(
+    o: &mut String,
+    model: &Model,
+    seq: SeqLenSource,
+    c: &ParallelConfig,
+    plan: &Plan,
+) {
     let d = &c.degrees;
     let _ = writeln!(
         o,
@@ -63,13 +70,14 @@ fn configuration(o: &mut String, model: &Model, c: &ParallelConfig, plan: &Plan)
     let tokens = c.global_batch_size * model.seq_length();
     let _ = writeln!(
         o,
-        "  batching      {} micro-batch{} of {} per replica → global batch {} ({} tokens of {} per sequence)",
+        "  batching      {} micro-batch{} of {} per replica → global batch {} ({} tokens of {} per sequence, from {})",
         plan.num_microbatches,
         if plan.num_microbatches == 1 { "" } else { "es" },
         c.micro_batch_size,
         c.global_batch_size,
         thousands(tokens as f64),
-        thousands(model.seq_length() as f64)
+        thousands(model.seq_length() as f64),
+        seq.describe()
     );
     let _ = writeln!(
         o,

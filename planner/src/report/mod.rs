@@ -12,6 +12,6 @@ mod plan;
 pub use advice::{advice_text, defaults_line};
 pub use compare::{compare_files, compare_text, Comparison, Side};
 pub use estimate::estimate_text;
-pub use json::plan_json;
+pub use json::{plan_json, Inputs};
 pub use margin::{BadMargin, Margin};
 pub use plan::{alternatives_table, plan_text};

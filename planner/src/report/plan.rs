@@ -5,17 +5,18 @@ use std::fmt::Write;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::units::{gib, secs, thousands, wrap};
-use autopp_models::Model;
+use autopp_models::{Model, SeqLenSource};
 
 use super::estimate::estimate_text;
 use super::margin::Margin;
 use crate::config::ParallelConfig;
 use crate::search::{explain, Answer, Plans, SearchResult};
 
-/// The human-readable answer of a search: `plans` for `model` on `profile`'s cluster, whose
-/// best plan is `config`, kept at least `margin` free.
+/// The human-readable answer of a search: `plans` for `model` (its sequence length from `seq`)
+/// on `profile`'s cluster, whose best plan is `config`, kept at least `margin` free.
 pub fn plan_text(
     model: &Model,
+    seq: SeqLenSource,
     profile: &AnalyticProfile,
     config: &ParallelConfig,
     plans: &Plans,
@@ -29,7 +30,7 @@ pub fn plan_text(
         secs(result.elapsed_s),
         result.simulated
     );
-    o += &estimate_text(model, profile, config, best);
+    o += &estimate_text(model, seq, profile, config, best);
     let pr = &best.result.predicted;
     let free = pr
         .memory_capacity_bytes

@@ -1,8 +1,9 @@
 //! What-if sweeps over clusters (`autopp whatif`): the full planner at every point of a grid of
 //! GPU kinds, GPU counts and networks, with time and cost to train a token budget.
 //!
-//! Every point is an independent [`crate::search::search`] with `plan`'s defaults for the
-//! framework (memory reserve, margin and runtime included); points run in parallel on rayon.
+//! Every point is an independent [`crate::search::plans`] with `plan`'s defaults for the
+//! framework (memory reserve, margin and runtime included; under `--framework any` the best plan
+//! some framework runs); points run in parallel on rayon.
 //! From each point's best plan a [`Row`] keeps the degrees and schedule, the iteration time,
 //! tokens/s, MFU, the scaling efficiency against the smallest point of its series, the time,
 //! GPU-hours and cost of the token budget, and what binds.
@@ -22,6 +23,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::degrees::Degrees;
+use crate::framework::Framework;
 use crate::plan::Breakdown;
 use crate::runtime::Stack;
 use crate::search::{self, SearchOptions};
@@ -113,6 +115,8 @@ pub struct PointPlan {
     pub memory_fraction: f64,
     /// Where the time goes, seconds per iteration.
     pub breakdown_s: Breakdown,
+    /// The frameworks that run the plan (empty: none).
+    pub runs_on: Vec<Framework>,
 }
 
 /// What binds a point: a non-compute term and its share of the iteration.
@@ -240,8 +244,10 @@ fn best_plan(
     opts.settings.memory_margin_bytes = bands::memory_band(&c.gpu.name)
         .map_or(0, |(f, _)| bands::margin_bytes(f, c.gpu.memory_bytes));
     opts.top_k = 0;
-    let result = search::search(model, &profile, &opts, &|_, _| {})?;
-    let (plan, pr) = (&result.best.result.plan, &result.best.result.predicted);
+    let runnable = sweep.framework == Stack::Any;
+    let plans = search::plans(model, &profile, &opts, runnable, &|_, _| {})?;
+    let best = &plans.result.best.result;
+    let (plan, pr) = (&best.plan, &best.predicted);
     let train_time_s = sweep.train_tokens.map(|t| t / pr.tokens_per_s);
     let gpu_hours = train_time_s.map(|t| t * c.num_gpus() as f64 / 3600.0);
     let cost_usd = gpu_hours.and_then(|h| sweep.prices.cost_usd(&c.gpu.name, h));
@@ -259,6 +265,11 @@ fn best_plan(
         binds: binding(&pr.breakdown_s, pr.iteration_time_s),
         memory_fraction: pr.peak_memory_bytes as f64 / pr.memory_capacity_bytes.max(1) as f64,
         breakdown_s: pr.breakdown_s,
+        runs_on: plans
+            .answers
+            .first()
+            .map(|a| a.runs_on.clone())
+            .unwrap_or_default(),
     })
 }
 
