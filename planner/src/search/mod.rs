@@ -39,7 +39,7 @@ use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 
 use crate::config::{EvalSettings, ParallelConfig, PlanError};
-use crate::estimate::Estimate;
+use crate::estimate::{Detail, Estimate};
 use crate::framework::Framework;
 use crate::memory;
 use crate::schedule::ScheduleKind;
@@ -193,20 +193,24 @@ pub fn search(
     opts: &SearchOptions,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<SearchResult, PlanError> {
-    search_under(model, profile, opts, progress, &Ceiling::new(opts))
+    let answers = Some(Detail::Breakdown);
+    search_under(model, profile, opts, progress, &Ceiling::new(opts), answers)
 }
 
 /// [`search`] that skips candidates unable to beat `shared`, the plans other searches found
 /// (see [`ceiling`]): its answers then hold only the plans that could matter beside theirs.
+/// The answers are evaluated again at `answer_detail` (`None`: left as the search simulated
+/// them, for a caller that details the ones it shows).
 fn search_under(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     progress: &(dyn Fn(usize, usize) + Sync),
     shared: &Ceiling,
+    answer_detail: Option<Detail>,
 ) -> Result<SearchResult, PlanError> {
     let start = Instant::now();
-    let mut phases = Search::new(model, profile, opts, shared)?;
+    let mut phases = Search::new(model, profile, opts, shared, answer_detail)?;
     let (scored, exact) = phases.exact_candidates(progress)?;
     let exact = phases.refine(exact);
     let (exact, passed_over) = prefer_simple(exact, opts.tolerance);

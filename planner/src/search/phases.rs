@@ -36,6 +36,9 @@ pub(super) struct Search<'a> {
     own: Ceiling,
     /// The ceiling shared with the other frameworks' searches of `--framework any`.
     shared: &'a Ceiling,
+    /// How the answers are evaluated again: in full detail, or left as simulated when the
+    /// caller ranks them with other searches' and details only the ones it shows.
+    answer_detail: Option<Detail>,
     /// The configurations of the space that clear the memory floor, in enumeration order.
     pub keys: Vec<Key>,
     /// Every configuration of the space, kept or not.
@@ -68,6 +71,7 @@ impl<'a> Search<'a> {
         profile: &'a AnalyticProfile,
         opts: &'a SearchOptions,
         shared: &'a Ceiling,
+        answer_detail: Option<Detail>,
     ) -> Result<Self, PlanError> {
         let eval = Evaluator::new(model, profile, opts);
         let gpus = profile.cluster.num_gpus();
@@ -86,6 +90,7 @@ impl<'a> Search<'a> {
             eval,
             own: Ceiling::new(opts),
             shared,
+            answer_detail,
             keys: space.keys,
             candidates: space.candidates,
             leanest: space.leanest,
@@ -523,13 +528,14 @@ impl<'a> Search<'a> {
                 alternatives.push(e);
             }
         }
+        let Some(detail) = self.answer_detail else {
+            return Ok((best, alternatives));
+        };
         let full = |e: &Estimate| -> Result<Estimate, PlanError> {
             let key = key_of(e);
-            self.eval
-                .again(e, self.table(&key), Detail::Breakdown)
-                .ok_or_else(|| {
-                    PlanError::Schedule(format!("internal: the plan {key:?} no longer evaluates"))
-                })
+            self.eval.again(e, self.table(&key), detail).ok_or_else(|| {
+                PlanError::Schedule(format!("internal: the plan {key:?} no longer evaluates"))
+            })
         };
         let mut answers = std::iter::once(&best)
             .chain(&alternatives)

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
+use rayon::prelude::*;
 
 use super::ceiling::Ceiling;
 use super::{
@@ -19,7 +20,7 @@ use super::{
     SearchResult,
 };
 use crate::config::{ParallelConfig, PlanError};
-use crate::estimate::Estimate;
+use crate::estimate::{evaluate_layers_with, shard_spec, Detail, Estimate};
 use crate::framework::Framework;
 use crate::launch;
 use crate::planfile::PlanFile;
@@ -135,17 +136,13 @@ fn united(
     let shared = Ceiling::new(opts);
     let mut results: Vec<Result<SearchResult, PlanError>> = Vec::with_capacity(per.len());
     for (i, o) in per.iter().enumerate() {
-        let found = search_under(
-            model,
-            profile,
-            o,
-            &|d, t| {
-                done[i].store(d, Ordering::Relaxed);
-                total[i].store(t, Ordering::Relaxed);
-                progress(sum(&done), sum(&total));
-            },
-            &shared,
-        );
+        let progress = |d, t| {
+            done[i].store(d, Ordering::Relaxed);
+            total[i].store(t, Ordering::Relaxed);
+            progress(sum(&done), sum(&total));
+        };
+        // the answers are detailed after the ranking, only those shown
+        let found = search_under(model, profile, o, &progress, &shared, None);
         if let Ok(r) = &found {
             offer_runnable(model, profile, o, r, &shared)?;
         }
@@ -214,11 +211,20 @@ fn merge(
     })?;
     let alternatives: Vec<Estimate> = ranked.collect();
     // plans are distinct (see above): each answer is found again by its plan
-    let answers = std::iter::once(&best)
+    let answers: Vec<Answer> = std::iter::once(&best)
         .chain(&alternatives)
         .filter_map(|e| plans.iter().position(|p| *p == e.result.plan))
         .map(|i| answers[i].clone())
         .collect();
+    // the shown plans in full detail (the searches left them as simulated)
+    let mut shown = answers
+        .par_iter()
+        .with_max_len(1)
+        .map(|a| detailed(model, profile, &a.config))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter();
+    let best = shown.next().unwrap_or(best);
+    let alternatives: Vec<Estimate> = shown.collect();
     let fastest_unfit = unfit
         .into_iter()
         .filter(|u| time_of(u) < time_of(&best))
@@ -253,6 +259,17 @@ fn offer_runnable(
         }
     }
     Ok(())
+}
+
+/// `config` evaluated with the breakdown (pipeline sends apart from the bubble): what the
+/// search's own answers get, for a plan of a framework's search.
+fn detailed(
+    model: &Model,
+    profile: &AnalyticProfile,
+    config: &ParallelConfig,
+) -> Result<Estimate, PlanError> {
+    let layers = model.layers(&shard_spec(config))?;
+    evaluate_layers_with(model, profile, config, &layers, Detail::Breakdown)
 }
 
 /// The answer of `e`, found under `opts`: its configuration and the frameworks that run it.
