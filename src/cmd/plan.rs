@@ -46,7 +46,7 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = search::DEFAULT_MAX_VIRTUAL_STAGES, value_name = "V")]
     pub max_virtual: u64,
     /// Pin fields: KEY=VALUE pairs, comma-separated; keys tp, pp, dp, cp, virtual_stages,
-    /// micro_batch_size, schedule, recompute, zero_stage, sequence_parallel.
+    /// micro_batch_size, schedule, recompute, zero_stage, sequence_parallel, ep, etp.
     #[arg(long, value_name = "KEY=VALUE,…")]
     pub fix: Option<String>,
     /// Alternatives to list.
@@ -120,7 +120,7 @@ impl PlanArgs {
         let framework = self.framework.family();
         let mut opts = SearchOptions::new(framework, global_batch_size, cluster.gpus_per_node);
         opts.limits.schedules = framework.schedules_to_search(self.schedules.as_deref())?;
-        opts.fixed = requested::pins(self.fix.as_deref(), framework, model)?;
+        opts.fixed = requested::pins(self.fix.as_deref(), framework, model, cluster)?;
         if let Some(max_tp) = self.max_tp {
             opts.limits.max_tp = max_tp;
         }
