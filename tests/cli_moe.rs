@@ -86,3 +86,37 @@ fn bad_expert_pins_get_one_line_and_exit_2() {
         "DeepSpeed-MoE does not split experts",
     );
 }
+
+/// `plan --moe-imbalance F` plans under that load, writes it into the plan file, and
+/// `estimate --plan` reads it back: the same prediction bit for bit. The same degrees under a
+/// larger factor are slower.
+#[test]
+fn moe_imbalance_is_planned_recorded_and_reread() {
+    let dir = std::env::temp_dir().join(format!("autopp-cli-moe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pinned = "tp=1,pp=2,ep=8,mbs=1,schedule=1f1b,recompute=full,zero=1";
+    let mut times = Vec::new();
+    for f in ["1", "1.5"] {
+        let path = dir.join(format!("plan-{f}.json"));
+        let path = path.to_str().unwrap();
+        let v = plan_json(&["--fix", pinned, "--moe-imbalance", f, "--out", path]);
+        let file: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(file["plan"]["moe_imbalance"], f.parse::<f64>().unwrap());
+        let out = autopp(&["estimate", "--plan", path, "--json", "--no-advice"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let t = &v["predicted"]["iteration_time_s"];
+        assert_eq!(&again["predicted"]["iteration_time_s"], t, "imbalance {f}");
+        times.push(v["predicted"]["breakdown_s"]["compute"].as_f64().unwrap());
+    }
+    assert!(times[0] < times[1], "compute {times:?}");
+    std::fs::remove_dir_all(&dir).ok();
+    let mut args: Vec<&str> = QWEN.to_vec();
+    args.extend_from_slice(&["--moe-imbalance", "0.5"]);
+    fails_one_line(&args, "--moe-imbalance");
+}

@@ -56,15 +56,7 @@ impl ExpertParallel {
                 "--ep and --etp must be at least 1",
             ));
         }
-        if !(1.0..=64.0).contains(&self.imbalance) {
-            return Err(PlanError::invalid(
-                "--moe-imbalance",
-                format!(
-                    "{} is out of range: the busiest expert rank's load over the balanced one, from 1.0 to 64",
-                    self.imbalance
-                ),
-            ));
-        }
+        check_imbalance(self.imbalance)?;
         let experts = match model {
             Model::Transformer(t) => t.moe.as_ref().map(|m| m.num_experts),
             Model::Layers(_) => None,
@@ -93,6 +85,20 @@ impl ExpertParallel {
         }
         Ok(())
     }
+}
+
+/// `--moe-imbalance`: the busiest expert rank's tokens over the balanced share, from 1.0
+/// (forced balance) to 64; an error naming the flag otherwise (NaN included).
+pub fn check_imbalance(imbalance: f64) -> Result<f64, PlanError> {
+    if !(1.0..=64.0).contains(&imbalance) {
+        return Err(PlanError::invalid(
+            "--moe-imbalance",
+            format!(
+                "{imbalance} is out of range: the busiest expert rank's load over the balanced one, from 1.0 to 64"
+            ),
+        ));
+    }
+    Ok(imbalance)
 }
 
 #[cfg(test)]

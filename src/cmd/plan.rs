@@ -49,6 +49,9 @@ pub struct PlanArgs {
     /// micro_batch_size, schedule, recompute, zero_stage, sequence_parallel, ep, etp.
     #[arg(long, value_name = "KEY=VALUE,…")]
     pub fix: Option<String>,
+    /// Load of the busiest expert rank over the balanced share (1.0: forced balance).
+    #[arg(long, default_value_t = 1.0, value_name = "X")]
+    pub moe_imbalance: f64,
     /// Alternatives to list.
     #[arg(long, default_value_t = search::DEFAULT_TOP_K, value_name = "K")]
     pub top: usize,
@@ -137,6 +140,7 @@ impl PlanArgs {
         opts.settings.memory_margin_bytes = self.margin(cluster)?.mem_bytes;
         opts.settings.flash_attention = !self.no_flash_attention;
         opts.even_split_only |= self.even_split;
+        opts.moe_imbalance = autopp_planner::experts::check_imbalance(self.moe_imbalance)?;
         Ok(opts)
     }
 }

@@ -404,6 +404,7 @@ impl<'a> Evaluation<'a> {
             zero_stage: c.zero_stage,
             ep: self.is_moe().then_some(c.experts.ep),
             etp: self.is_moe().then_some(c.experts.etp),
+            moe_imbalance: self.is_moe().then_some(c.experts.imbalance),
             megatron_layout: crate::layout::megatron_layout(&self.kinds, &self.ranges),
             ranks,
         }
