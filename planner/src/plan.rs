@@ -205,6 +205,11 @@ pub struct Breakdown {
     /// dense models and `ep` 1.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ep_comm: f64,
+    /// Expert-parallel all-to-all time of the busiest rank hidden behind another micro-batch's
+    /// compute (Megatron-Core's `--overlap-moe-expert-parallel-comm`): not part of the
+    /// iteration, so not in the sum; absent (0) without the overlap.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ep_comm_hidden: f64,
     /// Pipeline sends on the critical path.
     pub pp_comm: f64,
     /// Exposed data-parallel gradient (and ZeRO parameter) communication.

@@ -85,8 +85,8 @@ pub struct PlanArgs {
     /// models, features of different frameworks mixed, e.g. a different recompute count per
     /// rank, ZeRO 2 with tp and sequence parallelism: plans no framework may run). See
     /// docs/frameworks.md. A version where behaviour changed names its runtime: megatron is
-    /// megatron-core (overlapped gradient reduce and parameter gather), megatron-lm-2021,
-    /// nemo (also tensor-parallel overlap); any models every overlap on.
+    /// megatron-core (overlapped gradient reduce and parameter gather), megatron-core-ep-overlap (also
+    /// the MoE all-to-alls), megatron-lm-2021, nemo (also tensor-parallel overlap); any: every overlap on.
     #[arg(long, default_value = "any", value_name = "NAME")]
     pub framework: Stack,
     /// A measured profile from `autopp profile`: its per-layer F / I / W times replace the

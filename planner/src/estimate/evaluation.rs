@@ -145,6 +145,10 @@ impl<'a> Evaluation<'a> {
             tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
             ep: c.experts.ep,
             ep_link: self.profile.cluster.group_link(c.experts.ep, c.experts.etp),
+            ep_hidden_share: crate::experts::a2a_hidden_share(
+                c,
+                crate::experts::mtp_layers(self.model),
+            ),
         };
         let full_layers = partial_recompute(c, self.layers, &self.ranges)?;
         let costs = stages::stage_costs_partial(self.layers, &self.ranges, &ctx, &full_layers);
@@ -323,6 +327,11 @@ impl<'a> Evaluation<'a> {
         let busy_stages = &self.rank_stages[busy_rank];
         let comm_busy: f64 = busy_stages.iter().map(|&k| costs[k].comm_s()).sum::<f64>() * m;
         let ep_busy: f64 = busy_stages.iter().map(|&k| costs[k].ep_comm_s).sum::<f64>() * m;
+        let ep_hidden = busy_stages
+            .iter()
+            .map(|&k| costs[k].ep_comm_hidden_s)
+            .sum::<f64>()
+            * m;
         let pp_comm = (sim.makespan_s - pipeline.makespan_no_comm_s).max(0.0);
         let sends_busy: f64 = busy_stages
             .iter()
@@ -336,6 +345,7 @@ impl<'a> Evaluation<'a> {
             bubble,
             tp_comm: comm_busy - ep_busy,
             ep_comm: ep_busy,
+            ep_comm_hidden: ep_hidden,
             pp_comm: sim.makespan_s - compute - comm_busy - bubble,
             dp_comm: dp_comm_s[tail_rank],
             optimizer: optimizer_s[tail_rank],
