@@ -183,3 +183,37 @@ fn overlap_hides_deepseek_v3_all_to_alls() {
     assert_eq!(full_on.iteration_time_s, full_off.iteration_time_s);
     assert_eq!(full_on.breakdown_s.ep_comm_hidden, 0.0);
 }
+
+/// DeepSeek-V3 (61 layers and one MTP layer, `mtp_num_layers` 1) at pp 16 with 2 virtual
+/// stages: Megatron's even split puts the 62 transformer-kind entries 2 per stage with the
+/// leftover stages 0 and 31 holding one (`split::default_split`), so the MTP layer shares the
+/// last stage with the loss. The layout has 61 `t`, one `m`, and the `m` on rank 15's last
+/// virtual stage, as `validate_layer_layout` requires (`../shared/reference/megatron-lm.md`;
+/// Megatron's own DeepSeek-V3 example, `Et*3|(tt|)*29,m|L`, puts it on rank 14's).
+#[test]
+fn deepseek_v3_layout_writes_its_mtp_layer() {
+    let m = preset("deepseek-v3");
+    let c = ParallelConfig::new(degrees(16, 64, 2), 1, 8192)
+        .with_schedule(autopp_schedule::ScheduleKind::Interleaved1F1B)
+        .with_experts(ExpertParallel {
+            ep: 64,
+            ..ExpertParallel::default()
+        });
+    let plan = evaluate(&m, &profile(1024), &c).unwrap().result.plan;
+    let layout = plan.megatron_layout.expect("a layout");
+    let want = format!("Et|{}mL", "t*2|".repeat(30));
+    assert_eq!(layout, want);
+    let stages: Vec<&str> = layout.split('|').collect();
+    assert_eq!(stages.len(), 32);
+    let t: usize = stages
+        .iter()
+        .map(|s| match s.trim_matches(['E', 'L', 'm']) {
+            "" => 0,
+            "t" => 1,
+            r => r[2..].parse::<usize>().unwrap(),
+        })
+        .sum();
+    assert_eq!(t, 61);
+    assert_eq!(layout.matches('m').count(), 1);
+    assert!(stages[16..].iter().any(|s| s.contains('m')));
+}

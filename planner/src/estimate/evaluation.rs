@@ -415,7 +415,12 @@ impl<'a> Evaluation<'a> {
             ep: self.is_moe().then_some(c.experts.ep),
             etp: self.is_moe().then_some(c.experts.etp),
             moe_imbalance: self.is_moe().then_some(c.experts.imbalance),
-            megatron_layout: crate::layout::megatron_layout(&self.kinds, &self.ranges),
+            megatron_layout: crate::layout::megatron_layout(
+                &self.kinds,
+                &self.ranges,
+                crate::experts::mtp_layers(self.model) as usize,
+                c.degrees.pp as usize,
+            ),
             ranks,
         }
     }
