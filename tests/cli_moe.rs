@@ -120,3 +120,45 @@ fn moe_imbalance_is_planned_recorded_and_reread() {
     args.extend_from_slice(&["--moe-imbalance", "0.5"]);
     fails_one_line(&args, "--moe-imbalance");
 }
+
+/// `autopp launch` for an MoE plan: Megatron-LM gets the expert flags with the plan's degrees
+/// (the frameworks' own check is `tests/launch_frameworks.rs`); DeepSpeed and torchtitan refuse
+/// in one line.
+#[test]
+fn moe_plans_launch_on_megatron_and_are_refused_elsewhere() {
+    let dir = std::env::temp_dir().join(format!("autopp-cli-moe-launch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("plan.json");
+    let path = path.to_str().unwrap();
+    let v = plan_json(&["--framework", "megatron", "--fix", "ep=8", "--out", path]);
+    let out = autopp(&["launch", path, "--framework", "megatron", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let launch: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let args: Vec<&str> = launch["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let value = |flag: &str| args.iter().position(|a| *a == flag).map(|i| args[i + 1]);
+    assert_eq!(value("--num-experts"), Some("128"));
+    assert_eq!(value("--moe-router-topk"), Some("8"));
+    assert_eq!(value("--moe-ffn-hidden-size"), Some("768"));
+    assert_eq!(value("--expert-model-parallel-size"), Some("8"));
+    let etp = v["plan"]["etp"].to_string();
+    assert_eq!(value("--expert-tensor-parallel-size"), Some(etp.as_str()));
+    assert_eq!(value("--kv-channels"), Some("128"));
+    assert!(args.contains(&"--qk-layernorm") && args.contains(&"--moe-grouped-gemm"));
+    // Megatron-Core's runtime has the all-to-all overlap off: the flag is not written
+    assert!(!args.contains(&"--overlap-moe-expert-parallel-comm"));
+    fails_one_line(
+        &["launch", path, "--framework", "deepspeed"],
+        "cannot express this plan",
+    );
+    fails_one_line(&["launch", path, "--framework", "torchtitan"], "torchtitan");
+    std::fs::remove_dir_all(&dir).ok();
+}
