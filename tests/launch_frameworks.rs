@@ -59,6 +59,11 @@ const CASES: &[Case] = &[
     Case { name: "llama3-8b-8-fp16-full", plan: "llama3-8b --gpus 8 --precision fp16 --framework deepspeed --fix tp=1,pp=8,dp=1,schedule=1f1b,recompute=full,zero_stage=0", frameworks: &["deepspeed", "megatron"] },
     Case { name: "mt-nlg-530b-512-deepspeed", plan: "mt-nlg-530b --gpus 512 --framework deepspeed", frameworks: &["deepspeed"] },
     Case { name: "opt-175b-512-deepspeed", plan: "opt-175b --gpus 512 --gpu a100-80g --framework deepspeed", frameworks: &["deepspeed"] },
+    // mixtures of experts (issue 16): experts, ep/etp, MLA, MTP in the layout, Qwen3 attention,
+    // the expert all-to-all overlap
+    Case { name: "qwen3-30b-a3b-16-megatron", plan: "qwen3-30b-a3b --gpus 16 --framework megatron", frameworks: &["megatron"] },
+    Case { name: "qwen3-30b-a3b-16-ep-overlap", plan: "qwen3-30b-a3b --gpus 16 --framework megatron-core-ep-overlap --fix tp=1,pp=2,virtual_stages=2,ep=8,schedule=interleaved-1f1b", frameworks: &["megatron"] },
+    Case { name: "deepseek-v3-1024-megatron", plan: "deepseek-v3 --gpus 1024 --global-batch 8192 --seq-len 4096 --framework megatron", frameworks: &["megatron"] },
 ];
 
 /// The environment's Python, or `None` (with the reason printed) where the test may skip.
@@ -148,13 +153,9 @@ fn emit_cases(root: &Path) -> Vec<Value> {
 /// only where the framework cannot run the model at all), with launch.json beside them.
 fn emit_preset_matrix(root: &Path) -> Vec<Value> {
     let mut manifest = Vec::new();
-    // Launch files for mixtures of experts (expert-parallel flags, MTP layouts) and for a
-    // head_dim apart from h/a (Qwen3) are not written yet (issue 16): those presets are left out.
-    let dense = autopp_models::presets().iter().filter(|p| {
-        !matches!(p.load(), Ok(autopp_models::Model::Transformer(t))
-            if t.moe.is_some() || t.head_dim.is_some())
-    });
-    for preset in dense {
+    // mixtures of experts and Qwen3 are emitted for Megatron-LM and refused up front by the
+    // others (`common::refuses_preset`)
+    for preset in autopp_models::presets() {
         for fw in FRAMEWORKS {
             let dir = root.join(format!("preset-{}-{fw}", preset.name));
             let refused = plan_and_emit(preset.name, fw, &dir) != Emitted::Files;
@@ -180,15 +181,19 @@ fn emit_preset_matrix(root: &Path) -> Vec<Value> {
     manifest
 }
 
-/// Copies of three cases whose plan.json moves one layer from stage 0 to stage 1 after the
-/// files were made: the frameworks must disagree with them (the check is not vacuous).
+/// Cases copied with their plan.json moving one layer from stage 0 to stage 1 after the files
+/// were made: the frameworks must disagree with them (the check is not vacuous).
+const SHIFTED: [(&str, &str); 4] = [
+    ("llama3-70b-64-megatron", "megatron"),
+    ("llama3-70b-64-torchtitan", "torchtitan"),
+    ("llama3-70b-64-deepspeed", "deepspeed"),
+    ("deepseek-v3-1024-megatron", "megatron"),
+];
+
+/// The [`SHIFTED`] copies.
 fn negative_controls(root: &Path) -> Vec<Value> {
     let mut manifest = Vec::new();
-    for (case, fw) in [
-        ("llama3-70b-64-megatron", "megatron"),
-        ("llama3-70b-64-torchtitan", "torchtitan"),
-        ("llama3-70b-64-deepspeed", "deepspeed"),
-    ] {
+    for (case, fw) in SHIFTED {
         let from = root.join(format!("{case}-{fw}"));
         let to = root.join(format!("shifted-{case}-{fw}"));
         std::fs::create_dir(&to).expect("mkdir");
@@ -263,7 +268,7 @@ fn report(results: &[Value]) {
 
 fn assert_results(results: &[Value], checked: usize, root: &Path) {
     let cases: Vec<&Value> = results.iter().filter(|r| r.get("name").is_some()).collect();
-    assert_eq!(cases.len(), checked + 3, "every case reports");
+    assert_eq!(cases.len(), checked + SHIFTED.len(), "every case reports");
     for r in &cases {
         let shifted = r["name"]
             .as_str()

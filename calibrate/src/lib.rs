@@ -340,6 +340,7 @@ fn layer(lc: &LayerCase, cal: &Calibration) -> Result<Vec<Comparison>, String> {
         tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
         ep: 1,
         ep_link: link,
+        ep_hidden_share: 0.0,
     };
     let cost = stages::stage_costs(&layers, &[[index, index]], &ctx);
     let st = cost

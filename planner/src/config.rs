@@ -127,6 +127,14 @@ pub struct Runtime {
     /// A pipeline send holds its sender until it completes (DeepSpeed's pipeline engine sends
     /// synchronously); `false`: sends run beside compute and only delay the receiver.
     pub pp_blocking_sends: bool,
+    /// The expert-parallel all-to-alls (dispatch and combine) of one micro-batch run beside the
+    /// compute of another in the steady 1F1B phase: Megatron-Core's
+    /// `--overlap-moe-expert-parallel-comm` (`ModelParallelConfig.overlap_moe_expert_parallel_comm`,
+    /// the combined-1F1B path of `pipeline_parallel/combined_1f1b.py`; in Megatron-Core 0.16.1,
+    /// off by default). Where a configuration cannot use it (see
+    /// [`crate::experts::a2a_hidden_share`]) the all-to-alls stay exposed. `false`: always
+    /// exposed. DualPipe-V's overlap is the schedule's own (its overlapped pairs), not this.
+    pub ep_a2a_overlap: bool,
     /// The vocabulary is padded to a multiple of this times `tp` (Megatron-LM's
     /// `--make-vocab-size-divisible-by`, 128; 1 for frameworks that do not pad).
     pub vocab_pad_multiple: u64,

@@ -56,15 +56,7 @@ impl ExpertParallel {
                 "--ep and --etp must be at least 1",
             ));
         }
-        if !(1.0..=64.0).contains(&self.imbalance) {
-            return Err(PlanError::invalid(
-                "--moe-imbalance",
-                format!(
-                    "{} is out of range: the busiest expert rank's load over the balanced one, from 1.0 to 64",
-                    self.imbalance
-                ),
-            ));
-        }
+        check_imbalance(self.imbalance)?;
         let experts = match model {
             Model::Transformer(t) => t.moe.as_ref().map(|m| m.num_experts),
             Model::Layers(_) => None,
@@ -95,6 +87,65 @@ impl ExpertParallel {
     }
 }
 
+/// The model's MTP layers (0 for layer lists).
+pub fn mtp_layers(model: &Model) -> u64 {
+    match model {
+        Model::Transformer(t) => t.mtp_num_layers,
+        Model::Layers(_) => 0,
+    }
+}
+
+/// The share of each expert all-to-all (dispatch and combine) that runs beside another
+/// micro-batch's compute under Megatron-Core's `--overlap-moe-expert-parallel-comm`
+/// ([`crate::config::Runtime::ep_a2a_overlap`]), for `c` with `mtp_layers` MTP layers; 0 where
+/// the runtime lacks it or the configuration cannot use it.
+///
+/// Megatron-Core 0.16.1 (`transformer_config.py`, `__post_init__`; `schedules.py`) overlaps
+/// only in the steady 1F1B phase (the "combined 1F1B" step: one micro-batch's forward beside
+/// another's backward) and requires ep > 1, virtual stages when pp > 1, no full recompute and
+/// no recompute method (so no partial recompute), at most one MTP layer and, with one, pp > 1.
+/// Of the `m·v` forward chunks a rank runs, the warm-up ones run alone: rank 0 (the longest
+/// warm-up) runs `2(pp − 1) + (v − 1)·pp` of them, plus the extra micro-batch the overlap
+/// schedules into the warm-up (`schedules.py`: "we schedule one extra micro-batch"); the
+/// backward chunks of the cool-down are as many. So the share is
+/// `max(0, m·v − 2(pp − 1) − (v − 1)·pp − 1) / (m·v)`; without a pipeline `(m − 1)/m`.
+pub fn a2a_hidden_share(c: &crate::ParallelConfig, mtp_layers: u64) -> f64 {
+    use crate::schedule::ScheduleKind;
+    let d = &c.degrees;
+    let (pp, v, m) = (d.pp, d.virtual_stages, c.num_microbatches());
+    let usable = c.settings.runtime.ep_a2a_overlap
+        && c.experts.ep > 1
+        && matches!(
+            c.schedule,
+            ScheduleKind::OneFOneB | ScheduleKind::Interleaved1F1B
+        )
+        && (pp == 1 || v > 1)
+        && c.recompute != autopp_models::Recompute::Full
+        && c.recompute_layers.is_none()
+        && mtp_layers <= 1
+        && (mtp_layers == 0 || pp > 1);
+    if !usable {
+        return 0.0;
+    }
+    let chunks = m * v;
+    let warmup = 2 * (pp - 1) + (v - 1) * pp + 1;
+    chunks.saturating_sub(warmup) as f64 / chunks.max(1) as f64
+}
+
+/// `--moe-imbalance`: the busiest expert rank's tokens over the balanced share, from 1.0
+/// (forced balance) to 64; an error naming the flag otherwise (NaN included).
+pub fn check_imbalance(imbalance: f64) -> Result<f64, PlanError> {
+    if !(1.0..=64.0).contains(&imbalance) {
+        return Err(PlanError::invalid(
+            "--moe-imbalance",
+            format!(
+                "{imbalance} is out of range: the busiest expert rank's load over the balanced one, from 1.0 to 64"
+            ),
+        ));
+    }
+    Ok(imbalance)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +170,63 @@ mod tests {
         let d = Degrees { tp: 2, dp: 4, ..d };
         let e = ExpertParallel { ep: 8, ..e };
         assert_eq!(e.expert_dp(&d), 1);
+    }
+
+    /// The steady-1F1B share of `a2a_hidden_share`, by hand: DeepSeek-V3's layout in
+    /// Megatron's docs (`pipeline_parallel_layout.md`: pp 16, vpp 2) with 64 micro-batches: rank
+    /// 0 warms up with 2·15 + 1·16 = 46 chunks plus the overlap's extra one, so 128 − 47 = 81
+    /// of its 128 chunks overlap. Without a pipeline, 8 micro-batches: 7 of 8.
+    #[test]
+    fn a2a_hidden_share_hand_worked() {
+        use crate::runtime::Stack;
+        use crate::schedule::ScheduleKind;
+        let d = Degrees {
+            tp: 1,
+            pp: 16,
+            dp: 8,
+            cp: 1,
+            virtual_stages: 2,
+        };
+        let on = crate::EvalSettings {
+            runtime: Stack::MegatronCoreEpOverlap.runtime(),
+            ..crate::EvalSettings::default()
+        };
+        let experts = ExpertParallel {
+            ep: 8,
+            ..ExpertParallel::default()
+        };
+        let c = crate::ParallelConfig::new(d, 1, 64 * 8)
+            .with_schedule(ScheduleKind::Interleaved1F1B)
+            .with_settings(on)
+            .with_experts(experts);
+        assert_eq!(a2a_hidden_share(&c, 1), 81.0 / 128.0);
+        // Megatron-Core's own runtime has the flag off: nothing hidden
+        let off = c.clone().with_settings(crate::EvalSettings::default());
+        assert_eq!(a2a_hidden_share(&off, 1), 0.0);
+        // refused by Megatron: full recompute, pp > 1 without virtual stages, two MTP layers
+        let full = c.clone().with_recompute(autopp_models::Recompute::Full);
+        assert_eq!(a2a_hidden_share(&full, 1), 0.0);
+        assert_eq!(a2a_hidden_share(&c, 2), 0.0);
+        let flat = crate::ParallelConfig::new(
+            Degrees {
+                virtual_stages: 1,
+                ..d
+            },
+            1,
+            512,
+        )
+        .with_settings(on)
+        .with_experts(experts);
+        assert_eq!(a2a_hidden_share(&flat, 0), 0.0);
+        let one = Degrees {
+            pp: 1,
+            dp: 16,
+            virtual_stages: 1,
+            ..d
+        };
+        let single = crate::ParallelConfig::new(one, 1, 128)
+            .with_settings(on)
+            .with_experts(experts);
+        assert_eq!(a2a_hidden_share(&single, 0), 7.0 / 8.0);
     }
 }

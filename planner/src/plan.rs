@@ -76,6 +76,10 @@ pub struct Plan {
     /// Expert-tensor-parallel degree (mixtures of experts only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etp: Option<u64>,
+    /// The routing load the plan was predicted under: the busiest expert rank's tokens over the
+    /// balanced share (`--moe-imbalance`; mixtures of experts only; absent: 1.0, balanced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_imbalance: Option<f64>,
     /// The split in Megatron-LM's `--pipeline-model-parallel-layout` grammar (`Et*3|t*4|…|t*3L`);
     /// null for layer-list models.
     pub megatron_layout: Option<String>,
@@ -201,6 +205,11 @@ pub struct Breakdown {
     /// dense models and `ep` 1.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ep_comm: f64,
+    /// Expert-parallel all-to-all time of the busiest rank hidden behind another micro-batch's
+    /// compute (Megatron-Core's `--overlap-moe-expert-parallel-comm`): not part of the
+    /// iteration, so not in the sum; absent (0) without the overlap.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ep_comm_hidden: f64,
     /// Pipeline sends on the critical path.
     pub pp_comm: f64,
     /// Exposed data-parallel gradient (and ZeRO parameter) communication.

@@ -177,7 +177,7 @@ impl PlanFile {
                 .with_experts(crate::ExpertParallel {
                     ep: p.ep.unwrap_or(1),
                     etp: p.etp.unwrap_or(1),
-                    ..crate::ExpertParallel::default()
+                    imbalance: p.moe_imbalance.unwrap_or(1.0),
                 }),
         )
     }

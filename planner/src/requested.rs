@@ -1,7 +1,7 @@
 //! A configuration as `estimate`'s flags give it: the degrees, the batching and the settings
 //! given, with `plan`'s choices for the settings left out (and said in words).
 
-use autopp_hardware::Precision;
+use autopp_hardware::{Cluster, Precision};
 use autopp_models::{Model, Recompute};
 
 use crate::config::{EvalSettings, ParallelConfig, PlanError};
@@ -290,13 +290,20 @@ pub fn set(c: &mut ParallelConfig, text: &str) -> Result<(), PlanError> {
 }
 
 /// `plan --fix TEXT` (or none) for `framework` on `model`: the pins, refused where the
-/// framework cannot honour them (a pin it does not run, a tp that splits key/value heads).
-pub fn pins(text: Option<&str>, framework: Framework, model: &Model) -> Result<Fixed, PlanError> {
+/// framework cannot honour them (a pin it does not run, a tp that splits key/value heads, expert
+/// degrees the model or the GPUs cannot take: [`Fixed::check_experts`]).
+pub fn pins(
+    text: Option<&str>,
+    framework: Framework,
+    model: &Model,
+    cluster: &Cluster,
+) -> Result<Fixed, PlanError> {
     let fixed = match text {
         Some(t) => Fixed::parse(t).map_err(|e| PlanError::invalid("--fix", e))?,
         None => Fixed::default(),
     };
     framework.check_pins(&fixed)?;
+    fixed.check_experts(model, cluster.num_gpus(), framework)?;
     if let (Some(tp), Model::Transformer(t)) = (fixed.degrees.tp, model) {
         if framework.tp_splits_whole_kv_heads() && !t.kv_heads().is_multiple_of(tp) {
             return Err(PlanError::invalid(

@@ -37,6 +37,10 @@ pub enum Stack {
     /// Megatron-Core (0.13, 2025) as its examples run it: distributed optimizer with
     /// `--overlap-grad-reduce --overlap-param-gather`, no `--tp-comm-overlap`.
     MegatronCore,
+    /// Megatron-Core with `--overlap-moe-expert-parallel-comm` (0.16.1: the combined-1F1B
+    /// path): Megatron-Core's runtime with the expert all-to-alls of one micro-batch hidden
+    /// behind another's compute in the steady 1F1B phase.
+    MegatronCoreEpOverlap,
     /// Megatron-LM as of 2021 (Narayanan et al.): fp16 gradients reduced in 16 bits after the
     /// pipeline flush, no overlap.
     MegatronLm2021,
@@ -59,10 +63,11 @@ pub enum Stack {
 
 impl Stack {
     /// Every stack, in the order they are documented.
-    pub const ALL: [Stack; 9] = [
+    pub const ALL: [Stack; 10] = [
         Stack::Any,
         Stack::AnyMix,
         Stack::MegatronCore,
+        Stack::MegatronCoreEpOverlap,
         Stack::MegatronLm2021,
         Stack::Nemo,
         Stack::Torchtitan,
@@ -77,6 +82,7 @@ impl Stack {
             Stack::Any => "any",
             Stack::AnyMix => "any-mix",
             Stack::MegatronCore => "megatron-core",
+            Stack::MegatronCoreEpOverlap => "megatron-core-ep-overlap",
             Stack::MegatronLm2021 => "megatron-lm-2021",
             Stack::Nemo => "nemo",
             Stack::Torchtitan => "torchtitan",
@@ -92,7 +98,10 @@ impl Stack {
     pub fn family(self) -> Framework {
         match self {
             Stack::Any | Stack::AnyMix | Stack::Composer => Framework::Any,
-            Stack::MegatronCore | Stack::MegatronLm2021 | Stack::Nemo => Framework::Megatron,
+            Stack::MegatronCore
+            | Stack::MegatronCoreEpOverlap
+            | Stack::MegatronLm2021
+            | Stack::Nemo => Framework::Megatron,
             Stack::Torchtitan => Framework::Torchtitan,
             Stack::Deepspeed | Stack::MegatronDeepspeed => Framework::Deepspeed,
         }
@@ -108,10 +117,12 @@ impl Stack {
             fp32_main_grads: true,
             pp_scatter_gather: true,
             pp_blocking_sends: false,
+            ep_a2a_overlap: false,
             vocab_pad_multiple: 128,
         };
         match self {
-            // every overlap any framework offers
+            // every overlap any framework offers, but the expert all-to-all overlap (opt-in in
+            // Megatron-Core, and it forbids full recompute: kept as before it was modelled)
             Stack::Any | Stack::AnyMix => Runtime {
                 tp_comm_overlap: true,
                 ..modern
@@ -119,6 +130,13 @@ impl Stack {
             // `--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather`
             // (Megatron-Core's dist_optimizer guide); `--tp-comm-overlap` is opt-in.
             Stack::MegatronCore => modern,
+            // `--overlap-moe-expert-parallel-comm` (Megatron-Core 0.16.1
+            // `model_parallel_config.py`, default False): the expert all-to-alls of one
+            // micro-batch overlap another's compute in the steady 1F1B phase.
+            Stack::MegatronCoreEpOverlap => Runtime {
+                ep_a2a_overlap: true,
+                ..modern
+            },
             // NeMo's performance recipes set `tp_comm_overlap=True` (userbuffers overlap of
             // the tensor-parallel all-gather/reduce-scatter with the GEMMs).
             Stack::Nemo => Runtime {
@@ -223,6 +241,12 @@ mod tests {
         assert!(core.overlap_grad_reduce && core.overlap_param_gather && !core.tp_comm_overlap);
         assert!(core.fp32_main_grads && core.pp_scatter_gather);
         assert!(Stack::Nemo.runtime().tp_comm_overlap);
+        // the expert all-to-all overlap is opt-in: only its own stack has it
+        for s in Stack::ALL {
+            let on = s == Stack::MegatronCoreEpOverlap;
+            assert_eq!(s.runtime().ep_a2a_overlap, on, "{s}");
+        }
+        assert_eq!(Stack::MegatronCoreEpOverlap.family(), Framework::Megatron);
         let old = Stack::MegatronLm2021.runtime();
         assert!(!old.overlap_grad_reduce && !old.fp32_main_grads);
         let titan = Stack::Torchtitan.runtime();

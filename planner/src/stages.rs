@@ -23,6 +23,9 @@ pub struct StageCost {
     /// Of the communication above and in `recompute_comm_s`, the expert-parallel all-to-alls
     /// (dispatch and combine, forward, backward and recomputed forwards), seconds.
     pub ep_comm_s: f64,
+    /// The expert-parallel all-to-all time run beside another micro-batch's compute and so not
+    /// in any of the times above (Megatron-Core's `--overlap-moe-expert-parallel-comm`), seconds.
+    pub ep_comm_hidden_s: f64,
     /// Recomputation done before the backward (compute and its communication), seconds.
     pub recompute_s: f64,
     /// The communication part of `recompute_s` (collectives of recomputed forwards), seconds.
@@ -104,6 +107,9 @@ pub struct StageContext<'a> {
     pub ep: u64,
     /// The expert-parallel group's link.
     pub ep_link: Link,
+    /// The share of each all-to-all run beside another micro-batch's compute
+    /// ([`crate::experts::a2a_hidden_share`]; 0: all exposed).
+    pub ep_hidden_share: f64,
 }
 
 /// Sums the costs of `layers[first..=last]` for each stage range.
@@ -213,9 +219,17 @@ fn add_layer(
     } else {
         tp_f
     };
-    st.forward_comm_s += a2a;
-    st.backward_comm_s += a2a;
-    st.ep_comm_s += 2.0 * a2a;
+    // With the overlap, the steady phase's share of each all-to-all runs beside the other
+    // micro-batch's pass of the same layer (a forward's beside a backward and the reverse):
+    // only what that compute cannot hide is exposed.
+    let backward_compute = times.backward_input_s + times.backward_weight_s;
+    let s = ctx.ep_hidden_share;
+    let a2a_f = (1.0 - s) * a2a + s * eff.exposed_comm_s(a2a, backward_compute);
+    let a2a_b = (1.0 - s) * a2a + s * eff.exposed_comm_s(a2a, times.forward_s);
+    st.forward_comm_s += a2a_f;
+    st.backward_comm_s += a2a_b;
+    st.ep_comm_s += a2a_f + a2a_b;
+    st.ep_comm_hidden_s += 2.0 * a2a - a2a_f - a2a_b;
     st.backward_input_compute_s += times.backward_input_s;
     st.backward_weight_compute_s += times.backward_weight_s;
     // Megatron launches the input-gradient all-reduce (with sequence parallelism:
@@ -282,6 +296,7 @@ pub fn combine(parts: &[StageCost]) -> StageCost {
         st.backward_weight_compute_s += p.backward_weight_compute_s;
         st.backward_comm_s += p.backward_comm_s;
         st.ep_comm_s += p.ep_comm_s;
+        st.ep_comm_hidden_s += p.ep_comm_hidden_s;
         st.recompute_s += p.recompute_s;
         st.recompute_comm_s += p.recompute_comm_s;
         st.activation_bytes += p.activation_bytes;

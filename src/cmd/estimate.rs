@@ -118,8 +118,8 @@ pub struct EstimateArgs {
     #[arg(long)]
     pub no_flash_attention: bool,
     /// The software stack that runs it, with its overlaps and memory facts: megatron
-    /// (= megatron-core), megatron-lm-2021, nemo, torchtitan, deepspeed, megatron-deepspeed,
-    /// composer, or any (every overlap on); a named one must run --schedule [default:
+    /// (= megatron-core), megatron-core-ep-overlap (MoE all-to-alls hidden), megatron-lm-2021, nemo,
+    /// torchtitan, deepspeed, megatron-deepspeed, composer, or any; a named one must run --schedule [default:
     /// megatron-core's runtime, any schedule].
     #[arg(long, value_name = "NAME")]
     pub framework: Option<Stack>,

@@ -49,9 +49,12 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = search::DEFAULT_MAX_VIRTUAL_STAGES, value_name = "V")]
     pub max_virtual: u64,
     /// Pin fields: KEY=VALUE pairs, comma-separated; keys tp, pp, dp, cp, virtual_stages,
-    /// micro_batch_size, schedule, recompute, zero_stage, sequence_parallel.
+    /// micro_batch_size, schedule, recompute, zero_stage, sequence_parallel, ep, etp.
     #[arg(long, value_name = "KEY=VALUE,…")]
     pub fix: Option<String>,
+    /// Load of the busiest expert rank over the balanced share (1.0: forced balance).
+    #[arg(long, default_value_t = 1.0, value_name = "X")]
+    pub moe_imbalance: f64,
     /// Alternatives to list.
     #[arg(long, default_value_t = search::DEFAULT_TOP_K, value_name = "K")]
     pub top: usize,
@@ -85,8 +88,8 @@ pub struct PlanArgs {
     /// models, features of different frameworks mixed, e.g. a different recompute count per
     /// rank, ZeRO 2 with tp and sequence parallelism: plans no framework may run). See
     /// docs/frameworks.md. A version where behaviour changed names its runtime: megatron is
-    /// megatron-core (overlapped gradient reduce and parameter gather), megatron-lm-2021,
-    /// nemo (also tensor-parallel overlap); any models every overlap on.
+    /// megatron-core (overlapped gradient reduce and parameter gather), megatron-core-ep-overlap (also
+    /// the MoE all-to-alls), megatron-lm-2021, nemo (also tensor-parallel overlap); any: every overlap on.
     #[arg(long, default_value = "any", value_name = "NAME")]
     pub framework: Stack,
     /// A measured profile from `autopp profile`: its per-layer F / I / W times replace the
@@ -124,7 +127,7 @@ impl PlanArgs {
         let framework = self.framework.family();
         let mut opts = SearchOptions::new(framework, global_batch_size, cluster.gpus_per_node);
         opts.limits.schedules = framework.schedules_to_search(self.schedules.as_deref())?;
-        opts.fixed = requested::pins(self.fix.as_deref(), framework, model)?;
+        opts.fixed = requested::pins(self.fix.as_deref(), framework, model, cluster)?;
         if let Some(max_tp) = self.max_tp {
             opts.limits.max_tp = max_tp;
         }
@@ -141,6 +144,7 @@ impl PlanArgs {
         opts.settings.memory_margin_bytes = self.margin(cluster)?.mem_bytes;
         opts.settings.flash_attention = !self.no_flash_attention;
         opts.even_split_only |= self.even_split;
+        opts.moe_imbalance = autopp_planner::experts::check_imbalance(self.moe_imbalance)?;
         Ok(opts)
     }
 }

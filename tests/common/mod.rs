@@ -98,15 +98,18 @@ pub fn plan_and_emit(preset: &str, framework: &str, dir: &std::path::Path) -> Em
 /// Whether `framework` refuses the bundled preset `preset` whatever the plan: torchtitan builds
 /// Llama-family decoders only.
 pub fn refuses_preset(framework: &str, preset: &str) -> bool {
-    not_launched_yet(preset) || (framework == "torchtitan" && !preset.starts_with("llama"))
+    not_launched_yet(framework, preset)
+        || (framework == "torchtitan" && !preset.starts_with("llama"))
 }
 
-/// Whether the bundled preset `preset` has parts no framework's launch flags are written for
-/// yet (mixtures of experts, MLA, MTP, Qwen3/gpt-oss attention): every framework refuses it.
-pub fn not_launched_yet(preset: &str) -> bool {
+/// Whether the bundled preset `preset` has parts `framework`'s launch flags are not written for
+/// yet: gpt-oss attention (sliding windows, sinks) for every framework; mixtures of experts,
+/// MLA, MTP and Qwen3 attention for all but Megatron-LM.
+pub fn not_launched_yet(framework: &str, preset: &str) -> bool {
     matches!(autopp_models::load(preset), Ok(autopp_models::Model::Transformer(t))
-        if t.moe.is_some() || t.mla.is_some() || t.mtp_num_layers > 0 || t.head_dim.is_some()
-            || t.qk_norm || t.sliding_window.is_some() || t.attention_sinks)
+        if t.sliding_window.is_some() || t.attention_sinks
+            || (framework != "megatron" && (t.moe.is_some() || t.mla.is_some()
+                || t.mtp_num_layers > 0 || t.head_dim.is_some() || t.qk_norm)))
 }
 
 /// Runs `autopp ARGS…` and asserts it failed as every bad input must: exit 2, one line on

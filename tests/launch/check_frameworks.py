@@ -32,10 +32,13 @@ os.environ.setdefault("DS_BUILD_OPS", "0")
 # ---------------------------------------------------------------- the plan's own split
 
 
-def expected(plan_file):
-    """Per global stage: (rank, has embedding, decoder layer ids, has head), from plan.json."""
+def expected(plan_file, mtp_ids=False):
+    """Per global stage: (rank, has embedding, decoder layer ids, has head), from plan.json;
+    with mtp_ids, (rank, has embedding, decoder ids, MTP layer ids, has head). Entries are the
+    embedding, the decoder layers, the MTP layers, the head."""
     plan = plan_file["plan"]
     num_layers = plan_file["model"]["num_layers"]
+    mtp = plan_file["model"].get("mtp_num_layers", 0)
     stages = []
     for r in plan["ranks"]:
         for first, last in r["stages"]:
@@ -44,7 +47,11 @@ def expected(plan_file):
     out = []
     for first, last, rank in stages:
         decoders = [e - 1 for e in range(first, last + 1) if 1 <= e <= num_layers]
-        out.append((rank, first == 0, decoders, last == num_layers + 1))
+        mtps = [e - 1 - num_layers for e in range(first, last + 1)
+                if num_layers < e <= num_layers + mtp]
+        head = last == num_layers + mtp + 1
+        out.append((rank, first == 0, decoders, mtps, head) if mtp_ids
+                   else (rank, first == 0, decoders, head))
     return out
 
 
@@ -75,7 +82,47 @@ MEGATRON_FLAGS = {
     "--use-distributed-optimizer": bool, "--overlap-grad-reduce": bool,
     "--overlap-param-gather": bool, "--bf16": bool,
     "--fp16": bool, "--accumulate-allreduce-grads-in-fp32": bool, "--clip-grad": float,
+    # mixtures of experts, MLA, MTP and Qwen3 attention: Megatron-Core 0.16.1's
+    # TransformerConfig / MLATransformerConfig / ModelParallelConfig fields as flags
+    # (--num-experts is num_moe_experts; --moe-layer-freq a Python list expression)
+    "--kv-channels": int, "--qk-layernorm": bool, "--multi-latent-attention": bool,
+    "--q-lora-rank": int, "--kv-lora-rank": int, "--qk-head-dim": int,
+    "--qk-pos-emb-head-dim": int, "--v-head-dim": int, "--num-experts": int,
+    "--moe-router-topk": int, "--moe-ffn-hidden-size": int,
+    "--moe-shared-expert-intermediate-size": int, "--moe-layer-freq": str,
+    "--expert-model-parallel-size": int, "--expert-tensor-parallel-size": int,
+    "--moe-grouped-gemm": bool, "--moe-token-dispatcher-type": str, "--mtp-num-layers": int,
+    "--overlap-moe-expert-parallel-comm": bool,
 }
+
+
+def moe_layer_freq(text):
+    """Megatron-LM's moe_freq_type: an int, or a Python list expression such as ([0]*3+[1]*58)."""
+    if text.startswith(("(", "[")):
+        value = eval(text, {"__builtins__": {}})  # what arguments.py does with the string
+        return list(value)
+    return int(text)
+
+
+def moe_kwargs(a):
+    """TransformerConfig fields of the MoE, MLA, MTP and Qwen3 flags that were given."""
+    names = {"kv_channels": "kv_channels", "qk_layernorm": "qk_layernorm",
+             "num_experts": "num_moe_experts", "moe_router_topk": "moe_router_topk",
+             "moe_ffn_hidden_size": "moe_ffn_hidden_size",
+             "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+             "expert_model_parallel_size": "expert_model_parallel_size",
+             "expert_tensor_parallel_size": "expert_tensor_parallel_size",
+             "moe_grouped_gemm": "moe_grouped_gemm",
+             "moe_token_dispatcher_type": "moe_token_dispatcher_type",
+             "mtp_num_layers": "mtp_num_layers",
+             "overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
+             "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+             "qk_head_dim": "qk_head_dim", "qk_pos_emb_head_dim": "qk_pos_emb_head_dim",
+             "v_head_dim": "v_head_dim"}
+    kw = {field: a[flag] for flag, field in names.items() if flag in a}
+    if "moe_layer_freq" in a:
+        kw["moe_layer_freq"] = moe_layer_freq(a["moe_layer_freq"])
+    return kw
 
 
 def parse_megatron(args):
@@ -142,6 +189,10 @@ def megatron_config(a, gpus):
         bf16=a.get("bf16", False), fp16=a.get("fp16", False),
         params_dtype=dtype, pipeline_dtype=dtype,
     )
+    kw.update(moe_kwargs(a))
+    if a.get("multi_latent_attention"):
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+        return MLATransformerConfig(**kw)
     return TransformerConfig(**kw)
 
 
@@ -154,8 +205,9 @@ def megatron_stages(config):
 
     pp = config.pipeline_model_parallel_size
     layout = config.pipeline_model_parallel_layout
+    mtp = config.mtp_num_layers or 0
     if layout is not None:
-        layout.validate_layer_layout(num_layers=config.num_layers, mtp_num_layers=0)
+        layout.validate_layer_layout(num_layers=config.num_layers, mtp_num_layers=mtp)
         vpp = len(layout.layout[0])
     else:
         vpp = config.virtual_pipeline_model_parallel_size or 1
@@ -166,6 +218,7 @@ def megatron_stages(config):
             vp_stage = v if vpp > 1 else None
             if layout is not None:
                 ids = layout.get_layer_id_list(LayerType.decoder, vp_stage=vp_stage, pp_rank=r)
+                mtps = layout.get_layer_id_list(LayerType.mtp, vp_stage=vp_stage, pp_rank=r)
                 kinds = layout.layout[r][v]
                 emb, loss = LayerType.embedding in kinds, LayerType.loss in kinds
             else:
@@ -173,7 +226,9 @@ def megatron_stages(config):
                 offset = get_transformer_layer_offset(config, vp_stage=vp_stage, pp_rank=r)
                 ids = list(range(offset, offset + n))
                 emb, loss = (r, v) == (0, 0), (r, v) == (pp - 1, vpp - 1)
-            out.append((r, emb, ids, loss))
+                # without a layout Megatron builds the MTP block on the last stage
+                mtps = list(range(mtp)) if loss else []
+            out.append((r, emb, ids, mtps, loss) if mtp else (r, emb, ids, loss))
     parallel_state.set_virtual_pipeline_model_parallel_world_size(None)
     return out, vpp
 
@@ -183,7 +238,8 @@ def check_megatron(case, plan_file, launch, files):
     a = parse_megatron(launch["args"])
     config = megatron_config(a, plan["gpus"])
     stages, vpp = megatron_stages(config)
-    same("stages (rank, embedding, decoder layers, loss)", stages, expected(plan_file))
+    mtp = bool(config.mtp_num_layers)
+    same("stages (rank, embedding, decoder layers, loss)", stages, expected(plan_file, mtp))
     same("virtual stages", vpp, plan["virtual_stages"])
     dp = plan["gpus"] // (config.tensor_model_parallel_size
                           * config.pipeline_model_parallel_size * config.context_parallel_size)
@@ -213,9 +269,32 @@ def check_megatron(case, plan_file, launch, files):
         args += shlex.split(alt[0][len("# equivalent: "):])
         config2 = megatron_config(parse_megatron(args), plan["gpus"])
         same("stages with --decoder-first/last", megatron_stages(config2)[0],
-             expected(plan_file))
+             expected(plan_file, mtp))
         checked.append("decoder-first/last")
+    if "moe" in plan_file["model"]:
+        checked += check_megatron_moe(config, plan, plan_file["model"], dp)
     return checked
+
+
+def check_megatron_moe(config, plan, model, dp):
+    """The experts as Megatron-Core reads them: counts, degrees and the parallel folding."""
+    moe = model["moe"]
+    same("experts", config.num_moe_experts, moe["num_experts"])
+    same("top-k", config.moe_router_topk, moe["num_experts_per_tok"])
+    same("expert FFN", config.moe_ffn_hidden_size, moe["moe_ffn_hidden_size"])
+    dense = moe.get("first_k_dense_layers", 0)
+    freq = config.moe_layer_freq
+    moe_layers = freq if isinstance(freq, list) else [1] * config.num_layers
+    same("MoE layers", moe_layers, [0] * dense + [1] * (config.num_layers - dense))
+    ep, etp = config.expert_model_parallel_size, config.expert_tensor_parallel_size
+    same("ep, etp", (ep, etp), (plan.get("ep", 1), plan.get("etp", 1)))
+    # parallel_state.initialize_model_parallel: expert groups fold onto tp*cp*dp of a pp rank
+    folded = config.tensor_model_parallel_size * config.context_parallel_size * dp
+    if folded % (ep * etp):
+        raise AssertionError(f"ep*etp = {ep * etp} does not divide tp*cp*dp = {folded}")
+    if model.get("mla"):
+        same("MLA kv rank", config.kv_lora_rank, model["mla"]["kv_lora_rank"])
+    return ["experts"]
 
 
 def check_megatron_recompute(config, plan, num_layers):

@@ -156,6 +156,10 @@ impl<'a> Evaluation<'a> {
             tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
             ep: c.experts.ep,
             ep_link: self.profile.cluster.group_link(c.experts.ep, c.experts.etp),
+            ep_hidden_share: crate::experts::a2a_hidden_share(
+                c,
+                crate::experts::mtp_layers(self.model),
+            ),
         };
         let full_layers = partial_recompute(c, self.layers, &self.ranges)?;
         let costs = match self.timed {
@@ -355,6 +359,11 @@ impl<'a> Evaluation<'a> {
         let busy_stages = &self.rank_stages[busy_rank];
         let comm_busy: f64 = busy_stages.iter().map(|&k| costs[k].comm_s()).sum::<f64>() * m;
         let ep_busy: f64 = busy_stages.iter().map(|&k| costs[k].ep_comm_s).sum::<f64>() * m;
+        let ep_hidden = busy_stages
+            .iter()
+            .map(|&k| costs[k].ep_comm_hidden_s)
+            .sum::<f64>()
+            * m;
         let pp_comm = (sim.makespan_s - pipeline.makespan_no_comm_s).max(0.0);
         let sends_busy: f64 = busy_stages
             .iter()
@@ -368,6 +377,7 @@ impl<'a> Evaluation<'a> {
             bubble,
             tp_comm: comm_busy - ep_busy,
             ep_comm: ep_busy,
+            ep_comm_hidden: ep_hidden,
             pp_comm: sim.makespan_s - compute - comm_busy - bubble,
             dp_comm: dp_comm_s[tail_rank],
             optimizer: optimizer_s[tail_rank],
@@ -436,7 +446,13 @@ impl<'a> Evaluation<'a> {
             zero_stage: c.zero_stage,
             ep: self.is_moe().then_some(c.experts.ep),
             etp: self.is_moe().then_some(c.experts.etp),
-            megatron_layout: crate::layout::megatron_layout(&self.kinds, &self.ranges),
+            moe_imbalance: self.is_moe().then_some(c.experts.imbalance),
+            megatron_layout: crate::layout::megatron_layout(
+                &self.kinds,
+                &self.ranges,
+                crate::experts::mtp_layers(self.model) as usize,
+                c.degrees.pp as usize,
+            ),
             ranks,
         }
     }

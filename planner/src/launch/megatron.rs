@@ -18,8 +18,10 @@ const FW: Framework = Framework::Megatron;
 /// The `pretrain_gpt.py` entry for `view`, or why Megatron-LM cannot run it.
 pub(super) fn emit(view: &PlanView) -> Result<Entry, Refusal> {
     check(view)?;
+    super::megatron_moe::check(view)?;
     let mut args = Vec::new();
     model_args(view, &mut args);
+    super::megatron_moe::moe_args(view, &mut args);
     flag(&mut args, "--tensor-model-parallel-size", view.tp);
     flag(&mut args, "--pipeline-model-parallel-size", view.pp);
     flag(&mut args, "--context-parallel-size", view.cp);
@@ -213,7 +215,7 @@ fn split_args(view: &PlanView, args: &mut Vec<String>) -> Option<String> {
     })
 }
 
-/// The layout string: each stage's `E`, `t*N`, `L`, stages joined by `|`, and runs of three or
+/// The layout string: each stage's `E`, `t*N`, `m*N` (MTP), `L`, stages joined by `|`, and runs of three or
 /// more equal stages written once as `(S|)*n`.
 pub(super) fn layout(view: &PlanView) -> String {
     let stages: Vec<String> = view
@@ -224,10 +226,12 @@ pub(super) fn layout(view: &PlanView) -> String {
             if s.has_embedding {
                 text.push('E');
             }
-            match s.layers {
-                0 => {}
-                1 => text.push('t'),
-                n => text.push_str(&format!("t*{n}")),
+            for (c, n) in [('t', s.layers), ('m', s.mtp)] {
+                match n {
+                    0 => {}
+                    1 => text.push(c),
+                    n => text.push_str(&format!("{c}*{n}")),
+                }
             }
             if s.has_head {
                 text.push('L');

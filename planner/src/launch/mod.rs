@@ -10,6 +10,7 @@
 
 mod deepspeed;
 mod megatron;
+mod megatron_moe;
 mod scripts;
 mod torchtitan;
 pub mod view;
@@ -232,12 +233,17 @@ struct Entry {
 
 /// What a model has that no emitter writes flags for yet (mixtures of experts, MLA, MTP, a
 /// `head_dim` apart from hidden/heads, qk-norm, sliding windows, attention sinks), if anything.
-fn not_written_yet(t: &autopp_models::TransformerSpec) -> Option<&'static str> {
-    if t.moe.is_some() {
+fn not_written_yet(
+    t: &autopp_models::TransformerSpec,
+    framework: Framework,
+) -> Option<&'static str> {
+    // Megatron-LM's MoE, MLA, MTP and Qwen3 flags are written (`megatron_moe`)
+    let megatron = framework == Framework::Megatron;
+    if t.moe.is_some() && !megatron {
         Some("mixtures of experts")
-    } else if t.mla.is_some() || t.mtp_num_layers > 0 {
+    } else if (t.mla.is_some() || t.mtp_num_layers > 0) && !megatron {
         Some("MLA attention and MTP layers")
-    } else if t.head_dim.is_some() || t.qk_norm {
+    } else if (t.head_dim.is_some() || t.qk_norm) && !megatron {
         Some("Qwen3-style attention (head_dim, qk-norm)")
     } else if t.sliding_window.is_some() || t.attention_sinks {
         Some("sliding-window attention and attention sinks")
@@ -246,17 +252,23 @@ fn not_written_yet(t: &autopp_models::TransformerSpec) -> Option<&'static str> {
     }
 }
 
+/// Why `framework` gets no launch for a model with `what` (see [`not_written_yet`]).
+fn not_written_why(what: &str, framework: Framework) -> String {
+    match framework {
+        Framework::Deepspeed if what == "mixtures of experts" => "cannot express this plan: its pipeline engine's PipelineModule takes the layers autopp writes, and autopp writes no DeepSpeed-MoE layers (deepspeed.moe.layer.MoE) for expert parallelism; launch it with megatron; the plan itself stands".into(),
+        Framework::Megatron => format!("is not launched by autopp yet for {what}: autopp writes no sliding-window or attention-sink flags yet; the plan itself stands"),
+        _ => format!("is not launched by autopp yet for {what}: autopp writes these flags for megatron only; the plan itself stands"),
+    }
+}
+
 /// Refuses, for `framework`, a model whose launch flags autopp does not write yet (see
 /// [`not_written_yet`]); `plan --emit` asks before it searches, `emit` again.
 pub fn check_emittable(model: &Model, framework: Framework) -> Result<(), LaunchError> {
     match model {
-        Model::Transformer(t) => match not_written_yet(t) {
+        Model::Transformer(t) => match not_written_yet(t, framework) {
             Some(what) => Err(LaunchError::Refused {
                 framework,
-                refusal: Refusal::Model(
-                    framework,
-                    format!("is not launched by autopp yet for {what}: autopp writes no expert-parallel, MLA, MTP, head_dim, qk-norm or sliding-window flags yet; the plan itself stands"),
-                ),
+                refusal: Refusal::Model(framework, not_written_why(what, framework)),
             }),
             None => Ok(()),
         },

@@ -27,8 +27,11 @@ pub struct Stage {
     pub has_head: bool,
     /// Its first transformer layer (numbered 0..L among the transformer layers).
     pub first_layer: u64,
-    /// Its transformer layers.
+    /// Its transformer layers (decoder layers; MTP layers not counted).
     pub layers: u64,
+    /// Its multi-token-prediction layers (the model's last transformer-kind entries, before
+    /// the head).
+    pub mtp: u64,
     /// Of those, how many are fully recomputed under partial recompute (the first ones).
     pub recomputed: u64,
 }
@@ -65,6 +68,13 @@ pub struct PlanView {
     pub dp: u64,
     /// Context-parallel degree.
     pub cp: u64,
+    /// Expert-parallel degree (1 for dense models).
+    pub ep: u64,
+    /// Expert-tensor-parallel degree (1 for dense models).
+    pub etp: u64,
+    /// The share of each expert all-to-all the runtime hides
+    /// ([`crate::experts::a2a_hidden_share`]; 0 without the overlap).
+    pub ep_hidden_share: f64,
     /// Stages per pipeline rank.
     pub virtual_stages: u64,
     /// Sequences per micro-batch.
@@ -156,6 +166,7 @@ impl PlanView {
         let group_size = resolve_group_size(&spec)
             .map_err(|e| invalid("settings.group_size", e.to_string()))?
             .map(|g| g as u64);
+        let ep_hidden_share = crate::experts::a2a_hidden_share(&config, model.mtp_num_layers);
         Ok(PlanView {
             model,
             gpus: p.gpus,
@@ -165,6 +176,9 @@ impl PlanView {
             pp: config.degrees.pp,
             dp: config.degrees.dp,
             cp: config.degrees.cp,
+            ep: config.experts.ep,
+            etp: config.experts.etp,
+            ep_hidden_share,
             virtual_stages: config.degrees.virtual_stages,
             micro_batch_size: p.micro_batch_size,
             num_microbatches: p.num_microbatches,
@@ -287,17 +301,19 @@ fn stages(
     placement: Placement,
     pp: u64,
 ) -> Result<Vec<Stage>, LaunchError> {
-    let entries = model.num_layers + 2;
+    let entries = model.num_layers + model.mtp_num_layers + 2;
     let total: u64 = split.iter().map(|&n| n as u64).sum();
     if total != entries {
         return Err(invalid(
             "plan.ranks",
             format!(
-                "the stages hold {total} layer entries but {} has {entries} (embedding, {} transformer layers, head)",
-                model.name, model.num_layers
+                "the stages hold {total} layer entries but {} has {entries} (embedding, {} transformer and {} MTP layers, head)",
+                model.name, model.num_layers, model.mtp_num_layers
             ),
         ));
     }
+    // entries 1..=L are decoder layers, L+1..=L+mtp the MTP layers
+    let decoder_end = model.num_layers;
     let mut next = 0u64;
     let mut out = Vec::with_capacity(split.len());
     for (s, &n) in split.iter().enumerate() {
@@ -305,7 +321,11 @@ fn stages(
         next += n as u64;
         let has_embedding = first == 0;
         let has_head = last == entries - 1;
-        let layers = n as u64 - u64::from(has_embedding) - u64::from(has_head);
+        let body = n as u64 - u64::from(has_embedding) - u64::from(has_head);
+        let body_first = first + u64::from(has_embedding);
+        // the body entries body_first .. body_first + body − 1 past the decoder layers are MTP
+        let mtp = (body_first + body).saturating_sub((decoder_end + 1).max(body_first));
+        let layers = body - mtp;
         out.push(Stage {
             rank: placement.rank_of(s, pp as usize) as u64,
             chunk: s as u64 / pp,
@@ -313,6 +333,7 @@ fn stages(
             has_head,
             first_layer: first.max(1) - 1,
             layers,
+            mtp,
             recomputed: 0,
         });
     }
@@ -324,7 +345,7 @@ fn check_ranks(file: &PlanFile, stages: &[Stage]) -> Result<(), LaunchError> {
     let mut bounds = Vec::with_capacity(stages.len());
     let mut next = 0usize;
     for s in stages {
-        let n = (s.layers + u64::from(s.has_embedding) + u64::from(s.has_head)) as usize;
+        let n = (s.layers + s.mtp + u64::from(s.has_embedding) + u64::from(s.has_head)) as usize;
         bounds.push([next, next + n - 1]);
         next += n;
     }

@@ -126,6 +126,10 @@ fn time_lines(o: &mut String, result: &PlanAndPrediction, calibration: Option<&s
         }
         let share = if v.abs() < 5e-8 { 0.0 } else { 100.0 * v / t };
         let _ = writeln!(o, "    {name:<11} {:>10}  {share:>5.1}%", secs(v));
+        if name == "ep comm" && b.ep_comm_hidden > 0.0 {
+            let hidden = secs(b.ep_comm_hidden);
+            let _ = writeln!(o, "      + {hidden} hidden behind other micro-batches' compute (--overlap-moe-expert-parallel-comm)");
+        }
     }
     let _ = writeln!(
         o,

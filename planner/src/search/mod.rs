@@ -84,6 +84,9 @@ pub struct SearchOptions {
     /// Only Megatron's default even split (no uneven layouts): for frameworks that cannot lay
     /// stages out unevenly, and to measure what uneven splits buy.
     pub even_split_only: bool,
+    /// The routing load every candidate is evaluated under: the busiest expert rank's tokens
+    /// over the balanced share (`--moe-imbalance`, 1.0: forced balance).
+    pub moe_imbalance: f64,
     /// The solver of the partial-recompute integer program.
     pub ilp_solver: IlpSolver,
     /// No pruning (the reference search of the tests): every key is scored, every fitting one
@@ -109,6 +112,7 @@ impl SearchOptions {
                 ..EvalSettings::default()
             },
             even_split_only: !framework.uneven_layouts(),
+            moe_imbalance: 1.0,
             ilp_solver: IlpSolver::of_build(),
             exhaustive: false,
         }
@@ -175,7 +179,7 @@ pub fn config_with(
         .with_experts(crate::ExpertParallel {
             ep: key.ep,
             etp: key.etp,
-            ..crate::ExpertParallel::default()
+            imbalance: opts.moe_imbalance,
         })
 }
 

@@ -223,7 +223,8 @@ pub fn visit(
                         ep: 1,
                         etp: 1,
                     };
-                    for (ep, etp) in expert_degrees(model, &base.degrees, limits.framework) {
+                    let pairs = expert_degrees(model, &base.degrees, limits.framework);
+                    for (ep, etp) in fixed.expert_pairs(pairs) {
                         let base = Key { ep, etp, ..base };
                         push_schedules(sink, base, m, body_layers, limits, fixed);
                     }

@@ -150,6 +150,10 @@ fn layer_table(
                 tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
                 ep: c.experts.ep,
                 ep_link: cluster.group_link(c.experts.ep, c.experts.etp),
+                ep_hidden_share: crate::experts::a2a_hidden_share(
+                    &c.clone().with_recompute(mode),
+                    crate::experts::mtp_layers(model),
+                ),
             };
             let mut costs = stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[]);
             dense_equivalent_experts(&mut costs, key);

@@ -329,6 +329,7 @@ mod tests {
             bubble,
             tp_comm: 0.0,
             ep_comm: 0.0,
+            ep_comm_hidden: 0.0,
             pp_comm: 0.0,
             dp_comm: dp,
             optimizer: 0.0,

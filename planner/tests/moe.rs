@@ -1,0 +1,219 @@
+//! Mixtures of experts in the planner, against hand-worked cases: the routing imbalance
+//! (`--moe-imbalance`) and the expert all-to-all overlap of Megatron-Core's
+//! `--overlap-moe-expert-parallel-comm` (the `megatron-core-ep-overlap` runtime).
+
+use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
+use autopp_models::{presets, CollectiveKind, LayerKind, Model, Recompute, ShardSpec};
+use autopp_planner::stages::{stage_costs, StageContext};
+use autopp_planner::{evaluate, Degrees, EvalSettings, ExpertParallel, ParallelConfig, Stack};
+
+fn preset(name: &str) -> Model {
+    presets::preset(name)
+        .and_then(|p| p.load().ok())
+        .expect("a bundled preset")
+}
+
+fn profile(gpus: u64) -> AnalyticProfile {
+    let c = Cluster::new(hardware::gpu("h100-sxm").unwrap(), gpus, 8, None).unwrap();
+    AnalyticProfile::new(c, Precision::Bf16).unwrap()
+}
+
+/// tp 1, cp 1, `pp` ranks of `v` stages, `dp` replicas.
+fn degrees(pp: u64, dp: u64, v: u64) -> Degrees {
+    Degrees {
+        tp: 1,
+        pp,
+        dp,
+        cp: 1,
+        virtual_stages: v,
+    }
+}
+
+/// Qwen3-30B-A3B at tp 1, pp 2, dp 8, ep 8 on 16 H100, 1F1B, ZeRO 1, full recompute.
+fn qwen_config(imbalance: f64) -> ParallelConfig {
+    ParallelConfig::new(degrees(2, 8, 1), 1, 64)
+        .with_zero_stage(1)
+        .with_recompute(autopp_models::Recompute::Full)
+        .with_experts(ExpertParallel {
+            ep: 8,
+            etp: 1,
+            imbalance,
+        })
+}
+
+/// The busiest expert rank computes `imbalance ×` the balanced share of routed rows
+/// (`models/src/transformer/block.rs`, `moe_parts`: rows = ⌈R·etp·F⌉ over the `E/ep` local
+/// experts, `R = T·k/tp` token-expert pairs). Qwen3-30B-A3B (h 2048, expert FFN 768, gated,
+/// top-8, 128 experts) at ep 8, one 4096-token sequence: R = 4096 · 8 = 32,768 pairs, 16 local
+/// experts of 2,048 rows each when balanced. Each row costs 2·h·(2·768) + 2·768·h = 2 · 2048 ·
+/// 2304 = 9,437,184 forward FLOPs, so F = 1.5 adds 16,384 rows: 154,618,822,656 FLOPs per
+/// MoE layer's forward.
+#[test]
+fn imbalance_adds_the_busiest_ranks_rows_hand_worked() {
+    let m = preset("qwen3-30b-a3b");
+    let layer_flops = |milli: u64| {
+        let shard = ShardSpec {
+            ep: 8,
+            moe_imbalance_milli: milli,
+            ..ShardSpec::default()
+        };
+        let layers = m.layers(&shard).unwrap();
+        let block = layers
+            .iter()
+            .find(|l| l.kind == LayerKind::Transformer)
+            .expect("a block");
+        block.forward_flops()
+    };
+    let extra = layer_flops(1500) - layer_flops(1000);
+    assert_eq!(extra, 16_384.0 * 2.0 * 2048.0 * 2304.0);
+    assert_eq!(extra, 154_618_822_656.0);
+}
+
+/// A larger imbalance gives a slower iteration through a larger compute term, and nothing
+/// else changes (the all-to-all volume is the balanced one: every token still goes out).
+#[test]
+fn larger_imbalance_is_slower_expert_time() {
+    let (m, p) = (preset("qwen3-30b-a3b"), profile(16));
+    let run = |f: f64| evaluate(&m, &p, &qwen_config(f)).unwrap().result.predicted;
+    let (a, b, c) = (run(1.0), run(1.25), run(2.0));
+    assert!(a.breakdown_s.compute < b.breakdown_s.compute);
+    assert!(b.breakdown_s.compute < c.breakdown_s.compute);
+    assert!(a.iteration_time_s < b.iteration_time_s && b.iteration_time_s < c.iteration_time_s);
+    assert_eq!(a.breakdown_s.ep_comm, c.breakdown_s.ep_comm);
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1e-12)
+}
+
+/// One Qwen3-30B-A3B block at ep 8 with a quarter of each all-to-all exposed: `(1 − s)·a2a +
+/// s·exposed(a2a, other pass)` per direction, `exposed(c, x) = max(c − x, 0) + (1 −
+/// comm_overlap)·min(c, x)` (the profile's overlap rule, `hardware/src/analytic.rs`). The
+/// forward's all-to-alls run beside the other micro-batch's backward (I + W), the backward's
+/// beside its forward; `s = 3/4` is 4 micro-batches without a pipeline, `(m − 1)/m`
+/// (`experts::a2a_hidden_share`). What is hidden and what is exposed add up to the all-to-all
+/// time without the overlap.
+#[test]
+fn hidden_all_to_all_hand_worked() {
+    let m = preset("qwen3-30b-a3b");
+    let p = profile(16);
+    let shard = ShardSpec {
+        ep: 8,
+        ..ShardSpec::default()
+    };
+    let layers = m.layers(&shard).unwrap();
+    let i = layers
+        .iter()
+        .position(|l| l.kind == LayerKind::Transformer)
+        .unwrap();
+    let link = p.cluster.group_link(8, 1);
+    let ctx = |share: f64| StageContext {
+        profile: &p,
+        tp: 1,
+        tp_link: link,
+        recompute: Recompute::None,
+        cp: 1,
+        cp_link: link,
+        cp_kv_bytes: 0,
+        tp_comm_overlap: false,
+        ep: 8,
+        ep_link: link,
+        ep_hidden_share: share,
+    };
+    let t = p.layer_times(&layers[i]);
+    let a2a = p.collective_time_s(CollectiveKind::AllGather, layers[i].ep_a2a_bytes, 8, &link);
+    assert!(a2a > 0.0);
+    let k = p.efficiency.comm_overlap;
+    let hidden_f = k * a2a.min(t.backward_input_s + t.backward_weight_s);
+    let hidden_b = k * a2a.min(t.forward_s);
+    let exposed = stage_costs(&layers, &[[i, i]], &ctx(0.0)).remove(0);
+    let overlapped = stage_costs(&layers, &[[i, i]], &ctx(0.75)).remove(0);
+    assert!(close(exposed.ep_comm_s, 2.0 * a2a));
+    assert_eq!(exposed.ep_comm_hidden_s, 0.0);
+    assert!(close(
+        overlapped.ep_comm_hidden_s,
+        0.75 * (hidden_f + hidden_b)
+    ));
+    assert!(close(
+        overlapped.ep_comm_s + overlapped.ep_comm_hidden_s,
+        2.0 * a2a
+    ));
+    assert!(close(
+        overlapped.forward_s(),
+        exposed.forward_s() - 0.75 * hidden_f
+    ));
+    assert_eq!(overlapped.forward_compute_s, exposed.forward_compute_s);
+}
+
+/// DeepSeek-V3's published layout (arXiv 2412.19437 §3.2; Megatron's
+/// `pipeline_parallel_layout.md`: pp 16 with 2 virtual stages) at ep 64 on 1024 H100: under
+/// `megatron-core-ep-overlap` part of the busiest rank's all-to-all is hidden, less is
+/// exposed than under Megatron-Core (flag off), compute is unchanged and the iteration is
+/// faster; with full recompute Megatron refuses the overlap, and the prediction equals
+/// Megatron-Core's.
+#[test]
+fn overlap_hides_deepseek_v3_all_to_alls() {
+    let m = preset("deepseek-v3");
+    let (p, d) = (profile(1024), degrees(16, 64, 2));
+    let run = |stack: Stack, recompute: Recompute| {
+        let settings = EvalSettings {
+            runtime: stack.runtime(),
+            ..EvalSettings::default()
+        };
+        let c = ParallelConfig::new(d, 1, 8192)
+            .with_schedule(autopp_schedule::ScheduleKind::Interleaved1F1B)
+            .with_zero_stage(1)
+            .with_recompute(recompute)
+            .with_settings(settings)
+            .with_experts(ExpertParallel {
+                ep: 64,
+                ..ExpertParallel::default()
+            });
+        evaluate(&m, &p, &c).unwrap().result.predicted
+    };
+    let off = run(Stack::MegatronCore, Recompute::None);
+    let on = run(Stack::MegatronCoreEpOverlap, Recompute::None);
+    let (a, b) = (off.breakdown_s, on.breakdown_s);
+    assert_eq!(a.ep_comm_hidden, 0.0);
+    assert!(b.ep_comm_hidden > 0.0 && b.ep_comm < a.ep_comm);
+    assert!((a.compute - b.compute).abs() < 1e-9 * a.compute);
+    assert!(on.iteration_time_s < off.iteration_time_s);
+    let full_off = run(Stack::MegatronCore, Recompute::Full);
+    let full_on = run(Stack::MegatronCoreEpOverlap, Recompute::Full);
+    assert_eq!(full_on.iteration_time_s, full_off.iteration_time_s);
+    assert_eq!(full_on.breakdown_s.ep_comm_hidden, 0.0);
+}
+
+/// DeepSeek-V3 (61 layers and one MTP layer, `mtp_num_layers` 1) at pp 16 with 2 virtual
+/// stages: Megatron's even split puts the 62 transformer-kind entries 2 per stage with the
+/// leftover stages 0 and 31 holding one (`split::default_split`), so the MTP layer shares the
+/// last stage with the loss. The layout has 61 `t`, one `m`, and the `m` on rank 15's last
+/// virtual stage, as `validate_layer_layout` requires (`../shared/reference/megatron-lm.md`;
+/// Megatron's own DeepSeek-V3 example, `Et*3|(tt|)*29,m|L`, puts it on rank 14's).
+#[test]
+fn deepseek_v3_layout_writes_its_mtp_layer() {
+    let m = preset("deepseek-v3");
+    let c = ParallelConfig::new(degrees(16, 64, 2), 1, 8192)
+        .with_schedule(autopp_schedule::ScheduleKind::Interleaved1F1B)
+        .with_experts(ExpertParallel {
+            ep: 64,
+            ..ExpertParallel::default()
+        });
+    let plan = evaluate(&m, &profile(1024), &c).unwrap().result.plan;
+    let layout = plan.megatron_layout.expect("a layout");
+    let want = format!("Et|{}mL", "t*2|".repeat(30));
+    assert_eq!(layout, want);
+    let stages: Vec<&str> = layout.split('|').collect();
+    assert_eq!(stages.len(), 32);
+    let t: usize = stages
+        .iter()
+        .map(|s| match s.trim_matches(['E', 'L', 'm']) {
+            "" => 0,
+            "t" => 1,
+            r => r[2..].parse::<usize>().unwrap(),
+        })
+        .sum();
+    assert_eq!(t, 61);
+    assert_eq!(layout.matches('m').count(), 1);
+    assert!(stages[16..].iter().any(|s| s.contains('m')));
+}
