@@ -106,13 +106,20 @@ pub fn gpu_kind(name: &str) -> Option<&'static str> {
     if n.contains("pcie") {
         return None;
     }
+    // the Grace-Blackwell kinds first: "gb200" contains "b200"
+    for kind in ["gb300", "gb200", "b300", "b200"] {
+        if n.contains(kind) {
+            return Some(kind);
+        }
+    }
     if n.contains("a100") {
         Some(if n.contains("40") {
             "a100-40g"
         } else {
             "a100-80g"
         })
-    } else if n.contains("h100") {
+    } else if n.contains("h100") || n.contains("h800") {
+        // the H800 is an H100 with less NVLink bandwidth (`row_cluster` sets it)
         Some("h100-sxm")
     } else if n.contains("h200") {
         Some("h200")
@@ -174,6 +181,10 @@ fn recompute_of(text: Option<&str>) -> Option<Recompute> {
         Some(Recompute::Selective)
     } else if t.starts_with("none") {
         Some(Recompute::None)
+    } else if ["norm", "act", "up_proj"].iter().any(|m| t.contains(m)) {
+        // Megatron-Core's `--recompute-modules` (layernorm, moe_act, mla_up_proj, …): small
+        // modules recomputed, the nearest of autopp's modes is selective
+        Some(Recompute::Selective)
     } else {
         None
     }
@@ -319,7 +330,14 @@ fn row_cluster(
     if gpu_name.contains("96GB") || gpu_name.to_ascii_lowercase().contains("ampere") {
         assumptions.push(format!("GPU '{gpu_name}' modelled as the catalog's {kind}"));
     }
-    let per_node = row.gpus_per_node.unwrap_or(8);
+    let tray = row.gpus_per_node.unwrap_or(8);
+    let per_node = crate::moe::domain_per_node(gpus, tray, row.nvlink_domain_size);
+    if per_node != tray {
+        assumptions.push(format!(
+            "NVLink domain of {}: {per_node} GPUs share NVLink",
+            row.nvlink_domain_size.unwrap_or(per_node)
+        ));
+    }
     let nic = row
         .inter_node_interconnect
         .as_deref()
@@ -327,14 +345,22 @@ fn row_cluster(
     if nic.is_none() && gpus > per_node {
         assumptions.push(format!("network not stated: {kind}'s usual NIC assumed"));
     }
-    let gpu = hardware::gpu(kind).map_err(|e| e.to_string())?;
+    let mut gpu = hardware::gpu(kind).map_err(|e| e.to_string())?;
+    if gpu_name.to_ascii_lowercase().contains("h800") {
+        gpu.nvlink_bw_bytes_per_s = crate::moe::H800_NVLINK_BYTES_PER_S;
+        assumptions.push("H800: the h100-sxm with NVLink at 400 GB/s".into());
+    }
     Cluster::new(gpu, gpus, per_node, nic).map_err(|e| e.to_string())
 }
 
 fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
     let (stack, guess) = stack_of(row);
     let mut assumptions: Vec<String> = guess.into_iter().collect();
-    let model = transformer(row, stack, None)?;
+    let model = if crate::moe::is_moe(row) {
+        crate::moe::model(row, &mut assumptions)?
+    } else {
+        transformer(row, stack, None)?
+    };
     let gpus = need(row.num_gpus, "num_gpus")?;
     let cluster = row_cluster(row, gpus, &mut assumptions)?;
 
@@ -384,6 +410,7 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
         None => false,
     };
     let config = ParallelConfig::new(degrees, mbs, gbs)
+        .with_experts(crate::moe::experts(row, &mut assumptions)?)
         .with_schedule(schedule)
         .with_recompute(recompute)
         .with_sequence_parallel(sequence_parallel)
@@ -432,6 +459,12 @@ fn recompute_or_default(
             .ok_or_else(|| format!("activation_recomputation '{text}' is not one autopp knows")),
         (None, Stack::MegatronCore | Stack::Nemo) => {
             assumptions.push(format!("recompute not stated: none ({stack}'s default)"));
+            Ok(Recompute::None)
+        }
+        // the MoE performance tables list recompute when they use it (ModelZoo, DeepSeek)
+        (None, _) if crate::moe::is_moe(row) => {
+            assumptions
+                .push("recompute not stated: none (the MoE tables name it when used)".into());
             Ok(Recompute::None)
         }
         (None, _) => Err("activation_recomputation is not reported".to_string()),
