@@ -32,6 +32,7 @@ pub mod lenient;
 pub mod mapping;
 pub mod moe;
 pub mod moe_fit;
+mod network;
 pub mod report;
 pub mod rows;
 mod stacks;

@@ -284,3 +284,119 @@ pub fn summary(prepared: &[PreparedRow], results: &[RowResult]) -> Option<Summar
         .collect();
     (!relabelled.is_empty()).then(|| summarize(&relabelled))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mapping::{map_row, Case};
+    use autopp_planner::schedule::ScheduleKind;
+
+    fn row(fields: serde_json::Value) -> PublishedRow {
+        let mut r = serde_json::json!({"id": "r", "kind": "end_to_end_training_throughput",
+            "source_group": "g", "framework": "NeMo 26.02 (Megatron-Bridge on Megatron-Core)",
+            "seq_length": 4096, "global_batch_size": 4096, "micro_batch_size": 1, "tp": 1,
+            "pp": 4, "dp": 64, "cp": 1, "virtual_pipeline_stages": 4, "num_gpus": 256,
+            "seconds_per_iteration": 16.57, "result_status": "ok"});
+        for (k, v) in fields.as_object().into_iter().flatten() {
+            r[k] = v.clone();
+        }
+        let text = serde_json::Value::Array(vec![r]).to_string();
+        crate::rows::parse_rows(&text, "test").unwrap().remove(0)
+    }
+
+    /// Hand-worked: Megatron-Bridge's DeepSeek-V3 on 256 GB200 (26.02, FP8-MX). The sizes agree
+    /// with the preset (61 layers, 7168 hidden, 256 experts top-8 of width 2048, one shared, 3
+    /// dense), so the preset is used with its MTP layer (not stated: an assumption); 256 GPUs
+    /// in NVL72 racks of trays of 4 share NVLink 64 at a time (64 | 256, 68 and 72 do not), so
+    /// the cluster is 4 "nodes" of 64; MXFP8; ep 64 with etp 1 assumed, so ep·etp = 64
+    /// divides tp·dp = 64 (expert-dp 1); virtual stages 4 → interleaved 1F1B.
+    #[test]
+    fn deepseek_v3_on_gb200_hand_worked() {
+        let r = row(
+            serde_json::json!({"model_name": "DeepSeek-V3", "num_layers": 61,
+            "hidden_size": 7168, "num_attention_heads": 128, "vocab_size": 129280,
+            "num_experts": 256, "num_experts_per_tok": 8, "moe_ffn_hidden_size": 2048,
+            "num_shared_experts": 1, "first_k_dense_layers": 3, "attention": "mla",
+            "ep": 64, "routing": "forced-balanced", "gpus_per_node": 4,
+            "nvlink_domain_size": 72, "gpu_type": "GB200 (DGX-GB200 NVL72)",
+            "precision": "fp8 (MXFP8: 1x32 block scaling)"}),
+        );
+        let mapped = map_row(&r).unwrap();
+        let Case::Iteration(it) = mapped.case else {
+            panic!("an iteration case")
+        };
+        let autopp_models::Model::Transformer(t) = &it.model else {
+            panic!("a transformer")
+        };
+        assert_eq!(t.name, "deepseek-v3");
+        assert_eq!(t.mtp_num_layers, 1);
+        assert!(t.mla.is_some());
+        assert_eq!(it.cluster.gpu.name, "gb200");
+        assert_eq!((it.cluster.gpus_per_node, it.cluster.nodes), (64, 4));
+        let c = &it.config;
+        assert_eq!(c.settings.precision, Precision::Mxfp8);
+        assert_eq!(
+            (c.experts.ep, c.experts.etp, c.experts.imbalance),
+            (64, 1, 1.0)
+        );
+        assert_eq!(c.experts.expert_dp(&c.degrees), 1);
+        assert_eq!(c.schedule, ScheduleKind::Interleaved1F1B);
+        assert_eq!(it.time_s, Some(16.57));
+        let said = mapped.assumptions.join(" | ");
+        for needle in ["MTP", "etp not stated", "NVLink domain of 72"] {
+            assert!(said.contains(needle), "{needle}: {said}");
+        }
+        assert_eq!(
+            group_of(&r, &it.cluster.gpu.name, c.settings.precision),
+            "gb200 fp8 deepseek-v3"
+        );
+    }
+
+    /// A model autopp has no preset for is built from the row's keys; an H800 is the H100
+    /// with NVLink at 400 GB/s (200 GB/s a direction); MLA without a preset and a MoE row
+    /// without `ep` are refused with the reason.
+    #[test]
+    fn models_from_keys_h800_and_refusals() {
+        let grok = serde_json::json!({"model_name": "Grok-1 (314B)", "num_layers": 64,
+            "hidden_size": 6144, "num_attention_heads": 48, "num_kv_heads": 8,
+            "vocab_size": 131072, "num_experts": 8, "num_experts_per_tok": 2,
+            "moe_ffn_hidden_size": 32768, "ep": 8, "etp": 1, "tp": 4, "pp": 8, "dp": 8,
+            "virtual_pipeline_stages": 1, "gpu_type": "H800-SXM5-80GB", "precision": "bf16"});
+        let r = row(grok.clone());
+        let mapped = map_row(&r).unwrap();
+        let Case::Iteration(it) = mapped.case else {
+            panic!("an iteration case")
+        };
+        let autopp_models::Model::Transformer(t) = &it.model else {
+            panic!("a transformer")
+        };
+        let moe = t.moe.as_ref().unwrap();
+        assert_eq!((moe.num_experts, moe.num_experts_per_tok), (8, 2));
+        assert!(t.gated_mlp && !t.tied_embeddings && t.norm == Norm::Rmsnorm);
+        assert_eq!(it.cluster.gpu.nvlink_bw_bytes_per_s, 200e9);
+        assert_eq!(
+            group_of(&r, &it.cluster.gpu.name, Precision::Bf16),
+            "h800 bf16 grok-1"
+        );
+        let mut no_ep = grok.clone();
+        no_ep["ep"] = serde_json::Value::Null;
+        assert!(map_row(&row(no_ep))
+            .unwrap_err()
+            .contains("ep is not reported"));
+        let mut mla = grok;
+        mla["attention"] = "mla".into();
+        assert!(map_row(&row(mla)).unwrap_err().contains("MLA ranks"));
+    }
+
+    /// 256 GPUs in trays of 4 within a 72-GPU domain: the multiples of 4 up to 72 that divide
+    /// 256 are 4, 8, 16, 32, 64 → 64. 96 GPUs → 48 (72, 68, …, 52 do not divide 96). 8 GPUs
+    /// fit one domain. Without a larger domain the tray is the node.
+    #[test]
+    fn nvlink_domains() {
+        assert_eq!(domain_per_node(256, 4, Some(72)), 64);
+        assert_eq!(domain_per_node(96, 4, Some(72)), 48);
+        assert_eq!(domain_per_node(8, 4, Some(72)), 8);
+        assert_eq!(domain_per_node(64, 8, Some(8)), 8);
+        assert_eq!(domain_per_node(64, 8, None), 8);
+    }
+}

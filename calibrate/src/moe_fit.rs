@@ -1,4 +1,4 @@
-//! The fit of the two mixture-of-experts knobs ([`Efficiency::grouped_gemm`] and
+//! The fit of the two mixture-of-experts knobs ([`Efficiency::grouped_gemm_half_dim`] and
 //! [`Efficiency::moe_layer_overhead_s`]) on the mapped MoE rows' iteration times, in sample and
 //! leaving out each GPU kind × precision × family group ([`crate::moe::group_of`]). The other
 //! knobs stay at the shipped fit of the dense runs, so the dense rows' predictions do not move.
@@ -29,8 +29,8 @@ pub struct GroupFit {
 /// The MoE fit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MoeFit {
-    /// Fitted [`Efficiency::grouped_gemm`].
-    pub grouped_gemm: f64,
+    /// Fitted [`Efficiency::grouped_gemm_half_dim`].
+    pub grouped_gemm_half_dim: f64,
     /// Fitted [`Efficiency::moe_layer_overhead_s`], seconds.
     pub moe_layer_overhead_s: f64,
     /// Per group.
@@ -40,13 +40,13 @@ pub struct MoeFit {
     pub overall: [f64; 3],
 }
 
-/// The grid the fit searches: grouped-GEMM factor 0.30–1.00 by 0.05, overhead 0–4 ms by
-/// 0.25 ms.
+/// The grid the fit searches: grouped-GEMM half size 0–4096 elements by 256, overhead 0–4 ms
+/// by 0.25 ms.
 fn grid() -> Vec<(f64, f64)> {
     let mut points = Vec::new();
-    for g in 0..=14 {
+    for g in 0..=16 {
         for o in 0..=16 {
-            points.push((0.30 + 0.05 * g as f64, 0.25e-3 * o as f64));
+            points.push((256.0 * g as f64, 0.25e-3 * o as f64));
         }
     }
     points
@@ -88,7 +88,7 @@ pub fn fit(prepared: &[PreparedRow]) -> Option<MoeFit> {
         .collect();
     let at = |g: f64, o: f64| Calibration {
         efficiency: Efficiency {
-            grouped_gemm: g,
+            grouped_gemm_half_dim: g,
             moe_layer_overhead_s: o,
             ..Efficiency::default()
         },
@@ -143,7 +143,7 @@ pub fn fit(prepared: &[PreparedRow]) -> Option<MoeFit> {
         })
         .collect();
     Some(MoeFit {
-        grouped_gemm: points[all].0,
+        grouped_gemm_half_dim: points[all].0,
         moe_layer_overhead_s: points[all].1,
         groups,
         overall: [
@@ -157,8 +157,8 @@ pub fn fit(prepared: &[PreparedRow]) -> Option<MoeFit> {
 /// The fit as text.
 pub fn text(f: &MoeFit) -> String {
     let mut o = format!(
-        "\nmixture-of-experts knobs fitted on the MoE rows: grouped_gemm {:.2}, moe_layer_overhead_s {:.2} ms\n{:<28} {:>5} {:>8} {:>8} {:>9}\n",
-        f.grouped_gemm,
+        "\nmixture-of-experts knobs fitted on the MoE rows: grouped_gemm_half_dim {:.0}, moe_layer_overhead_s {:.2} ms\n{:<28} {:>5} {:>8} {:>8} {:>9}\n",
+        f.grouped_gemm_half_dim,
         f.moe_layer_overhead_s * 1e3,
         "group",
         "n",

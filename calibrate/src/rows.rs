@@ -277,7 +277,7 @@ pub fn parse_rows(text: &str, origin: &str) -> Result<Vec<PublishedRow>, Validat
             Some((head, _)) if head.starts_with("unknown field") => {
                 format!("{head}: not a field of a published run")
             }
-            Some((head, values)) => format!("{head}: use one of {values}"),
+            Some((head, values)) => format!("{head}: use one of {}", values.trim_start()),
             None => inner,
         };
         let message = if path == "." || path.is_empty() {
@@ -372,6 +372,70 @@ mod tests {
                 .and_then(parse_gib),
             Some(82.4)
         );
+    }
+
+    /// The MoE keys parse typed; a bad value is one error naming the row's position, its id
+    /// and the field.
+    #[test]
+    fn moe_keys() {
+        let row = |key: &str, value: serde_json::Value| {
+            let mut r = serde_json::json!({"id": "m", "kind": "end_to_end_training_throughput",
+                "source_group": "g", "num_layers": 4, "num_experts": 8, "num_experts_per_tok": 2,
+                "moe_ffn_hidden_size": 512, "num_shared_experts": 0, "first_k_dense_layers": 1,
+                "attention": "gqa", "mtp_num_layers": 0, "ep": "4", "etp": 1,
+                "routing": "forced-balanced", "nvlink_domain_size": 72});
+            r[key] = value;
+            serde_json::Value::Array(vec![r]).to_string()
+        };
+        let rows = parse_rows(&row("id", "m".into()), "f.json").unwrap();
+        let r = &rows[0];
+        assert_eq!(
+            (r.num_experts, r.num_experts_per_tok, r.moe_ffn_hidden_size),
+            (Some(8), Some(2), Some(512))
+        );
+        assert_eq!(
+            (r.ep, r.etp, r.nvlink_domain_size),
+            (Some(4), Some(1), Some(72))
+        );
+        assert_eq!(r.attention, Some(AttentionKind::Gqa));
+        assert_eq!(r.routing, Some(Routing::ForcedBalanced));
+        assert_eq!(r.first_k_dense_layers, Some(1));
+        use serde_json::json;
+        for (key, value, want) in [
+            (
+                "routing",
+                json!("random"),
+                "runs[0].routing: unknown variant `random`: use one of `forced-balanced`",
+            ),
+            (
+                "attention",
+                json!("MLA"),
+                "runs[0].attention: unknown variant `MLA`",
+            ),
+            (
+                "ep",
+                json!(3),
+                "runs[0].ep: 3 does not divide num_experts = 8",
+            ),
+            ("ep", json!(0), "runs[0].ep: must be at least 1"),
+            ("ep", json!("four"), "runs[0].ep: must be a whole number"),
+            (
+                "num_experts_per_tok",
+                json!(9),
+                "runs[0].num_experts_per_tok: 9 exceeds num_experts = 8",
+            ),
+            (
+                "first_k_dense_layers",
+                json!(5),
+                "runs[0].first_k_dense_layers: 5 exceeds num_layers = 4",
+            ),
+        ] {
+            let e = parse_rows(&row(key, value), "f.json")
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("f.json: ") && e.contains(want), "{key}: {e}");
+            assert!(e.contains("(row 'm')"), "{e}");
+        }
     }
 
     #[test]

@@ -44,14 +44,16 @@ pub struct Efficiency {
     /// their (doubled) peak. One global knob, set from the FP8 runs of the calibration file.
     #[serde(default = "default_fp8_gemm")]
     pub fp8_gemm: f64,
-    /// Factor on the efficiency of a grouped GEMM — a linear op run `count > 1` times, the
-    /// routed experts one GPU holds — relative to one GEMM of the same shape: the grouped
-    /// kernels (Transformer Engine's `GroupedLinear`, CUTLASS grouped GEMM) split the rows of
-    /// a micro-batch unevenly over the experts, pad each expert's rows to the tile and, in FP8,
-    /// quantize each expert's operands apart. Set from the MoE runs of
-    /// `validation/moe/runs.json` ([`GROUPED_GEMM`]).
-    #[serde(default = "default_grouped_gemm")]
-    pub grouped_gemm: f64,
+    /// Size, in elements, at which a grouped GEMM — a linear op run `count > 1` times, the
+    /// routed experts one GPU holds — reaches half the efficiency of one GEMM of the same
+    /// shape along its smaller weight dimension: the factor is `x / (x + grouped_gemm_half_dim)`
+    /// with `x = min(n, k)`. Narrow experts (Qwen3-30B's 768, DeepSeek-V3's 2048) leave the
+    /// grouped kernels (Transformer Engine's `GroupedLinear`, CUTLASS grouped GEMM) few tiles
+    /// per expert, with each expert's rows padded to the tile and, in FP8, its operands
+    /// quantized apart. Set from the MoE runs of `validation/moe/runs.json`
+    /// ([`GROUPED_GEMM_HALF_DIM`]).
+    #[serde(default = "default_grouped_gemm_half_dim")]
+    pub grouped_gemm_half_dim: f64,
     /// Seconds per mixture-of-experts layer per micro-batch, in the forward and again in the
     /// backward, that the GPU waits on the host: the dropless dispatcher copies the tokens per
     /// expert to the host (a synchronisation) before it can size the permutation and the
@@ -83,19 +85,22 @@ fn default_fp8_gemm() -> f64 {
     FP8_GEMM
 }
 
-/// The default [`Efficiency::grouped_gemm`]: the grid fit (0.30–1.00 by 0.05) on the 86
-/// mapped MoE runs of `validation/moe/runs.json`, every other knob at its dense fit
+/// The default [`Efficiency::grouped_gemm_half_dim`], elements: the grid fit (0–4096 by 256,
+/// with [`MOE_LAYER_OVERHEAD_S`] 0–4 ms by 0.25 ms) on the 86 mapped MoE runs of
+/// `validation/moe/runs.json`, every other knob at its dense fit
 /// (`autopp validate validation/moe/runs.json --fit`; `validation/README.md` has the errors in
-/// sample and leaving each GPU × precision × family group out). MoE MAPE 31.3% with the
-/// neutral 1.0 and no overhead, 22.9% with 0.60 and 1 ms.
-pub const GROUPED_GEMM: f64 = 0.60;
+/// sample and leaving each GPU × precision × family group out). MoE iteration-time MAPE:
+/// 31.3% with neither MoE knob, 22.8% with 1024 and 1 ms. Qwen3-30B's 768-wide experts run
+/// at 768/1792 = 43% of a dense GEMM's efficiency, DeepSeek-V3's up-projection (k 7168, n
+/// 4096) at 80%.
+pub const GROUPED_GEMM_HALF_DIM: f64 = 1024.0;
 
-/// The default [`Efficiency::moe_layer_overhead_s`] (grid 0–4 ms by 0.25 ms), fitted with
-/// [`GROUPED_GEMM`]: 1 ms per MoE layer per pass.
+/// The default [`Efficiency::moe_layer_overhead_s`], fitted with [`GROUPED_GEMM_HALF_DIM`]: 1 ms
+/// per MoE layer per pass.
 pub const MOE_LAYER_OVERHEAD_S: f64 = 1.0e-3;
 
-fn default_grouped_gemm() -> f64 {
-    GROUPED_GEMM
+fn default_grouped_gemm_half_dim() -> f64 {
+    GROUPED_GEMM_HALF_DIM
 }
 
 fn default_moe_layer_overhead_s() -> f64 {
@@ -114,7 +119,7 @@ impl Default for Efficiency {
             attention_fused: 0.403,
             hopper_compute: 1.0,
             fp8_gemm: FP8_GEMM,
-            grouped_gemm: GROUPED_GEMM,
+            grouped_gemm_half_dim: GROUPED_GEMM_HALF_DIM,
             moe_layer_overhead_s: MOE_LAYER_OVERHEAD_S,
             hbm: 0.95,
             comm_intra: 0.95,
@@ -221,7 +226,8 @@ impl AnalyticProfile {
             } => {
                 let flops = op.flops();
                 let grouped = if linear && count > 1 {
-                    eff.grouped_gemm
+                    let x = n.min(k) as f64;
+                    x / (x + eff.grouped_gemm_half_dim)
                 } else {
                     1.0
                 };
@@ -437,6 +443,37 @@ mod tests {
         let expect = e.gemm_misaligned * (225.0 / (225.0 + e.gemm_half_dim))
             / (224.0 / (224.0 + e.gemm_half_dim));
         assert!((ratio - expect).abs() < 1e-12, "{ratio} vs {expect}");
+    }
+
+    /// Hand-worked grouped GEMM: 16 experts of `[2048 × 2048]·[2048 × 1536]` (compute-bound
+    /// on an H100 in bf16): with the half size 1024 the factor is min(1536, 2048) / (1536 +
+    /// 1024) = 0.6, so the time over the kernel overhead is 1/0.6 of the same grouped op with
+    /// no penalty (half size 0); a single GEMM (`count` 1) and a non-linear op get none.
+    #[test]
+    fn grouped_gemm_hand_worked() {
+        let c = Cluster::new(hardware::gpu("h100-sxm").unwrap(), 8, 8, None).unwrap();
+        let mut p = AnalyticProfile::new(c, Precision::Bf16).unwrap();
+        let op = |count, linear| Op::Gemm {
+            m: 2048,
+            n: 1536,
+            k: 2048,
+            count,
+            linear,
+        };
+        let ko = p.efficiency.kernel_overhead_s;
+        p.efficiency.grouped_gemm_half_dim = 0.0;
+        let free = p.op_time_s(&op(16, true)) - ko;
+        let single = p.op_time_s(&op(1, true));
+        let core = p.op_time_s(&op(16, false));
+        p.efficiency.grouped_gemm_half_dim = 1024.0;
+        let grouped = p.op_time_s(&op(16, true)) - ko;
+        assert!(
+            (grouped / free - 1.0 / 0.6).abs() < 1e-9,
+            "{}",
+            grouped / free
+        );
+        assert_eq!(p.op_time_s(&op(1, true)), single);
+        assert_eq!(p.op_time_s(&op(16, false)), core);
     }
 
     /// Hand-worked all-to-all: 64 MB from each of 8 GPUs of one H100 node (NVLink 450 GB/s,
