@@ -206,3 +206,45 @@ fn estimate_prints_its_uncertainty() {
         "{stderr}"
     );
 }
+
+/// The MoE runs: groups by GPU kind, precision and family in the text, per-row comparisons and
+/// the groups in `--json`, no dense acceptance bounds; a bad MoE value is one line naming the
+/// row and the field, exit 2.
+#[test]
+fn moe_runs_are_validated() {
+    const MOE: &str = "validation/moe/runs.json";
+    let text = String::from_utf8(autopp(&["validate", MOE]).stdout).unwrap();
+    let named = [
+        "mixture-of-experts rows by GPU kind, precision and model family:",
+        "h100 fp8 qwen3-moe",
+        "gb200 fp8 deepseek-v3",
+        "moe_ffn_hidden_size is not reported",
+    ];
+    assert!(named.iter().all(|n| text.contains(n)), "{text}");
+    assert!(!text.contains("acceptance bounds"), "{text}");
+    let out = autopp(&["validate", MOE, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["moe_groups"]["groups"].as_array().unwrap().len() >= 20);
+    let row = json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "mbridge2602_DeepSeek-V3_GB200_FP8-MX_256gpu")
+        .unwrap();
+    assert_eq!(row["comparisons"][0]["metric"], "iteration_time");
+    assert_eq!(row["comparisons"][0]["published"], 16.57);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(MOE);
+    let mut runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    runs[4]["routing"] = serde_json::json!("balanced");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("moe.json");
+    std::fs::write(&bad, runs.to_string()).unwrap();
+    fails_with(
+        &["validate", bad.to_str().unwrap()],
+        &[
+            "runs[4].routing: unknown variant `balanced`",
+            "(row 'mbridge2602_DeepSeek-V3_GB200_FP8-MX_256gpu')",
+        ],
+    );
+}

@@ -35,6 +35,8 @@ pub const PRIOR: Efficiency = Efficiency {
     attention_fused: 0.55,
     hopper_compute: 0.75,
     fp8_gemm: autopp_hardware::analytic::FP8_GEMM,
+    grouped_gemm_half_dim: autopp_hardware::analytic::GROUPED_GEMM_HALF_DIM,
+    moe_layer_overhead_s: autopp_hardware::analytic::MOE_LAYER_OVERHEAD_S,
     hbm: 0.70,
     comm_intra: 0.75,
     comm_inter: 0.85,

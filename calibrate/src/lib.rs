@@ -30,6 +30,9 @@ pub mod experts;
 pub mod fit;
 pub mod lenient;
 pub mod mapping;
+pub mod moe;
+pub mod moe_fit;
+mod network;
 pub mod report;
 pub mod rows;
 mod stacks;
@@ -159,6 +162,8 @@ pub struct PreparedRow {
     pub case: Result<Case, String>,
     /// Assumptions made by the mapping.
     pub assumptions: Vec<String>,
+    /// A mapped mixture-of-experts row's report group ([`moe::group_of`]).
+    pub moe_group: Option<String>,
     /// The layer costs of an iteration case (they do not depend on the calibration).
     layers: Option<Vec<autopp_models::LayerCost>>,
 }
@@ -192,11 +197,20 @@ pub fn prepare(rows: &[PublishedRow]) -> Vec<PreparedRow> {
                 },
                 other => (other, None),
             };
+            let moe_group = match &case {
+                Ok(Case::Iteration(it)) if moe::is_moe(row) => Some(moe::group_of(
+                    row,
+                    &it.cluster.gpu.name,
+                    it.config.settings.precision,
+                )),
+                _ => None,
+            };
             PreparedRow {
                 id: row.id.clone(),
                 group: row.source_group.clone(),
                 case,
                 assumptions,
+                moe_group,
                 layers,
             }
         })

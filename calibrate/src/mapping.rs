@@ -8,6 +8,7 @@
 use autopp_hardware::{hardware, Cluster, Precision};
 use autopp_models::{Model, PositionEmbedding, Recompute, TransformerSpec};
 
+pub use super::network::nic_gbps_per_gpu;
 use super::rows::{ms_after, parse_gib, PublishedRow, RowKind};
 use super::stacks::{always_zero3, flash_attention, preset_model, runtime_of, stack_of};
 use autopp_planner::config::{EvalSettings, ParallelConfig};
@@ -106,13 +107,20 @@ pub fn gpu_kind(name: &str) -> Option<&'static str> {
     if n.contains("pcie") {
         return None;
     }
+    // the Grace-Blackwell kinds first: "gb200" contains "b200"
+    for kind in ["gb300", "gb200", "b300", "b200"] {
+        if n.contains(kind) {
+            return Some(kind);
+        }
+    }
     if n.contains("a100") {
         Some(if n.contains("40") {
             "a100-40g"
         } else {
             "a100-80g"
         })
-    } else if n.contains("h100") {
+    } else if n.contains("h100") || n.contains("h800") {
+        // the H800 is an H100 with less NVLink bandwidth (`row_cluster` sets it)
         Some("h100-sxm")
     } else if n.contains("h200") {
         Some("h200")
@@ -123,49 +131,6 @@ pub fn gpu_kind(name: &str) -> Option<&'static str> {
     }
 }
 
-/// The first number in `text` after `from`, if any.
-fn number_in(text: &str) -> Option<f64> {
-    let start = text.find(|c: char| c.is_ascii_digit())?;
-    let rest = &text[start..];
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
-    rest[..end].parse().ok()
-}
-
-/// NIC bandwidth per GPU in Gbit/s from the row's description of the network between nodes:
-/// `8x … 200 Gb/s HDR InfiniBand HCAs per node`, `1600 Gbps node-node`, `4 OPA links per node`
-/// (Omni-Path: 100 Gbit/s a link). `None` when the row does not say.
-pub fn nic_gbps_per_gpu(text: &str, gpus_per_node: u64) -> Option<f64> {
-    let t = text.to_ascii_lowercase();
-    let per_node = if t.contains("opa") || t.contains("omni-path") {
-        let links = t.find("opa link").and_then(|i| {
-            let head = &t[..i];
-            let start = head.trim_end().rfind(' ').map_or(0, |j| j + 1);
-            number_in(&head[start..])
-        })?;
-        links * 100.0
-    } else if let Some(x) = t
-        .find("x ")
-        .filter(|&i| i > 0 && t[..i].chars().all(|c| c.is_ascii_digit()))
-    {
-        let count: f64 = t[..x].parse().ok()?;
-        let rate_at = t.find("gb/s").or_else(|| t.find("gbps"))?;
-        let head = &t[x + 1..rate_at];
-        let start = head.trim_end().rfind(' ').map_or(0, |j| j + 1);
-        count * number_in(&head[start..])?
-    } else if t.contains("per gpu") {
-        let rate_at = t.find("gbps").or_else(|| t.find("gb/s"))?;
-        number_in(&t[..rate_at])? * gpus_per_node as f64
-    } else if t.contains("node-node") || t.contains("per node") {
-        let rate_at = t.find("gbps").or_else(|| t.find("gb/s"))?;
-        number_in(&t[..rate_at])?
-    } else {
-        return None;
-    };
-    (per_node > 0.0).then_some(per_node / gpus_per_node.max(1) as f64)
-}
-
 fn recompute_of(text: Option<&str>) -> Option<Recompute> {
     let t = text?.trim().to_ascii_lowercase();
     if t.starts_with("full") {
@@ -174,6 +139,10 @@ fn recompute_of(text: Option<&str>) -> Option<Recompute> {
         Some(Recompute::Selective)
     } else if t.starts_with("none") {
         Some(Recompute::None)
+    } else if ["norm", "act", "up_proj"].iter().any(|m| t.contains(m)) {
+        // Megatron-Core's `--recompute-modules` (layernorm, moe_act, mla_up_proj, …): small
+        // modules recomputed, the nearest of autopp's modes is selective
+        Some(Recompute::Selective)
     } else {
         None
     }
@@ -319,22 +288,37 @@ fn row_cluster(
     if gpu_name.contains("96GB") || gpu_name.to_ascii_lowercase().contains("ampere") {
         assumptions.push(format!("GPU '{gpu_name}' modelled as the catalog's {kind}"));
     }
-    let per_node = row.gpus_per_node.unwrap_or(8);
+    let tray = row.gpus_per_node.unwrap_or(8);
+    let per_node = crate::moe::domain_per_node(gpus, tray, row.nvlink_domain_size);
+    if per_node != tray {
+        assumptions.push(format!(
+            "NVLink domain of {}: {per_node} GPUs share NVLink",
+            row.nvlink_domain_size.unwrap_or(per_node)
+        ));
+    }
     let nic = row
         .inter_node_interconnect
         .as_deref()
-        .and_then(|t| nic_gbps_per_gpu(t, per_node));
+        .and_then(|t| nic_gbps_per_gpu(t, tray));
     if nic.is_none() && gpus > per_node {
         assumptions.push(format!("network not stated: {kind}'s usual NIC assumed"));
     }
-    let gpu = hardware::gpu(kind).map_err(|e| e.to_string())?;
+    let mut gpu = hardware::gpu(kind).map_err(|e| e.to_string())?;
+    if gpu_name.to_ascii_lowercase().contains("h800") {
+        gpu.nvlink_bw_bytes_per_s = crate::moe::H800_NVLINK_BYTES_PER_S;
+        assumptions.push("H800: the h100-sxm with NVLink at 400 GB/s".into());
+    }
     Cluster::new(gpu, gpus, per_node, nic).map_err(|e| e.to_string())
 }
 
 fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
     let (stack, guess) = stack_of(row);
     let mut assumptions: Vec<String> = guess.into_iter().collect();
-    let model = transformer(row, stack, None)?;
+    let model = if crate::moe::is_moe(row) {
+        crate::moe::model(row, &mut assumptions)?
+    } else {
+        transformer(row, stack, None)?
+    };
     let gpus = need(row.num_gpus, "num_gpus")?;
     let cluster = row_cluster(row, gpus, &mut assumptions)?;
 
@@ -384,6 +368,7 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
         None => false,
     };
     let config = ParallelConfig::new(degrees, mbs, gbs)
+        .with_experts(crate::moe::experts(row, &mut assumptions)?)
         .with_schedule(schedule)
         .with_recompute(recompute)
         .with_sequence_parallel(sequence_parallel)
@@ -432,6 +417,12 @@ fn recompute_or_default(
             .ok_or_else(|| format!("activation_recomputation '{text}' is not one autopp knows")),
         (None, Stack::MegatronCore | Stack::Nemo) => {
             assumptions.push(format!("recompute not stated: none ({stack}'s default)"));
+            Ok(Recompute::None)
+        }
+        // the MoE performance tables list recompute when they use it (ModelZoo, DeepSeek)
+        (None, _) if crate::moe::is_moe(row) => {
+            assumptions
+                .push("recompute not stated: none (the MoE tables name it when used)".into());
             Ok(Recompute::None)
         }
         (None, _) => Err("activation_recomputation is not reported".to_string()),
@@ -566,23 +557,5 @@ mod tests {
         let mut failed = row.clone();
         failed.result_status = Some("diverged".into());
         assert!(map_row(&failed).unwrap_err().contains("did not succeed"));
-    }
-
-    #[test]
-    fn networks() {
-        let hdr = "8x NVIDIA Mellanox 200 Gb/s HDR InfiniBand HCAs per node (Selene)";
-        assert_eq!(nic_gbps_per_gpu(hdr, 8), Some(200.0));
-        let opa =
-            "Omni-Path Architecture, 4 OPA links per node (Jean Zay); NCCL on dedicated subnet";
-        assert_eq!(nic_gbps_per_gpu(opa, 8), Some(50.0));
-        assert_eq!(
-            nic_gbps_per_gpu("1600 Gbps node-node (RoCE)", 8),
-            Some(200.0)
-        );
-        assert_eq!(nic_gbps_per_gpu("not stated", 8), None);
-        assert_eq!(
-            nic_gbps_per_gpu("RDMA backend 400 Gb/s per GPU", 8),
-            Some(400.0)
-        );
     }
 }

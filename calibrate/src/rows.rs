@@ -22,6 +22,30 @@ pub enum RowKind {
     PerLayerTimeMs,
 }
 
+/// A row's attention (`attention`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionKind {
+    /// Multi-head attention: as many key/value heads as query heads.
+    Mha,
+    /// Grouped-query attention: `num_kv_heads` key/value heads.
+    Gqa,
+    /// DeepSeek's multi-head latent attention.
+    Mla,
+}
+
+/// How a mixture of experts routed its tokens (`routing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Routing {
+    /// The benchmark forces every expert the same number of tokens.
+    ForcedBalanced,
+    /// The learned router, no token dropped: the busiest expert may get more than its share.
+    Dropless,
+    /// The learned router with a capacity factor: tokens over an expert's capacity are dropped.
+    TokenDrop,
+}
+
 /// One published, measured run. Sizes are the model's; degrees are the run's.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,14 +160,47 @@ pub struct PublishedRow {
     /// Free text; per-layer rows carry their times here.
     #[serde(default)]
     pub notes: Option<String>,
+    /// Mixture of experts: routed experts per MoE layer.
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub num_experts: Option<u64>,
+    /// Mixture of experts: experts each token is routed to (top-k).
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub num_experts_per_tok: Option<u64>,
+    /// Mixture of experts: FFN hidden size of one routed expert.
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub moe_ffn_hidden_size: Option<u64>,
+    /// Mixture of experts: shared (always active) experts per MoE layer.
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub num_shared_experts: Option<u64>,
+    /// Mixture of experts: leading layers with a dense FFN (`first_k_dense_replace`).
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub first_k_dense_layers: Option<u64>,
+    /// Attention kind (`mha`, `gqa` or `mla`).
+    #[serde(default)]
+    pub attention: Option<AttentionKind>,
+    /// Multi-token-prediction modules (`null`: not stated).
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub mtp_num_layers: Option<u64>,
+    /// Per-head size when it is not `hidden_size / num_attention_heads` (Qwen3).
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub head_dim: Option<u64>,
+    /// Expert-parallel degree.
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub ep: Option<u64>,
+    /// Expert-tensor-parallel degree (`null`: not stated).
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub etp: Option<u64>,
+    /// How tokens were routed to experts.
+    #[serde(default)]
+    pub routing: Option<Routing>,
+    /// GPUs that share one NVLink domain (8 in a DGX, 72 in an NVL72 rack).
+    #[serde(default, deserialize_with = "opt_u64")]
+    pub nvlink_domain_size: Option<u64>,
     // The fields below document the row for people; validation does not read them, but they
     // are declared so that a misspelt field is an error rather than silently ignored.
     /// Kept for people (`aggregate_pflops`); not read.
     #[serde(default)]
     pub aggregate_pflops: Option<serde_json::Value>,
-    /// Kept for people (`ep`); not read.
-    #[serde(default)]
-    pub ep: Option<serde_json::Value>,
     /// Kept for people (`global_batch_tokens`); not read.
     #[serde(default)]
     pub global_batch_tokens: Option<serde_json::Value>,
@@ -186,6 +243,27 @@ pub struct PublishedRow {
     /// Kept for people (`verification`); not read.
     #[serde(default)]
     pub verification: Option<serde_json::Value>,
+    /// Kept for people (`expert_data_parallel`); not read.
+    #[serde(default)]
+    pub expert_data_parallel: Option<serde_json::Value>,
+    /// Kept for people (`fsdp`); not read.
+    #[serde(default)]
+    pub fsdp: Option<serde_json::Value>,
+    /// Kept for people (`gradient_accumulation_steps_reported`); not read.
+    #[serde(default)]
+    pub gradient_accumulation_steps_reported: Option<serde_json::Value>,
+    /// Kept for people (`local_batch_size`); not read.
+    #[serde(default)]
+    pub local_batch_size: Option<serde_json::Value>,
+    /// Kept for people (`model_gflop_per_token_implied`); not read.
+    #[serde(default)]
+    pub model_gflop_per_token_implied: Option<serde_json::Value>,
+    /// Kept for people (`precision_label_in_source`); not read.
+    #[serde(default)]
+    pub precision_label_in_source: Option<serde_json::Value>,
+    /// Kept for people (`token_dispatcher`); not read.
+    #[serde(default)]
+    pub token_dispatcher: Option<serde_json::Value>,
 }
 
 /// Parses a published-runs file; `origin` names it in errors (with line and column).
@@ -196,13 +274,16 @@ pub fn parse_rows(text: &str, origin: &str) -> Result<Vec<PublishedRow>, Validat
         // serde lists every field after an unknown one; the path and the name are enough
         let inner = e.into_inner().to_string();
         let inner = match inner.split_once(", expected one of") {
-            Some((head, _)) => format!("{head}: not a field of a published run"),
+            Some((head, _)) if head.starts_with("unknown field") => {
+                format!("{head}: not a field of a published run")
+            }
+            Some((head, values)) => format!("{head}: use one of {}", values.trim_start()),
             None => inner,
         };
         let message = if path == "." || path.is_empty() {
             format!("{inner} (a published-runs file is a JSON array of runs)")
         } else {
-            format!("runs{path}: {inner}")
+            format!("runs{path}: {inner}{}", row_named(text, &path))
         };
         ValidateError::Json {
             origin: origin.to_string(),
@@ -217,8 +298,25 @@ pub fn parse_rows(text: &str, origin: &str) -> Result<Vec<PublishedRow>, Validat
                 message: format!("row {i}: id '{}' appears twice; ids must be unique", r.id),
             });
         }
+        crate::moe::check_keys(r).map_err(|message| ValidateError::Json {
+            origin: origin.to_string(),
+            message: format!("runs[{i}].{message} (row '{}')", r.id),
+        })?;
     }
     Ok(rows)
+}
+
+/// ` (row 'ID')` for an error at `path` (`[3].routing`) when row 3 of `text` has an id.
+fn row_named(text: &str, path: &str) -> String {
+    let index = path
+        .strip_prefix('[')
+        .and_then(|p| p.split_once(']'))
+        .and_then(|(i, _)| i.parse::<usize>().ok());
+    let id = index.and_then(|i| {
+        let rows: Vec<serde_json::Value> = serde_json::from_str(text).ok()?;
+        rows.get(i)?.get("id")?.as_str().map(str::to_string)
+    });
+    id.map_or_else(String::new, |id| format!(" (row '{id}')"))
 }
 
 /// Peak memory in GiB from a string such as `"47GB"` or `"47.5 GiB"` (sources print PyTorch's
@@ -274,6 +372,70 @@ mod tests {
                 .and_then(parse_gib),
             Some(82.4)
         );
+    }
+
+    /// The MoE keys parse typed; a bad value is one error naming the row's position, its id
+    /// and the field.
+    #[test]
+    fn moe_keys() {
+        let row = |key: &str, value: serde_json::Value| {
+            let mut r = serde_json::json!({"id": "m", "kind": "end_to_end_training_throughput",
+                "source_group": "g", "num_layers": 4, "num_experts": 8, "num_experts_per_tok": 2,
+                "moe_ffn_hidden_size": 512, "num_shared_experts": 0, "first_k_dense_layers": 1,
+                "attention": "gqa", "mtp_num_layers": 0, "ep": "4", "etp": 1,
+                "routing": "forced-balanced", "nvlink_domain_size": 72});
+            r[key] = value;
+            serde_json::Value::Array(vec![r]).to_string()
+        };
+        let rows = parse_rows(&row("id", "m".into()), "f.json").unwrap();
+        let r = &rows[0];
+        assert_eq!(
+            (r.num_experts, r.num_experts_per_tok, r.moe_ffn_hidden_size),
+            (Some(8), Some(2), Some(512))
+        );
+        assert_eq!(
+            (r.ep, r.etp, r.nvlink_domain_size),
+            (Some(4), Some(1), Some(72))
+        );
+        assert_eq!(r.attention, Some(AttentionKind::Gqa));
+        assert_eq!(r.routing, Some(Routing::ForcedBalanced));
+        assert_eq!(r.first_k_dense_layers, Some(1));
+        use serde_json::json;
+        for (key, value, want) in [
+            (
+                "routing",
+                json!("random"),
+                "runs[0].routing: unknown variant `random`: use one of `forced-balanced`",
+            ),
+            (
+                "attention",
+                json!("MLA"),
+                "runs[0].attention: unknown variant `MLA`",
+            ),
+            (
+                "ep",
+                json!(3),
+                "runs[0].ep: 3 does not divide num_experts = 8",
+            ),
+            ("ep", json!(0), "runs[0].ep: must be at least 1"),
+            ("ep", json!("four"), "runs[0].ep: must be a whole number"),
+            (
+                "num_experts_per_tok",
+                json!(9),
+                "runs[0].num_experts_per_tok: 9 exceeds num_experts = 8",
+            ),
+            (
+                "first_k_dense_layers",
+                json!(5),
+                "runs[0].first_k_dense_layers: 5 exceeds num_layers = 4",
+            ),
+        ] {
+            let e = parse_rows(&row(key, value), "f.json")
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("f.json: ") && e.contains(want), "{key}: {e}");
+            assert!(e.contains("(row 'm')"), "{e}");
+        }
     }
 
     #[test]

@@ -13,7 +13,10 @@ use super::rows::PublishedRow;
 pub fn stack_of(row: &PublishedRow) -> (Stack, Option<String>) {
     let raw = row.framework.as_deref().unwrap_or("");
     let f = raw.to_ascii_lowercase();
-    let stack = if f.contains("megatron-deepspeed") {
+    let stack = if f.contains("automodel") {
+        // NeMo AutoModel runs PyTorch's FSDP2 and pipeline schedules, not Megatron-Core
+        Stack::Torchtitan
+    } else if f.contains("megatron-deepspeed") {
         Stack::MegatronDeepspeed
     } else if f.contains("nemo") {
         Stack::Nemo

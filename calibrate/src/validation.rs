@@ -18,9 +18,15 @@ pub struct Validation {
     pub summary: Summary,
     /// GPU kinds with rows behind them.
     pub calibrated_gpus: Vec<String>,
+    /// The mixture-of-experts rows' errors by GPU kind, precision and model family.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe_groups: Option<Summary>,
     /// The fit of the global knobs, when asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fit: Option<FitReport>,
+    /// The fit of the mixture-of-experts knobs, when asked for and the file has MoE rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe_fit: Option<crate::moe_fit::MoeFit>,
     /// The rows as the cost model sees them.
     #[serde(skip)]
     prepared: Vec<PreparedRow>,
@@ -36,6 +42,12 @@ impl Validation {
         let fit = with_fit.then(|| fit::fit_all(&prepared, &fit::PRIOR, FitOptions::default()));
         Validation {
             calibrated_gpus: calibrated_gpus(&rows),
+            moe_groups: crate::moe::summary(&prepared, &rows),
+            moe_fit: if with_fit {
+                crate::moe_fit::fit(&prepared)
+            } else {
+                None
+            },
             rows,
             summary,
             fit,
@@ -47,9 +59,22 @@ impl Validation {
     pub fn text(&self) -> String {
         let mut o = rows_table(&self.rows);
         o += &summary_table(&self.summary);
-        o += &format!("\nacceptance bounds:\n{}", acceptance_text(&self.summary));
+        if let Some(m) = &self.moe_groups {
+            o += "\nmixture-of-experts rows by GPU kind, precision and model family:";
+            o += &summary_table(m);
+        }
+        // the bounds are those of the dense groups; a file without them (the MoE runs) has none
+        if crate::acceptance(&self.summary)
+            .iter()
+            .any(|c| c.value.is_some())
+        {
+            o += &format!("\nacceptance bounds:\n{}", acceptance_text(&self.summary));
+        }
         if let Some(f) = &self.fit {
             o += &fit_text(f);
+        }
+        if let Some(f) = &self.moe_fit {
+            o += &crate::moe_fit::text(f);
         }
         o
     }

@@ -44,6 +44,23 @@ pub struct Efficiency {
     /// their (doubled) peak. One global knob, set from the FP8 runs of the calibration file.
     #[serde(default = "default_fp8_gemm")]
     pub fp8_gemm: f64,
+    /// Size, in elements, at which a grouped GEMM — a linear op run `count > 1` times, the
+    /// routed experts one GPU holds — reaches half the efficiency of one GEMM of the same
+    /// shape along its smaller weight dimension: the factor is `x / (x + grouped_gemm_half_dim)`
+    /// with `x = min(n, k)`. Narrow experts (Qwen3-30B's 768, DeepSeek-V3's 2048) leave the
+    /// grouped kernels (Transformer Engine's `GroupedLinear`, CUTLASS grouped GEMM) few tiles
+    /// per expert, with each expert's rows padded to the tile and, in FP8, its operands
+    /// quantized apart. Set from the MoE runs of `validation/moe/runs.json`
+    /// ([`GROUPED_GEMM_HALF_DIM`]).
+    #[serde(default = "default_grouped_gemm_half_dim")]
+    pub grouped_gemm_half_dim: f64,
+    /// Seconds per mixture-of-experts layer per micro-batch, in the forward and again in the
+    /// backward, that the GPU waits on the host: the dropless dispatcher copies the tokens per
+    /// expert to the host (a synchronisation) before it can size the permutation and the
+    /// grouped GEMMs, and launches the router, permutation and un-permutation kernels after
+    /// it. Set from the MoE runs ([`MOE_LAYER_OVERHEAD_S`]).
+    #[serde(default = "default_moe_layer_overhead_s")]
+    pub moe_layer_overhead_s: f64,
     /// Fraction of the HBM bandwidth that memory-bound kernels reach.
     pub hbm: f64,
     /// Fraction of NVLink bandwidth a collective reaches inside a node.
@@ -68,6 +85,28 @@ fn default_fp8_gemm() -> f64 {
     FP8_GEMM
 }
 
+/// The default [`Efficiency::grouped_gemm_half_dim`], elements: the grid fit (0–4096 by 256,
+/// with [`MOE_LAYER_OVERHEAD_S`] 0–4 ms by 0.25 ms) on the 86 mapped MoE runs of
+/// `validation/moe/runs.json`, every other knob at its dense fit
+/// (`autopp validate validation/moe/runs.json --fit`; `validation/README.md` has the errors in
+/// sample and leaving each GPU × precision × family group out). MoE iteration-time MAPE:
+/// 31.3% with neither MoE knob, 22.8% with 1024 and 1 ms. Qwen3-30B's 768-wide experts run
+/// at 768/1792 = 43% of a dense GEMM's efficiency, DeepSeek-V3's up-projection (k 7168, n
+/// 4096) at 80%.
+pub const GROUPED_GEMM_HALF_DIM: f64 = 1024.0;
+
+/// The default [`Efficiency::moe_layer_overhead_s`], fitted with [`GROUPED_GEMM_HALF_DIM`]: 1 ms
+/// per MoE layer per pass.
+pub const MOE_LAYER_OVERHEAD_S: f64 = 1.0e-3;
+
+fn default_grouped_gemm_half_dim() -> f64 {
+    GROUPED_GEMM_HALF_DIM
+}
+
+fn default_moe_layer_overhead_s() -> f64 {
+    MOE_LAYER_OVERHEAD_S
+}
+
 impl Default for Efficiency {
     /// The all-groups fit of `validation/published-runs.json` to four significant figures
     /// (`autopp validate validation/published-runs.json --fit`). `gemm_misaligned`, `hbm` and
@@ -80,6 +119,8 @@ impl Default for Efficiency {
             attention_fused: 0.403,
             hopper_compute: 1.0,
             fp8_gemm: FP8_GEMM,
+            grouped_gemm_half_dim: GROUPED_GEMM_HALF_DIM,
+            moe_layer_overhead_s: MOE_LAYER_OVERHEAD_S,
             hbm: 0.95,
             comm_intra: 0.95,
             comm_inter: 0.7723,
@@ -184,17 +225,23 @@ impl AnalyticProfile {
                 linear,
             } => {
                 let flops = op.flops();
+                let grouped = if linear && count > 1 {
+                    let x = n.min(k) as f64;
+                    x / (x + eff.grouped_gemm_half_dim)
+                } else {
+                    1.0
+                };
                 if linear && self.precision.is_fp8() {
                     // FP8 operands (1 byte), a bf16 output; the cast of the [m × k] operand
                     // to FP8 is a separate memory-bound kernel (weights: cached or cast
                     // alongside, a k·n that is small next to m·k over a micro-batch's tokens)
                     let peak8 = self.linear_peak_flops * self.generation_factor();
-                    let compute = flops / (peak8 * eff.gemm(m, n, k) * eff.fp8_gemm);
+                    let compute = flops / (peak8 * eff.gemm(m, n, k) * eff.fp8_gemm * grouped);
                     let bytes = ((m * k + k * n) as f64 + e * (m * n) as f64) * count as f64;
                     let cast = (self.precision.cast_bytes_per_element() * m * k * count) as f64;
                     return compute.max(bytes / hbm) + cast / hbm + 2.0 * eff.kernel_overhead_s;
                 }
-                let compute = flops / (peak * eff.gemm(m, n, k));
+                let compute = flops / (peak * eff.gemm(m, n, k) * grouped);
                 let bytes = e * (m * k + k * n + m * n) as f64 * count as f64;
                 compute.max(bytes / hbm) + eff.kernel_overhead_s
             }
@@ -258,9 +305,15 @@ impl AnalyticProfile {
     /// Compute times of one layer's passes: measured ones when the profile has them for this
     /// layer (see [`AnalyticProfile::with_measured`]), else the roofline's.
     pub fn layer_times(&self, layer: &LayerCost) -> LayerTimes {
+        // the host work of a mixture-of-experts layer, once per pass (forward, backward)
+        let moe = if layer.expert_params > 0 {
+            self.efficiency.moe_layer_overhead_s
+        } else {
+            0.0
+        };
         let analytic = LayerTimes {
-            forward_s: self.ops_time_s(&layer.forward_ops),
-            backward_input_s: self.ops_time_s(&layer.backward_input_ops),
+            forward_s: self.ops_time_s(&layer.forward_ops) + moe,
+            backward_input_s: self.ops_time_s(&layer.backward_input_ops) + moe,
             backward_weight_s: self.ops_time_s(&layer.backward_weight_ops),
             selective_recompute_s: self.ops_time_s(&layer.selective_recompute_ops),
         };
@@ -302,6 +355,29 @@ impl AnalyticProfile {
         };
         let frac = (n - 1) as f64 / n as f64;
         steps * (frac * bytes as f64 / self.effective_bw(link) + (n - 1) as f64 * link.latency_s)
+    }
+
+    /// Seconds for an all-to-all in which each of `n` GPUs sends `bytes` spread evenly over
+    /// the group (`1/n` to each member, its own share staying put), the group's members laid
+    /// out contiguously. Inside one node: `(n−1)/n · S / bw`. A group spanning nodes: each GPU
+    /// sends the share of the `n − d` members on other nodes, `(n−d)/n · S`, through its NIC
+    /// while the `(d−1)/n · S` for the `d − 1` others of its node cross NVLink at the same time
+    /// (`d` = the group's members per node, the cluster's GPUs per node or `n`). The sends to
+    /// every peer are posted at once (NCCL's all-to-all is one group of send/receive pairs), so
+    /// the latency is one `α` of the slower link, not one per peer.
+    pub fn all_to_all_time_s(&self, bytes: u64, n: u64, link: &Link) -> f64 {
+        if n <= 1 || bytes == 0 {
+            return 0.0;
+        }
+        let s = bytes as f64 / n as f64;
+        if !link.inter_node {
+            return (n - 1) as f64 * s / self.effective_bw(link) + link.latency_s;
+        }
+        let d = self.cluster.gpus_per_node.clamp(1, n);
+        let nvlink = self.cluster.link_between(0, 0);
+        let across = (n - d) as f64 * s / self.effective_bw(link);
+        let within = (d - 1) as f64 * s / self.effective_bw(&nvlink);
+        across.max(within) + link.latency_s
     }
 
     /// Seconds for a list of tensor-parallel collectives over `n` GPUs.
@@ -367,6 +443,64 @@ mod tests {
         let expect = e.gemm_misaligned * (225.0 / (225.0 + e.gemm_half_dim))
             / (224.0 / (224.0 + e.gemm_half_dim));
         assert!((ratio - expect).abs() < 1e-12, "{ratio} vs {expect}");
+    }
+
+    /// Hand-worked grouped GEMM: 16 experts of `[2048 × 2048]·[2048 × 1536]` (compute-bound
+    /// on an H100 in bf16): with the half size 1024 the factor is min(1536, 2048) / (1536 +
+    /// 1024) = 0.6, so the time over the kernel overhead is 1/0.6 of the same grouped op with
+    /// no penalty (half size 0); a single GEMM (`count` 1) and a non-linear op get none.
+    #[test]
+    fn grouped_gemm_hand_worked() {
+        let c = Cluster::new(hardware::gpu("h100-sxm").unwrap(), 8, 8, None).unwrap();
+        let mut p = AnalyticProfile::new(c, Precision::Bf16).unwrap();
+        let op = |count, linear| Op::Gemm {
+            m: 2048,
+            n: 1536,
+            k: 2048,
+            count,
+            linear,
+        };
+        let ko = p.efficiency.kernel_overhead_s;
+        p.efficiency.grouped_gemm_half_dim = 0.0;
+        let free = p.op_time_s(&op(16, true)) - ko;
+        let single = p.op_time_s(&op(1, true));
+        let core = p.op_time_s(&op(16, false));
+        p.efficiency.grouped_gemm_half_dim = 1024.0;
+        let grouped = p.op_time_s(&op(16, true)) - ko;
+        assert!(
+            (grouped / free - 1.0 / 0.6).abs() < 1e-9,
+            "{}",
+            grouped / free
+        );
+        assert_eq!(p.op_time_s(&op(1, true)), single);
+        assert_eq!(p.op_time_s(&op(16, false)), core);
+    }
+
+    /// Hand-worked all-to-all: 64 MB from each of 8 GPUs of one H100 node (NVLink 450 GB/s,
+    /// `comm_intra` 0.95): 7/8 · 64e6 / (450e9 · 0.95) = 131.0 µs + 6 µs. The same over 32 GPUs
+    /// of 4 nodes (NIC 400 Gbit/s = 50 GB/s, `comm_inter` 0.7723): 24/32 · 64e6 / (50e9 ·
+    /// 0.7723) = 1243.0 µs beside 7/32 · 64e6 / 427.5e9 = 32.7 µs on NVLink, + 12 µs.
+    #[test]
+    fn all_to_all_hand_worked() {
+        let h100 = hardware::gpu("h100-sxm").unwrap();
+        let node = AnalyticProfile::new(
+            Cluster::new(h100.clone(), 8, 8, None).unwrap(),
+            Precision::Bf16,
+        )
+        .unwrap();
+        let link = node.cluster.group_link(8, 1);
+        let t = node.all_to_all_time_s(64_000_000, 8, &link);
+        let want = 7.0 / 8.0 * 64e6 / (450e9 * node.efficiency.comm_intra) + 6e-6;
+        assert!((t - want).abs() < 1e-12, "{t} vs {want}");
+        assert!((t - 137.0e-6).abs() < 0.1e-6, "{t}");
+        let four = AnalyticProfile::new(Cluster::new(h100, 32, 8, None).unwrap(), Precision::Bf16)
+            .unwrap();
+        let link = four.cluster.group_link(32, 1);
+        assert!(link.inter_node);
+        let t = four.all_to_all_time_s(64_000_000, 32, &link);
+        let want = 24.0 / 32.0 * 64e6 / (50e9 * four.efficiency.comm_inter) + 12e-6;
+        assert!((t - want).abs() < 1e-12, "{t} vs {want}");
+        assert_eq!(four.all_to_all_time_s(64_000_000, 1, &link), 0.0);
     }
 
     /// Hand-worked: 3 s of communication beside 10 s of compute with comm_overlap 0.8 leaves

@@ -194,15 +194,10 @@ fn add_layer(
     let profile = ctx.profile;
     let cp_fwd = cp_fwd_s;
     let is_block = layer.kind == LayerKind::Transformer;
-    // dispatch + combine: each GPU sends `ep_a2a_bytes`, (ep−1)/ep of it away, the
-    // volume of an all-gather of that size; not overlapped with compute
+    // dispatch + combine: each GPU sends `ep_a2a_bytes` over the ep group, across nodes
+    // through its NIC and inside its node over NVLink; not overlapped with compute
     let a2a = if ctx.ep > 1 && layer.ep_a2a_bytes > 0 {
-        profile.collective_time_s(
-            autopp_models::CollectiveKind::AllGather,
-            layer.ep_a2a_bytes,
-            ctx.ep,
-            &ctx.ep_link,
-        )
+        profile.all_to_all_time_s(layer.ep_a2a_bytes, ctx.ep, &ctx.ep_link)
     } else {
         0.0
     };
