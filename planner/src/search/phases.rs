@@ -61,8 +61,12 @@ pub(super) struct Search<'a> {
 }
 
 /// Scans again without the shortlist when none of it fits once simulated exactly (the closed
-/// form's memory was optimistic for all of them), at most this many times.
-const RESCANS: usize = 4;
+/// form's memory was optimistic for all of them), at most this many times. Mixtures of
+/// experts need several: their memory floors count routed experts low on purpose (so that
+/// they stay lower bounds), and with grouped GEMMs favouring large micro-batches a whole
+/// shortlist can be over memory (qwen3-30b-a3b on 64 H100 under `--framework megatron`: the
+/// seventh scan's shortlist holds the first plans that fit).
+const RESCANS: usize = 16;
 
 impl<'a> Search<'a> {
     /// Enumerates the space and builds one layer table per layer sharding.
