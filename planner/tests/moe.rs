@@ -3,7 +3,7 @@
 //! `--overlap-moe-expert-parallel-comm` (the `megatron-core-ep-overlap` runtime).
 
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
-use autopp_models::{presets, CollectiveKind, LayerKind, Model, Recompute, ShardSpec};
+use autopp_models::{presets, LayerKind, Model, Recompute, ShardSpec};
 use autopp_planner::stages::{stage_costs, StageContext};
 use autopp_planner::{evaluate, Degrees, EvalSettings, ExpertParallel, ParallelConfig, Stack};
 
@@ -121,7 +121,8 @@ fn hidden_all_to_all_hand_worked() {
         ep_hidden_share: share,
     };
     let t = p.layer_times(&layers[i]);
-    let a2a = p.collective_time_s(CollectiveKind::AllGather, layers[i].ep_a2a_bytes, 8, &link);
+    // one dispatch (or combine) all-to-all over the 8 expert ranks of one node
+    let a2a = p.all_to_all_time_s(layers[i].ep_a2a_bytes, 8, &link);
     assert!(a2a > 0.0);
     let k = p.efficiency.comm_overlap;
     let hidden_f = k * a2a.min(t.backward_input_s + t.backward_weight_s);
