@@ -2,8 +2,8 @@
 //!
 //! The answer shows the fastest plan, the simplest within the tolerance of it, and the next
 //! `top_k` that run differently. So once `top_k + 2` configurations that run differently are
-//! known to take at most `t`, and `t` is past the
-//! tolerance of the fastest, no plan slower than `t` can be shown. A candidate's iteration
+//! known to take at most `t`, and `t` is past the tolerance of the fastest, no plan slower than
+//! `t` can be shown. A candidate's iteration
 //! time is at least its busiest rank's busy time, so at least the mean over the ranks of the
 //! work of one iteration, `m · Σ(F + B) / pp` over its layers — whatever its split, and
 //! whatever refining the split does ([`exact_lower_bound_s`]). Candidates whose bound is above
@@ -16,13 +16,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::table::mode_index;
-use super::table::LayerTable;
+use super::table::{mode_index, LayerTable};
 use super::{key_of, time_of, Key, SearchOptions};
 use crate::estimate::Estimate;
 use crate::schedule::Schedule;
 
-/// The fastest exact time found per configuration, the schedule aside.
+/// The fastest exact time found per distinct run (configuration and schedule).
 pub(crate) struct Ceiling {
     /// Configurations that must be known before the ceiling falls below infinity.
     keep: usize,
@@ -60,10 +59,7 @@ impl Ceiling {
                 schedule: key.schedule,
                 ..*k
             } == key;
-            named_alike
-                && (k.schedule == key.schedule
-                    || Arc::ptr_eq(s, schedule)
-                    || (s.placement == schedule.placement && s.ranks == schedule.ranks))
+            named_alike && (k.schedule == key.schedule || same_actions(s, schedule))
         };
         match best.iter().position(same) {
             Some(i) if best[i].2 <= time_s => return,
@@ -101,13 +97,17 @@ pub(crate) fn exact_lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOpti
 /// same per-rank action lists and placement (gpipe and 1f1b with one micro-batch, interleaved
 /// 1F1B with one stage per rank and 1f1b), and the same plan and prediction otherwise.
 pub(crate) fn same_run(a: &Estimate, b: &Estimate) -> bool {
-    let (sa, sb) = (&a.schedule, &b.schedule);
-    if !std::sync::Arc::ptr_eq(sa, sb) && sa.ranks != sb.ranks || sa.placement != sb.placement {
+    if !same_actions(&a.schedule, &b.schedule) {
         return false;
     }
     let mut plan = b.result.plan.clone();
     plan.schedule = a.result.plan.schedule;
     plan == a.result.plan && a.result.predicted == b.result.predicted
+}
+
+/// Whether two schedules give every rank the same action list, with the same placement.
+fn same_actions(a: &Arc<Schedule>, b: &Arc<Schedule>) -> bool {
+    a.placement == b.placement && (Arc::ptr_eq(a, b) || a.ranks == b.ranks)
 }
 
 #[cfg(test)]

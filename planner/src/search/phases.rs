@@ -282,27 +282,6 @@ impl<'a> Search<'a> {
             .filter(|&i| self.may_matter(&chosen[i].key))
             .map(|i| (i, false))
             .collect();
-        if std::env::var_os("AUTOPP_DEBUG_SIM").is_some() {
-            let lbs: Vec<String> = (first_wave..chosen.len())
-                .map(|i| {
-                    format!(
-                        "{:.1}/{:.1}",
-                        exact_lower_bound_s(&chosen[i].key, self.table(&chosen[i].key), self.opts),
-                        chosen[i].approx_s
-                    )
-                })
-                .collect();
-            eprintln!(
-                "fw {:?} chosen {} first {} later {} own {} shared {} lbs {:?}",
-                self.opts.limits.framework,
-                chosen.len(),
-                wave.len(),
-                later.len(),
-                self.own.limit_s(),
-                self.shared.limit_s(),
-                lbs
-            );
-        }
         results.extend(self.simulate_tasks(chosen, &later));
         self.simulated += results.len();
         let mut tiered: Vec<Simulated<'s>> = chosen.iter().map(|s| (None, *s)).collect();
@@ -336,29 +315,6 @@ impl<'a> Search<'a> {
             .collect();
         for e in results.iter().filter_map(|(_, e)| e.as_ref()) {
             self.own.offer(e);
-        }
-        if std::env::var_os("AUTOPP_DEBUG_SIM").is_some() {
-            for (i, e) in &results {
-                if let Some(e) = e {
-                    let k = &chosen[*i].key;
-                    let lb = exact_lower_bound_s(k, self.table(k), self.opts);
-                    eprintln!(
-                        "LB {:?} pp {} v {} lb {:.3} exact {:.3} ratio {:.4} mk {:.3} busy {:?}",
-                        k.schedule,
-                        k.degrees.pp,
-                        k.degrees.virtual_stages,
-                        lb,
-                        time_of(e),
-                        time_of(e) / lb,
-                        e.simulation.makespan_s,
-                        e.simulation
-                            .busy_s
-                            .iter()
-                            .map(|b| format!("{b:.2}"))
-                            .collect::<Vec<_>>()
-                    );
-                }
-            }
         }
         results
     }
@@ -480,14 +436,6 @@ impl<'a> Search<'a> {
                 (i, better, n)
             })
             .collect();
-        if std::env::var_os("AUTOPP_DEBUG_SIM").is_some() {
-            eprintln!(
-                "refine {:?} leaders {} moves {:?}",
-                self.opts.limits.framework,
-                leaders.len(),
-                refined.iter().map(|r| r.2).collect::<Vec<_>>()
-            );
-        }
         for (i, better, n) in refined {
             self.simulated += n;
             exact[i] = better;
