@@ -1,0 +1,214 @@
+//! Hand-worked tests of the analytic profile.
+use super::*;
+use crate::hardware;
+
+fn profile() -> AnalyticProfile {
+    let c = Cluster::new(hardware::gpu("a100-80g").unwrap(), 16, 8, None).unwrap();
+    AnalyticProfile::new(c, Precision::Bf16).unwrap()
+}
+
+#[test]
+fn ring_all_reduce_hand_worked() {
+    // 1 GB over 8 GPUs inside a node: 2·7/8·1e9 / (300e9·comm_intra) + 2·7·6µs
+    let p = profile();
+    let link = p.cluster.group_link(8, 1);
+    let t = p.collective_time_s(CollectiveKind::AllReduce, 1_000_000_000, 8, &link);
+    let expect = 2.0 * 7.0 / 8.0 * 1e9 / (300e9 * p.efficiency.comm_intra) + 14.0 * 6e-6;
+    assert!((t - expect).abs() < 1e-12, "{t} vs {expect}");
+    let ag = p.collective_time_s(CollectiveKind::AllGather, 1_000_000_000, 8, &link);
+    assert!((2.0 * ag - t).abs() < 1e-12);
+    assert_eq!(
+        p.collective_time_s(CollectiveKind::AllReduce, 10, 1, &link),
+        0.0
+    );
+}
+
+#[test]
+fn gemm_efficiency_grows_with_shape() {
+    let e = Efficiency::default();
+    assert!(e.gemm(8192, 8192, 8192) > e.gemm(8192, 1536, 8192));
+    assert!(e.gemm(8192, 8192, 8192) < e.gemm_max);
+    assert!(e.gemm(8192, 8192, 8192) > 0.95 * e.gemm_max * 0.98);
+}
+
+#[test]
+fn misaligned_gemms_are_slower() {
+    let e = Efficiency::default();
+    // a head size of 225 (BLOOM's 14400/64) is not a multiple of 8 elements
+    let ratio = e.gemm(2048, 2048, 225) / e.gemm(2048, 2048, 224);
+    let expect = e.gemm_misaligned * (225.0 / (225.0 + e.gemm_half_dim))
+        / (224.0 / (224.0 + e.gemm_half_dim));
+    assert!((ratio - expect).abs() < 1e-12, "{ratio} vs {expect}");
+}
+
+/// Hand-worked grouped GEMM: 16 experts of `[2048 × 2048]·[2048 × 1536]` (compute-bound
+/// on an H100 in bf16): with the half size 1024 the factor is min(1536, 2048) / (1536 +
+/// 1024) = 0.6, so the time over the kernel overhead is 1/0.6 of the same grouped op with
+/// no penalty (half size 0); a single GEMM (`count` 1) and a non-linear op get none.
+#[test]
+fn grouped_gemm_hand_worked() {
+    let c = Cluster::new(hardware::gpu("h100-sxm").unwrap(), 8, 8, None).unwrap();
+    let mut p = AnalyticProfile::new(c, Precision::Bf16).unwrap();
+    let op = |count, linear| Op::Gemm {
+        m: 2048,
+        n: 1536,
+        k: 2048,
+        count,
+        linear,
+    };
+    let ko = p.efficiency.kernel_overhead_s;
+    p.efficiency.grouped_gemm_half_dim = 0.0;
+    let free = p.op_time_s(&op(16, true)) - ko;
+    let single = p.op_time_s(&op(1, true));
+    let core = p.op_time_s(&op(16, false));
+    p.efficiency.grouped_gemm_half_dim = 1024.0;
+    let grouped = p.op_time_s(&op(16, true)) - ko;
+    assert!(
+        (grouped / free - 1.0 / 0.6).abs() < 1e-9,
+        "{}",
+        grouped / free
+    );
+    assert_eq!(p.op_time_s(&op(1, true)), single);
+    assert_eq!(p.op_time_s(&op(16, false)), core);
+}
+
+/// Hand-worked all-to-all: 64 MB from each of 8 GPUs of one H100 node (NVLink 450 GB/s,
+/// `comm_intra` 0.95): 7/8 · 64e6 / (450e9 · 0.95) = 131.0 µs + 6 µs. The same over 32 GPUs
+/// of 4 nodes (NIC 400 Gbit/s = 50 GB/s, `comm_inter` 0.7723): 24/32 · 64e6 / (50e9 ·
+/// 0.7723) = 1243.0 µs beside 7/32 · 64e6 / 427.5e9 = 32.7 µs on NVLink, + 12 µs.
+#[test]
+fn all_to_all_hand_worked() {
+    let h100 = hardware::gpu("h100-sxm").unwrap();
+    let node = AnalyticProfile::new(
+        Cluster::new(h100.clone(), 8, 8, None).unwrap(),
+        Precision::Bf16,
+    )
+    .unwrap();
+    let link = node.cluster.group_link(8, 1);
+    let t = node.all_to_all_time_s(64_000_000, 8, &link);
+    let want = 7.0 / 8.0 * 64e6 / (450e9 * node.efficiency.comm_intra) + 6e-6;
+    assert!((t - want).abs() < 1e-12, "{t} vs {want}");
+    assert!((t - 137.0e-6).abs() < 0.1e-6, "{t}");
+    let four =
+        AnalyticProfile::new(Cluster::new(h100, 32, 8, None).unwrap(), Precision::Bf16).unwrap();
+    let link = four.cluster.group_link(32, 1);
+    assert!(link.inter_node);
+    let t = four.all_to_all_time_s(64_000_000, 32, &link);
+    let want = 24.0 / 32.0 * 64e6 / (50e9 * four.efficiency.comm_inter) + 12e-6;
+    assert!((t - want).abs() < 1e-12, "{t} vs {want}");
+    assert_eq!(four.all_to_all_time_s(64_000_000, 1, &link), 0.0);
+}
+
+/// Hand-worked: 3 s of communication beside 10 s of compute with comm_overlap 0.8 leaves
+/// 0.2·3 = 0.6 s; 10 s beside 4 s leaves 6 + 0.2·4 = 6.8 s.
+#[test]
+fn exposed_communication_hand_worked() {
+    let e = Efficiency {
+        comm_overlap: 0.8,
+        ..Efficiency::default()
+    };
+    assert!((e.exposed_comm_s(3.0, 10.0) - 0.6).abs() < 1e-12);
+    assert!((e.exposed_comm_s(10.0, 4.0) - 6.8).abs() < 1e-12);
+    assert_eq!(e.exposed_comm_s(2.0, 0.0), 2.0);
+}
+
+#[test]
+fn hopper_factor_only_on_fp8_gpus() {
+    let mut a100 = profile();
+    a100.efficiency.hopper_compute = 0.5;
+    assert_eq!(a100.generation_factor(), 1.0);
+    let c = Cluster::new(hardware::gpu("h100-sxm").unwrap(), 8, 8, None).unwrap();
+    let mut h100 = AnalyticProfile::new(c, Precision::Bf16).unwrap();
+    h100.efficiency.hopper_compute = 0.5;
+    assert_eq!(h100.generation_factor(), 0.5);
+    let op = Op::Gemm {
+        m: 8192,
+        n: 8192,
+        k: 8192,
+        count: 1,
+        linear: true,
+    };
+    let slow = h100.op_time_s(&op);
+    h100.efficiency.hopper_compute = 1.0;
+    assert!(slow > 1.9 * h100.op_time_s(&op));
+}
+
+#[test]
+fn large_gemm_is_compute_bound_hand_worked() {
+    let p = profile();
+    let (m, n, k) = (8192u64, 12288u64, 12288u64);
+    let t = p.op_time_s(&Op::Gemm {
+        m,
+        n,
+        k,
+        count: 1,
+        linear: true,
+    });
+    let flops = 2.0 * (m * n * k) as f64;
+    let expect = flops / (312e12 * p.efficiency.gemm(m, n, k)) + p.efficiency.kernel_overhead_s;
+    assert!((t - expect).abs() / expect < 1e-12);
+}
+
+/// Hand-worked FP8 linear GEMM on an H100 (1,979 TFLOP/s dense FP8, 3.35 TB/s):
+/// `[8192 × 8192]·[8192 × 28672]` is 2·8192·8192·28672 = 3.848e15 FLOP at
+/// 1,979e12 · gemm(·) · fp8_gemm; the delayed-scaling cast reads 2 and writes 1 byte of
+/// each of the 8192·8192 input elements: 201 MB at 0.95 · 3.35 TB/s = 63.2 µs; two kernels.
+/// The LM head's GEMM (not a linear layer's) keeps the bf16 peak.
+#[test]
+fn fp8_linear_gemm_hand_worked() {
+    let c = Cluster::new(hardware::gpu("h100-sxm").unwrap(), 8, 8, None).unwrap();
+    let p = AnalyticProfile::new(c.clone(), Precision::Fp8Delayed).unwrap();
+    assert_eq!((p.peak_flops, p.linear_peak_flops), (989e12, 1979e12));
+    let (m, n, k) = (8192u64, 28672u64, 8192u64);
+    let op = |linear| Op::Gemm {
+        m,
+        n,
+        k,
+        count: 1,
+        linear,
+    };
+    let eff = p.efficiency;
+    let flops = 2.0 * (m * n * k) as f64;
+    let cast = 3.0 * (m * k) as f64 / (3.35e12 * eff.hbm);
+    assert!((cast - 63.25e-6).abs() < 0.1e-6, "{cast}");
+    let expect =
+        flops / (1979e12 * eff.gemm(m, n, k) * eff.fp8_gemm) + cast + 2.0 * eff.kernel_overhead_s;
+    assert!((p.op_time_s(&op(true)) - expect).abs() / expect < 1e-12);
+    let bf16 = AnalyticProfile::new(c, Precision::Bf16).unwrap();
+    assert_eq!(p.op_time_s(&op(false)), bf16.op_time_s(&op(false)));
+    // current scaling reads the operand once more for its amax: 5 bytes per element
+    let mut tw = p.clone();
+    tw.precision = Precision::Fp8Tensorwise;
+    let extra = 2.0 * (m * k) as f64 / (3.35e12 * eff.hbm);
+    assert!((tw.op_time_s(&op(true)) - p.op_time_s(&op(true)) - extra).abs() < 1e-12);
+}
+
+#[test]
+fn fp8_needs_fp8_tensor_cores_and_mxfp8_blackwell() {
+    let a100 = Cluster::new(hardware::gpu("a100-80g").unwrap(), 8, 8, None).unwrap();
+    let err = AnalyticProfile::new(a100, Precision::Fp8Delayed).unwrap_err();
+    assert!(err.to_string().contains("no FP8 tensor cores"), "{err}");
+    let h100 = Cluster::new(hardware::gpu("h100-sxm").unwrap(), 8, 8, None).unwrap();
+    let err = AnalyticProfile::new(h100, Precision::Mxfp8).unwrap_err();
+    assert!(err.to_string().contains("use --precision fp8"), "{err}");
+    let b200 = Cluster::new(hardware::gpu("b200").unwrap(), 8, 8, None).unwrap();
+    let p = AnalyticProfile::new(b200, Precision::Mxfp8).unwrap();
+    assert_eq!((p.peak_flops, p.linear_peak_flops), (2250e12, 4500e12));
+}
+
+#[test]
+fn skinny_gemm_is_memory_bound() {
+    let p = profile();
+    let (m, n, k) = (1u64, 12288u64, 12288u64);
+    let t = p.op_time_s(&Op::Gemm {
+        m,
+        n,
+        k,
+        count: 1,
+        linear: true,
+    });
+    let bytes = 2.0 * (m * k + k * n + m * n) as f64;
+    let eff = p.efficiency;
+    let expect = bytes / (2039e9 * eff.hbm) + eff.kernel_overhead_s;
+    assert!((t - expect).abs() / expect < 1e-12);
+}
