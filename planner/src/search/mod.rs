@@ -183,10 +183,29 @@ pub fn config_with(
         })
 }
 
-/// Model-state bytes per parameter on one GPU under a ZeRO stage sharded `shard` ways.
-fn state_bytes_per_param(zero_stage: u8, shard: u64) -> f64 {
-    let (w, g, o) = memory::model_state_bytes(1_000_000, zero_stage, shard);
+/// Model-state bytes per parameter on one GPU under a ZeRO stage sharded `shard` ways, with
+/// the runtime's gradient precision ([`memory::model_state_bytes_for`]).
+fn state_bytes_per_param(opts: &SearchOptions, zero_stage: u8, shard: u64) -> f64 {
+    let fp32_main_grads = opts.settings.runtime.fp32_main_grads;
+    let (w, g, o) = memory::model_state_bytes_for(1_000_000, zero_stage, shard, fp32_main_grads);
     (w + g + o) as f64 / 1e6
+}
+
+/// Model-state bytes per parameter of `key`: of the dense parameters, sharded over `dp · cp`,
+/// and of the routed experts', sharded over the expert-data-parallel group `tp·cp·dp /
+/// (ep·etp)` — as [`memory::rank_memory`] counts them.
+fn state_bytes_per_param_of(opts: &SearchOptions, key: &Key) -> (f64, f64) {
+    let d = &key.degrees;
+    let experts = crate::ExpertParallel {
+        ep: key.ep,
+        etp: key.etp,
+        imbalance: opts.moe_imbalance,
+    };
+    let expert_dp = experts.expert_dp(d);
+    (
+        state_bytes_per_param(opts, key.zero_stage, d.data_parallel_gpus()),
+        state_bytes_per_param(opts, key.zero_stage, expert_dp),
+    )
 }
 
 /// Searches for the fastest configuration of `model` on `profile`'s cluster that fits.

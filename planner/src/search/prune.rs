@@ -8,8 +8,7 @@ use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 
 use super::errors::{lean_order, LEANEST};
-use super::score::below_memory_floor;
-use super::table::dense_equivalent;
+use super::score::{below_memory_floor, WeightParams};
 use super::{config_of, space, Key, SearchOptions};
 use crate::degrees::Degrees;
 use crate::estimate::shard_spec;
@@ -40,8 +39,8 @@ pub(super) fn enumerate(
     opts: &SearchOptions,
     gpus: u64,
 ) -> Space {
-    let mut params: HashMap<WeightKey, Option<u64>> = HashMap::default();
-    let mut last: Option<(WeightKey, Option<u64>)> = None;
+    let mut params: HashMap<WeightKey, Option<WeightParams>> = HashMap::default();
+    let mut last: Option<(WeightKey, Option<WeightParams>)> = None;
     let mut space = Space {
         keys: Vec::new(),
         candidates: 0,
@@ -81,11 +80,11 @@ fn offer_lean(leanest: &mut Vec<Key>, k: Key) {
     leanest.truncate(LEANEST);
 }
 
-/// The layer table's parameter count ([`super::table::LayerTable::params`]) of `k`'s weight
-/// sharding, from one model expansion (`None` where the model cannot take the sharding).
-/// Parameters do not depend on cp, the micro-batch size or sequence parallelism: the
-/// expansion takes the plainest of them.
-fn weight_params(model: &Model, opts: &SearchOptions, k: &Key) -> Option<u64> {
+/// The layer table's parameter counts ([`super::table::LayerTable::weight_params`]) of `k`'s
+/// weight sharding, from one model expansion (`None` where the model cannot take the
+/// sharding). Parameters do not depend on cp, the micro-batch size or sequence parallelism:
+/// the expansion takes the plainest of them.
+fn weight_params(model: &Model, opts: &SearchOptions, k: &Key) -> Option<WeightParams> {
     let plain = Key {
         degrees: Degrees { cp: 1, ..k.degrees },
         micro_batch_size: 1,
@@ -95,12 +94,10 @@ fn weight_params(model: &Model, opts: &SearchOptions, k: &Key) -> Option<u64> {
     let layers = model
         .layers(&shard_spec(&config_of(&plain, opts, None)))
         .ok()?;
-    Some(
-        layers
-            .iter()
-            .map(|l| l.params - l.expert_params + dense_equivalent(l.expert_params, k))
-            .sum(),
-    )
+    Some(WeightParams {
+        all: layers.iter().map(|l| l.params).sum(),
+        experts: layers.iter().map(|l| l.expert_params).sum(),
+    })
 }
 
 #[cfg(test)]
@@ -139,14 +136,62 @@ mod tests {
             let Some(table) = tables.get(&group_of(k)) else {
                 continue;
             };
-            assert_eq!(weight_params(&model, &opts, k), Some(table.params), "{k:?}");
-            if !below_memory_floor(&profile, &opts, k, table.params) {
+            assert_eq!(
+                weight_params(&model, &opts, k),
+                Some(table.weight_params()),
+                "{k:?}"
+            );
+            if !below_memory_floor(&profile, &opts, k, table.weight_params()) {
                 kept += 1;
                 assert!(pruned_keys.contains(k), "{k:?} dropped");
             }
         }
         assert_eq!(kept, pruned.keys.len());
         assert!(kept > 0 && kept < all.len(), "{kept} of {}", all.len());
+    }
+
+    /// The floor counts model states as `estimate` does: for every configuration of a MoE model
+    /// (ep, etp, dp, cp and ZeRO stages varied) on one pipeline rank it equals the exact
+    /// weights + gradients + optimizer bytes, the routed experts' states sharded over the
+    /// expert-data-parallel group `tp·cp·dp/(ep·etp)` (Megatron-Core's expert
+    /// data parallelism), and on several ranks it stays at or below the busiest rank's.
+    #[test]
+    fn the_floor_is_the_exact_model_states_on_one_rank_and_below_on_several() {
+        let (model, profile, opts) = setup(16);
+        let all = space::enumerate(&model, 16, 64, &opts.limits, &opts.fixed);
+        let (mut exact, mut below, mut experts_apart) = (0, 0, 0);
+        for k in all
+            .iter()
+            .filter(|k| k.recompute == autopp_models::Recompute::Full)
+        {
+            let Some(params) = weight_params(&model, &opts, k) else {
+                continue;
+            };
+            let c = config_of(k, &opts, None);
+            let Ok(e) = crate::estimate::evaluate(&model, &profile, &c) else {
+                continue;
+            };
+            let states = |m: &crate::memory::RankMemory| {
+                (m.weights_bytes + m.grads_bytes + m.optimizer_bytes) as f64
+            };
+            let busiest = e.memory.iter().map(states).fold(0.0, f64::max);
+            let floor = super::super::score::model_states_floor_bytes(&opts, k, params);
+            if k.degrees.pp == 1 {
+                assert!(
+                    (floor - busiest).abs() <= 64.0,
+                    "{k:?}: {floor} vs {busiest}"
+                );
+                exact += 1;
+                experts_apart += usize::from(k.ep * k.etp != k.degrees.tp && k.zero_stage > 0);
+            } else {
+                assert!(floor <= busiest + 64.0, "{k:?}: {floor} over {busiest}");
+                below += 1;
+            }
+        }
+        assert!(
+            exact > 10 && below > 10 && experts_apart > 5,
+            "{exact} {below} {experts_apart}"
+        );
     }
 
     /// The leanest configurations are those the sorted space starts with.

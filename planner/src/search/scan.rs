@@ -184,7 +184,7 @@ impl Scan<'_> {
             });
             return (scored, None);
         }
-        if below_memory_floor(profile, opts, key, table.params)
+        if below_memory_floor(profile, opts, key, table.weight_params())
             || check_config(self.model, profile, &config_of(key, opts, None)).is_err()
         {
             return (None, None);

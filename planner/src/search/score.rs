@@ -3,12 +3,14 @@
 //! same configuration with partial recompute (its DP here, its integer program in
 //! [`super::partial`]).
 
+use std::borrow::Cow;
+
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Recompute;
 
 use super::split_dp::{self, LayerSums, StageBudget};
 use super::table::{mode_index, LayerTable};
-use super::{config_of, partial, state_bytes_per_param, Key, Scored, SearchOptions};
+use super::{config_of, partial, state_bytes_per_param_of, Key, Scored, SearchOptions};
 use crate::config::ParallelConfig;
 use crate::estimate::{dp_comm_time_s, optimizer_time_s};
 use crate::framework::PartialRecompute;
@@ -17,20 +19,41 @@ use crate::schedule::{split, ScheduleKind};
 use crate::stages::{self, StageCost};
 
 /// Whether a key cannot fit whatever its split: the model states of the busiest rank (at least
-/// an even share of all layers' states, `params` in all: [`LayerTable::params`]) exceed the
-/// memory left after the reserve.
+/// [`model_states_floor_bytes`]) exceed the memory left after the reserve and the margin.
 pub(super) fn below_memory_floor(
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     key: &Key,
-    params: u64,
+    params: WeightParams,
 ) -> bool {
-    let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
-    let floor = params as f64 * per_param / key.degrees.pp as f64;
     let usable = profile.cluster.gpu.memory_bytes as f64
         - opts.settings.memory_reserve_bytes as f64
         - opts.settings.memory_margin_bytes as f64;
-    floor > usable
+    model_states_floor_bytes(opts, key, params) > usable
+}
+
+/// A lower bound on the busiest rank's model states (weights, gradients, optimizer), bytes: an
+/// even share over the pipeline ranks of all layers' states (`params` in all:
+/// [`LayerTable::weight_params`]), the routed experts' at their own bytes per parameter
+/// (sharded over the expert-data-parallel group). Exact with one pipeline rank.
+pub(super) fn model_states_floor_bytes(
+    opts: &SearchOptions,
+    key: &Key,
+    params: WeightParams,
+) -> f64 {
+    let (per_param, per_expert_param) = state_bytes_per_param_of(opts, key);
+    let dense = params.all - params.experts.min(params.all);
+    (dense as f64 * per_param + params.experts as f64 * per_expert_param) / key.degrees.pp as f64
+}
+
+/// A weight sharding's parameters on one GPU of each pipeline rank, summed over the ranks:
+/// all of them and the routed experts' among them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct WeightParams {
+    /// All parameters.
+    pub all: u64,
+    /// The routed experts' parameters among them.
+    pub experts: u64,
 }
 
 /// A lower bound on [`score`]'s closed-form time for any split: with `T` the F+B seconds of
@@ -69,7 +92,7 @@ pub(super) struct KeyScorer<'a> {
     costs: &'a [StageCost],
     /// What the DP sums: for split-backward schedules, per in-flight pair the larger of the
     /// activation and weight-gradient bytes.
-    sums: &'a LayerSums,
+    sums: Cow<'a, LayerSums>,
     /// Per stage, in parameters (every term of a stage's memory inequality is divided by the
     /// bytes per parameter).
     budgets: Vec<StageBudget>,
@@ -95,27 +118,28 @@ impl<'a> KeyScorer<'a> {
         if costs.len() < s {
             return None;
         }
-        let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
+        let (per_param, per_expert_param) = state_bytes_per_param_of(opts, key);
         // A split backward holds a pair's activations until its I, then what its W needs
         // until the W: per in-flight pair, at most the larger of the two.
-        let sums = if key.schedule.splits_backward() {
-            &table.split_sums[mode]
-        } else {
-            &table.sums[mode]
-        };
+        let sums = table.sums_for(
+            mode,
+            key.schedule.splits_backward(),
+            per_expert_param / per_param,
+        );
         let rank_budget = rank_budget_bytes(profile, opts, key, costs)?;
         let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
         let placement = key.schedule.placement();
-        // With one stage per rank a stage's budget is its rank's, exactly, and the allocator's
+        // With one stage per rank a stage's budget is its rank's, exactly: the allocator's
         // fragmentation of the dynamic memory (activations, the backward's working set) is
-        // counted as evaluation counts it. With several, each stage gets an equal share of the
-        // rank's budget — which can reject splits that fit — and the fragmentation is left out
-        // as slack. Either way every candidate's memory is checked exactly when simulated.
+        // counted as evaluation counts it, and the safety margin is left free. With several,
+        // each stage gets an equal share of the rank's budget — which can reject splits that
+        // fit — and the fragmentation and margin are left out as slack. Either way every
+        // candidate's memory is checked exactly when simulated.
         let (dynamic, transient_frag) = if v == 1 {
             let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
             (
                 1.0 + memory::FRAGMENTATION,
-                transient * memory::FRAGMENTATION,
+                transient * memory::FRAGMENTATION + opts.settings.memory_margin_bytes as f64,
             )
         } else {
             (1.0, 0.0)
@@ -199,8 +223,8 @@ impl<'a> KeyScorer<'a> {
     pub(super) fn base(&self) -> Option<(Scored, Option<f64>)> {
         let (key, table) = (self.key, self.table);
         let s = self.budgets.len();
-        let base = if split_dp::any_split_fits(self.sums, &self.budgets) {
-            split_dp::best_split(self.sums, &self.budgets)
+        let base = if split_dp::any_split_fits(&self.sums, &self.budgets) {
+            split_dp::best_split(&self.sums, &self.budgets)
         } else {
             None
         };
@@ -376,7 +400,8 @@ fn rank_budget_bytes(
         zero3_gather = (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
             * memory::WEIGHT_BYTES_PER_PARAM as f64;
     }
-    // The fixed terms of `memory::rank_memory` (its fragmentation is the caller's).
+    // The fixed terms of `memory::rank_memory` (its fragmentation and the safety margin a plan
+    // must leave, `estimate`'s `fits`, are the caller's).
     let budget = capacity
         - opts.settings.memory_reserve_bytes as f64
         - memory::CONTEXT_BYTES as f64
@@ -399,7 +424,12 @@ pub(super) fn solve_partial(
     let part = table.partial[mode].as_ref()?;
     let costs = &table.per_mode[mode];
     let budget = rank_budget_bytes(profile, opts, key, costs)?;
-    let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
+    let (per_param, per_expert_param) = state_bytes_per_param_of(opts, key);
+    // a layer's model states, the routed experts' at their own bytes per parameter
+    let states = |c: &StageCost| {
+        let experts = c.expert_params.min(c.params);
+        (c.params - experts) as f64 * per_param + experts as f64 * per_expert_param
+    };
     let (pp, v) = (key.degrees.pp as usize, key.degrees.virtual_stages as usize);
     let placement = key.schedule.placement();
     let s = pp * v;
@@ -411,7 +441,7 @@ pub(super) fn solve_partial(
     for (k, c) in [(0, &costs[0]), (s - 1, &costs[n - 1])] {
         let e = &mut ends[rank_of[k]];
         e.0 += time(c);
-        e.1 += c.params as f64 * per_param;
+        e.1 += states(c);
         e.2 += c.activation_bytes as f64;
     }
     if pp > 1 {
@@ -426,7 +456,8 @@ pub(super) fn solve_partial(
         .map(|&q| q as f64 * dynamic / v as f64)
         .collect();
     let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
-    let budgets = vec![budget - transient * memory::FRAGMENTATION; pp];
+    let margin = opts.settings.memory_margin_bytes as f64;
+    let budgets = vec![budget - transient * memory::FRAGMENTATION - margin; pp];
     let same_count =
         opts.limits.framework.partial_recompute() == PartialRecompute::SameCountPerStage;
     let answer = partial::solve(
@@ -435,7 +466,7 @@ pub(super) fn solve_partial(
             virtual_stages: v,
             layer_time_s: time(&costs[1]),
             partial: part,
-            layer_fixed_bytes: costs[1].params as f64 * per_param,
+            layer_fixed_bytes: states(&costs[1]),
             layer_act_bytes: costs[1].activation_bytes as f64,
             ends: &ends,
             inflight_per_stage: &inflight_per_stage,

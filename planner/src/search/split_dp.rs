@@ -47,6 +47,21 @@ impl LayerSums {
         }
     }
 
+    /// These sums with `extra[i]` more fixed bytes on layer `i`.
+    pub fn with_extra_fixed(&self, extra: &[f64]) -> Self {
+        let per_layer = |p: &[f64]| -> Vec<f64> { p.windows(2).map(|w| w[1] - w[0]).collect() };
+        let fixed: Vec<f64> = per_layer(&self.fixed_bytes)
+            .iter()
+            .zip(extra)
+            .map(|(f, e)| f + e)
+            .collect();
+        let mut sums = LayerSums::new(&[], &fixed, &[]);
+        sums.time_s.clone_from(&self.time_s);
+        sums.act_bytes.clone_from(&self.act_bytes);
+        sums.min_act = self.min_act;
+        sums
+    }
+
     /// Number of layers.
     pub fn len(&self) -> usize {
         self.time_s.len() - 1

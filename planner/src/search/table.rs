@@ -2,6 +2,8 @@
 //! micro-batch size, sequence parallelism): what every phase of the search reads instead of
 //! expanding the model again.
 
+use std::borrow::Cow;
+
 use rustc_hash::FxHashMap as HashMap;
 
 use autopp_hardware::{AnalyticProfile, LayerTimes};
@@ -9,6 +11,7 @@ use autopp_models::{LayerCost, LayerKind, Model, Recompute};
 use rayon::prelude::*;
 
 use super::memo::Memo;
+use super::score::WeightParams;
 use super::split_dp::{self, LayerSums};
 use super::{config_of, partial, Key, SearchOptions};
 use crate::config::PlanError;
@@ -81,6 +84,9 @@ pub(crate) struct LayerTable {
     pub(super) total_s: Vec<(f64, f64)>,
     /// Parameters of all layers.
     pub(super) params: u64,
+    /// Each layer's routed-expert parameters (the same under every recompute mode), which
+    /// [`LayerTable::sums_for`] weighs by their own bytes per parameter.
+    pub(super) expert_params: Vec<f64>,
     /// Each layer's compute times (the same under every recompute mode).
     pub(super) timed: Vec<LayerTimes>,
 }
@@ -91,6 +97,40 @@ impl LayerTable {
         LayerList {
             layers: &self.layers,
             timed: Some(&self.timed),
+        }
+    }
+
+    /// The prefix sums a key's split DP uses: [`LayerTable::sums`] (or `split_sums` for a
+    /// schedule that splits the backward) under `mode`, with the routed experts' parameters
+    /// counted `expert_weight` times (their bytes per parameter over the dense parameters',
+    /// see [`super::state_bytes_per_param_of`]), so that the fixed part in parameters times
+    /// the dense bytes per parameter is the stage's model states exactly.
+    pub(super) fn sums_for(
+        &self,
+        mode: usize,
+        splits_backward: bool,
+        expert_weight: f64,
+    ) -> Cow<'_, LayerSums> {
+        let sums = match splits_backward {
+            true => &self.split_sums[mode],
+            false => &self.sums[mode],
+        };
+        if expert_weight == 1.0 || self.expert_params.iter().all(|&e| e == 0.0) {
+            return Cow::Borrowed(sums);
+        }
+        let extra: Vec<f64> = self
+            .expert_params
+            .iter()
+            .map(|e| e * (expert_weight - 1.0))
+            .collect();
+        Cow::Owned(sums.with_extra_fixed(&extra))
+    }
+
+    /// Parameters of all layers, and the routed experts' among them.
+    pub(super) fn weight_params(&self) -> WeightParams {
+        WeightParams {
+            all: self.params,
+            experts: self.expert_params.iter().sum::<f64>() as u64,
         }
     }
 
@@ -155,9 +195,7 @@ fn layer_table(
                     crate::experts::mtp_layers(model),
                 ),
             };
-            let mut costs = stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[]);
-            dense_equivalent_experts(&mut costs, key);
-            costs
+            stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[])
         })
         .collect();
     let sums_with = |held: fn(&StageCost) -> u64| -> Vec<LayerSums> {
@@ -188,6 +226,20 @@ fn layer_table(
             }
         })
         .collect();
+    // Every evaluation of the table's layers passes their times (`list`), so the operation
+    // lists they were timed from are not read again: dropped, they no longer hold memory for
+    // every sharding of the space (thousands of tables on 1,024 GPUs).
+    let mut layers = layers;
+    for l in &mut layers {
+        for ops in [
+            &mut l.forward_ops,
+            &mut l.backward_input_ops,
+            &mut l.backward_weight_ops,
+            &mut l.selective_recompute_ops,
+        ] {
+            *ops = Vec::new();
+        }
+    }
     let total_s = per_mode
         .iter()
         .map(|costs| {
@@ -197,6 +249,7 @@ fn layer_table(
         })
         .collect();
     let params = per_mode[0].iter().map(|c| c.params).sum();
+    let expert_params: Vec<f64> = per_mode[0].iter().map(|c| c.expert_params as f64).collect();
     Ok(LayerTable {
         layers,
         per_mode,
@@ -206,25 +259,7 @@ fn layer_table(
         free_bottleneck: Default::default(),
         total_s,
         params,
+        expert_params,
         timed,
     })
-}
-
-/// The search sizes model states as `params × bytes per parameter sharded over dp · cp`. Routed
-/// experts shard over the expert-data-parallel group instead, `tp·cp·dp / (ep·etp)`: `tp /
-/// (ep·etp)` times as many GPUs, whatever dp is. Counting them as `ep·etp / tp` as many
-/// parameters (at most all of them) is exact for the sharded states and low for the others, so
-/// the search's memory floors stay lower bounds; every candidate is then checked exactly.
-fn dense_equivalent_experts(costs: &mut [StageCost], key: &Key) {
-    for c in costs {
-        let scaled = dense_equivalent(c.expert_params, key);
-        c.params = c.params - c.expert_params + scaled;
-        c.expert_params = scaled;
-    }
-}
-
-/// `expert_params` counted as dense parameters (see [`dense_equivalent_experts`]).
-pub(super) fn dense_equivalent(expert_params: u64, key: &Key) -> u64 {
-    let tp = key.degrees.tp;
-    expert_params * (key.ep * key.etp).min(tp) / tp.max(1)
 }
