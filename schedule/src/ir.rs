@@ -454,6 +454,39 @@ impl Schedule {
             .collect()
     }
 
+    /// Each rank's peak bytes of held activations along its list, as the simulator counts
+    /// them (`bytes[stage]` = (activation bytes, weight-gradient bytes) per micro-batch): an
+    /// `F` holds the stage's activations from its start; a `B` frees them; an `I` trades them
+    /// for what its `W` needs, which the `W` frees. A rank runs its list in order whatever the
+    /// timing, so this equals the simulated `peak_activation_bytes` without simulating.
+    pub fn peak_activation_bytes(&self, bytes: &[(u64, u64)]) -> Vec<u64> {
+        self.ranks
+            .iter()
+            .map(|list| {
+                let (mut alive, mut peak) = (0u64, 0u64);
+                for step in list {
+                    for x in step.actions().filter(|x| x.kind == ActionKind::F) {
+                        alive += bytes[x.stage as usize].0;
+                    }
+                    peak = peak.max(alive);
+                    for x in step.actions() {
+                        let (act, wgb) = bytes[x.stage as usize];
+                        match x.kind {
+                            ActionKind::F => {}
+                            ActionKind::B => alive = alive.saturating_sub(act),
+                            ActionKind::I => {
+                                alive = (alive + wgb).saturating_sub(act);
+                                peak = peak.max(alive);
+                            }
+                            ActionKind::W => alive = alive.saturating_sub(wgb),
+                        }
+                    }
+                }
+                peak
+            })
+            .collect()
+    }
+
     /// Peak in-flight (stage, micro-batch) pairs of each rank, counted along its list: +1 at
     /// each `F`; −1 at each `B`, or, for a backward split into `I` and `W`, at the `W` — a pair
     /// stays in flight while its activations wait for the `I` (F→I) and while what its `W`

@@ -6,8 +6,8 @@
 //! overlapped pair lasts the sum of its parts.
 
 use autopp_schedule::{
-    check, generate, simulate, ActionKind, Schedule, ScheduleKind, ScheduleSpec, SimCosts,
-    SpecField, Step,
+    check, generate, simulate, simulate_metrics, ActionKind, Schedule, ScheduleKind, ScheduleSpec,
+    SimCosts, SpecField, Step,
 };
 use proptest::prelude::*;
 
@@ -30,6 +30,24 @@ fn valid(s: &Schedule) -> Result<(), TestCaseError> {
             .map(|&x| x as u64)
             .collect::<Vec<_>>()
     );
+    // with bytes that differ by stage (and I trading activations for fewer or more
+    // weight-gradient bytes), the list walk equals the simulated peaks, both simulators'
+    let mut costs = SimCosts::uniform(s.num_stages(), f, b, 1.0, 1.0, 0.25);
+    for (k, st) in costs.stages.iter_mut().enumerate() {
+        st.activation_bytes = 3 + 7 * k as u64;
+        st.weight_grad_bytes = 1 + 11 * (k as u64 % 3);
+    }
+    let walked = s.peak_activation_bytes(
+        &costs
+            .stages
+            .iter()
+            .map(|c| (c.activation_bytes, c.weight_grad_bytes))
+            .collect::<Vec<_>>(),
+    );
+    let full = simulate(s, &costs).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+    let fast = simulate_metrics(s, &costs).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+    prop_assert_eq!(&walked, &full.peak_activation_bytes);
+    prop_assert_eq!(&walked, &fast.peak_activation_bytes);
     for (rank, list) in r.timeline.iter().enumerate() {
         prop_assert_eq!(list.len(), s.ranks[rank].len());
         for w in list.windows(2) {

@@ -287,12 +287,10 @@ impl<'a> Evaluation<'a> {
             .fold(0.0, f64::max)
     }
 
-    /// Each rank's memory (with its simulated activation peak), exposed data-parallel
-    /// communication (with the tied embedding's all-reduce between first and last rank) and
-    /// optimizer step.
-    pub fn ranks(&self, costs: &[StageCost], sim: &SimResult) -> Ranks {
-        let (c, d, profile) = (self.c, &self.c.degrees, self.profile);
-        let mem_ctx = MemoryContext {
+    /// Everything besides the stages that decides a rank's memory.
+    fn memory_context(&self) -> MemoryContext {
+        let (c, d) = (self.c, &self.c.degrees);
+        MemoryContext {
             zero_stage: c.zero_stage,
             zero_shard: d.data_parallel_gpus(),
             expert_zero_shard: c.experts.expert_dp(d),
@@ -300,7 +298,44 @@ impl<'a> Evaluation<'a> {
             reserve_bytes: c.settings.memory_reserve_bytes,
             fp32_main_grads: c.settings.runtime.fp32_main_grads,
             fp8_copy_bytes_per_param: c.settings.precision.fp8_weight_copy_bytes_per_param(),
-        };
+        }
+    }
+
+    /// Each rank's peak activation bytes, walked along its list of the schedule
+    /// ([`Schedule::peak_activation_bytes`]): the simulation's figure, without simulating.
+    pub fn peak_activation_bytes(&self, costs: &[StageCost]) -> Vec<u64> {
+        let bytes: Vec<(u64, u64)> = costs
+            .iter()
+            .map(|s| (s.activation_bytes, s.weight_grad_bytes))
+            .collect();
+        self.sched.peak_activation_bytes(&bytes)
+    }
+
+    /// Whether the configuration fits with its safety margin (`estimate`'s `fits`), from the
+    /// walked activation peaks: what the simulation would say, at a fraction of its cost.
+    pub fn fits_unsimulated(&self, costs: &[StageCost]) -> bool {
+        let mem_ctx = self.memory_context();
+        let peaks = self.peak_activation_bytes(costs);
+        let peak_memory_bytes = self
+            .rank_stages
+            .iter()
+            .zip(&peaks)
+            .map(|(ks, &peak)| {
+                let st: Vec<&StageCost> = ks.iter().map(|&k| &costs[k]).collect();
+                memory::rank_memory(&st, peak, &mem_ctx).total_bytes()
+            })
+            .max()
+            .unwrap_or(0);
+        peak_memory_bytes + self.c.settings.memory_margin_bytes
+            <= self.profile.cluster.gpu.memory_bytes
+    }
+
+    /// Each rank's memory (with its simulated activation peak), exposed data-parallel
+    /// communication (with the tied embedding's all-reduce between first and last rank) and
+    /// optimizer step.
+    pub fn ranks(&self, costs: &[StageCost], sim: &SimResult) -> Ranks {
+        let (c, d, profile) = (self.c, &self.c.degrees, self.profile);
+        let mem_ctx = self.memory_context();
         let cluster = &profile.cluster;
         let dp_link = cluster.group_link(d.data_parallel_gpus(), self.layout.tp_stride() * d.tp);
         let embedding_rank = self.sched.rank_of(0);

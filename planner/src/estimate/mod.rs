@@ -266,11 +266,50 @@ pub fn evaluate_scheduled(
     sched: Arc<Schedule>,
     model_flops_per_sequence: f64,
 ) -> Result<Estimate, PlanError> {
+    let args = (detail, sched, model_flops_per_sequence);
+    evaluate_scheduled_when(model, profile, c, layers, args, false)
+        .map(|e| e.expect("evaluated unconditionally"))
+}
+
+/// [`evaluate_scheduled`] of a configuration that fits with its margin, `None` for one that
+/// does not — decided before simulating ([`Evaluation::fits_unsimulated`]), so the search's
+/// configurations over memory cost no simulation.
+pub fn evaluate_scheduled_if_fits(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: LayerList<'_>,
+    detail: Detail,
+    sched: Arc<Schedule>,
+    model_flops_per_sequence: f64,
+) -> Result<Option<Estimate>, PlanError> {
+    let args = (detail, sched, model_flops_per_sequence);
+    evaluate_scheduled_when(model, profile, c, layers, args, true)
+}
+
+/// [`evaluate_scheduled`], or `None` without simulating when `only_fitting` and the
+/// configuration does not fit.
+fn evaluate_scheduled_when(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: LayerList<'_>,
+    (detail, sched, model_flops_per_sequence): (Detail, Arc<Schedule>, f64),
+    only_fitting: bool,
+) -> Result<Option<Estimate>, PlanError> {
     let evaluation =
         Evaluation::new(model, profile, c, layers.layers, &sched)?.with_timed(layers.timed);
     let warnings = evaluation.warnings();
     let stages = evaluation.stage_costs()?;
+    if only_fitting && !evaluation.fits_unsimulated(&stages.costs) {
+        return Ok(None);
+    }
     let pipeline = evaluation.simulate(&stages.costs, detail)?;
+    debug_assert_eq!(
+        pipeline.sim.peak_activation_bytes,
+        evaluation.peak_activation_bytes(&stages.costs),
+        "the walked activation peaks are the simulated ones"
+    );
     let ranks = evaluation.ranks(&stages.costs, &pipeline.sim);
     let breakdown = evaluation.breakdown(&stages.costs, &pipeline, &ranks);
     let predicted = evaluation.predicted(
@@ -280,7 +319,11 @@ pub fn evaluate_scheduled(
         model_flops_per_sequence,
     );
     let plan = evaluation.plan(&stages, &pipeline.sim, &ranks.memory);
-    Ok(Estimate {
+    debug_assert!(
+        !only_fitting || predicted.fits,
+        "fits before simulating, not after"
+    );
+    Ok(Some(Estimate {
         result: PlanAndPrediction { plan, predicted },
         memory: ranks.memory,
         stages: stages.costs,
@@ -289,7 +332,7 @@ pub fn evaluate_scheduled(
         dp_comm_s: ranks.dp_comm_s,
         optimizer_s: ranks.optimizer_s,
         warnings,
-    })
+    }))
 }
 
 /// Bytes of one micro-batch's keys and values a context-parallel rank passes around its ring

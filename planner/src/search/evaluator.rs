@@ -10,7 +10,9 @@ use super::memo::Memo;
 use super::table::LayerTable;
 use super::{config_with, key_of, Key, SearchOptions};
 use crate::config::ParallelConfig;
-use crate::estimate::{busiest_rank_s, evaluate_scheduled, schedule_for, Detail, Estimate};
+use crate::estimate::{
+    busiest_rank_s, evaluate_scheduled, evaluate_scheduled_if_fits, schedule_for, Detail, Estimate,
+};
 use crate::schedule::{Schedule, ScheduleKind};
 
 /// A schedule's shape: kind, pipeline ranks, stages per rank, micro-batches.
@@ -95,6 +97,31 @@ impl<'a> Evaluator<'a> {
         recompute_layers: Option<Vec<u64>>,
     ) -> Option<Estimate> {
         self.evaluate(key, table, split, recompute_layers, Detail::TimeAndMemory)
+    }
+
+    /// [`Evaluator::time_and_memory`] of a configuration that fits with its margin; `None`
+    /// without simulating when it does not (or does not evaluate).
+    pub fn fitting(
+        &self,
+        key: &Key,
+        table: &LayerTable,
+        split: Option<Vec<usize>>,
+        recompute_layers: Option<Vec<u64>>,
+    ) -> Option<Estimate> {
+        let c = config_with(key, self.opts, split, recompute_layers);
+        let sched = self.schedule(&c)?;
+        let flops = self.model_flops_per_sequence?;
+        evaluate_scheduled_if_fits(
+            self.model,
+            self.profile,
+            &c,
+            table.list(),
+            Detail::TimeAndMemory,
+            sched,
+            flops,
+        )
+        .ok()
+        .flatten()
     }
 
     /// Evaluates an estimate's configuration again, with its exact split and recompute.

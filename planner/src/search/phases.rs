@@ -326,9 +326,7 @@ impl<'a> Search<'a> {
         let e = if solve {
             self.inflight_of(&s.key)
                 .and_then(|q| solve_partial(self.profile, self.opts, &s.key, table, &q))
-                .and_then(|(split, layers)| {
-                    eval.time_and_memory(&s.key, table, Some(split), Some(layers))
-                })
+                .and_then(|(split, layers)| eval.fitting(&s.key, table, Some(split), Some(layers)))
         } else {
             let (split, layers) = match s.key.partial_recompute {
                 true => (Some(s.split.clone()), s.recompute_layers.clone()),
@@ -336,7 +334,7 @@ impl<'a> Search<'a> {
             };
             // (a split's own bound does not decide: refining a split that cannot beat the
             // others may give one that does)
-            let e = eval.time_and_memory(&s.key, table, split.clone(), layers.clone());
+            let e = eval.fitting(&s.key, table, split.clone(), layers.clone());
             if let Some(e) = e.as_ref().filter(|_| cfg!(debug_assertions)) {
                 // the bounds the search skips by are bounds (every test's searches check)
                 let bound = eval
@@ -412,7 +410,7 @@ impl<'a> Search<'a> {
                     .lower_bound_s(&s.key, table, Some(o.clone()), None);
                 bound.is_some_and(|b| b <= beat_s)
             })
-            .filter_map(|o| self.eval.time_and_memory(&s.key, table, Some(o), None))
+            .filter_map(|o| self.eval.fitting(&s.key, table, Some(o), None))
             .chain(first.clone())
             .filter(|e| e.result.predicted.fits)
             .min_by(|a, b| time_of(a).total_cmp(&time_of(b)))

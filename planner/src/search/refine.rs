@@ -50,7 +50,7 @@ pub(crate) fn refine(eval: &Evaluator, est: &Estimate, table: &LayerTable) -> (E
             return None;
         }
         sims += 1;
-        eval.time_and_memory(&key, table, Some(split.to_vec()), None)
+        eval.fitting(&key, table, Some(split.to_vec()), None)
             .filter(|e| better(e, best))
     };
     if binomial(n as u64 - 1, s as u64 - 1) <= EXHAUSTIVE_SPLITS {
