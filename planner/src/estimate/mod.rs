@@ -271,25 +271,10 @@ pub fn evaluate_scheduled(
         .map(|e| e.expect("evaluated unconditionally"))
 }
 
-/// [`evaluate_scheduled`] of a configuration that fits with its margin, `None` for one that
-/// does not — decided before simulating ([`Evaluation::fits_unsimulated`]), so the search's
-/// configurations over memory cost no simulation.
-pub fn evaluate_scheduled_if_fits(
-    model: &Model,
-    profile: &AnalyticProfile,
-    c: &ParallelConfig,
-    layers: LayerList<'_>,
-    detail: Detail,
-    sched: Arc<Schedule>,
-    model_flops_per_sequence: f64,
-) -> Result<Option<Estimate>, PlanError> {
-    let args = (detail, sched, model_flops_per_sequence);
-    evaluate_scheduled_when(model, profile, c, layers, args, true)
-}
-
-/// [`evaluate_scheduled`], or `None` without simulating when `only_fitting` and the
-/// configuration does not fit.
-fn evaluate_scheduled_when(
+/// [`evaluate_scheduled`], or — when `only_fitting` — `None` for a configuration that does not
+/// fit with its margin, decided before simulating ([`Evaluation::fits_unsimulated`]), so that
+/// the search's configurations over memory cost no simulation.
+pub fn evaluate_scheduled_when(
     model: &Model,
     profile: &AnalyticProfile,
     c: &ParallelConfig,

@@ -10,9 +10,7 @@ use super::memo::Memo;
 use super::table::LayerTable;
 use super::{config_with, key_of, Key, SearchOptions};
 use crate::config::ParallelConfig;
-use crate::estimate::{
-    busiest_rank_s, evaluate_scheduled, evaluate_scheduled_if_fits, schedule_for, Detail, Estimate,
-};
+use crate::estimate::{busiest_rank_s, evaluate_scheduled_when, schedule_for, Detail, Estimate};
 use crate::schedule::{Schedule, ScheduleKind};
 
 /// A schedule's shape: kind, pipeline ranks, stages per rank, micro-batches.
@@ -59,19 +57,33 @@ impl<'a> Evaluator<'a> {
         recompute_layers: Option<Vec<u64>>,
         detail: Detail,
     ) -> Option<Estimate> {
+        self.evaluate_when(key, table, (split, recompute_layers), detail, false)
+    }
+
+    /// [`Evaluator::evaluate`], or — `only_fitting` — `None` without simulating a
+    /// configuration over memory.
+    fn evaluate_when(
+        &self,
+        key: &Key,
+        table: &LayerTable,
+        (split, recompute_layers): (Option<Vec<usize>>, Option<Vec<u64>>),
+        detail: Detail,
+        only_fitting: bool,
+    ) -> Option<Estimate> {
         let c = config_with(key, self.opts, split, recompute_layers);
         let sched = self.schedule(&c)?;
         let flops = self.model_flops_per_sequence?;
-        evaluate_scheduled(
+        let args = (detail, sched, flops);
+        evaluate_scheduled_when(
             self.model,
             self.profile,
             &c,
             table.list(),
-            detail,
-            sched,
-            flops,
+            args,
+            only_fitting,
         )
         .ok()
+        .flatten()
     }
 
     /// A lower bound on the iteration time of a key with a split (`None`: the even split),
@@ -108,20 +120,8 @@ impl<'a> Evaluator<'a> {
         split: Option<Vec<usize>>,
         recompute_layers: Option<Vec<u64>>,
     ) -> Option<Estimate> {
-        let c = config_with(key, self.opts, split, recompute_layers);
-        let sched = self.schedule(&c)?;
-        let flops = self.model_flops_per_sequence?;
-        evaluate_scheduled_if_fits(
-            self.model,
-            self.profile,
-            &c,
-            table.list(),
-            Detail::TimeAndMemory,
-            sched,
-            flops,
-        )
-        .ok()
-        .flatten()
+        let choice = (split, recompute_layers);
+        self.evaluate_when(key, table, choice, Detail::TimeAndMemory, true)
     }
 
     /// Evaluates an estimate's configuration again, with its exact split and recompute.
