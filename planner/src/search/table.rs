@@ -154,6 +154,7 @@ fn layer_table(
                     &c.clone().with_recompute(mode),
                     crate::experts::mtp_layers(model),
                 ),
+                ep_across_share: crate::experts::node_dedup_share(model, &c, cluster.gpus_per_node),
             };
             let mut costs = stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[]);
             dense_equivalent_experts(&mut costs, key);
