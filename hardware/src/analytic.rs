@@ -90,7 +90,9 @@ fn default_fp8_gemm() -> f64 {
 /// `validation/moe/runs.json`, every other knob at its dense fit
 /// (`autopp validate validation/moe/runs.json --fit`; `validation/README.md` has the errors in
 /// sample and leaving each GPU × precision × family group out). MoE iteration-time MAPE:
-/// 31.3% with neither MoE knob, 22.8% with 1024 and 1 ms. Qwen3-30B's 768-wide experts run
+/// 31.3% with neither MoE knob, 22.8% with 1024 and 1 ms; 20.1% with them once the
+/// node-deduplicating dispatcher was modelled, where the refit moves to 1280 and 1 ms (20.0%,
+/// 21.7% leaving each group out), within the grid's step, so 1024 is kept. Qwen3-30B's 768-wide experts run
 /// at 768/1792 = 43% of a dense GEMM's efficiency, DeepSeek-V3's up-projection (k 7168, n
 /// 4096) at 80%.
 pub const GROUPED_GEMM_HALF_DIM: f64 = 1024.0;
