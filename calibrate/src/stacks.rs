@@ -57,7 +57,8 @@ pub fn always_zero3(row: &PublishedRow, stack: Stack) -> bool {
 /// The stack's runtime with what the row states about its own run: PyTorch DDP's bucketed
 /// all-reduce overlaps the backward in 2021 (`DDP impl 'torch'`); ZeRO-3 under Megatron-LM 2021
 /// did not; Composer's DEFAULT mixed precision reduces in fp32 and PURE in bf16; torchtitan's
-/// async TP (named in the row's notes) overlaps the tensor-parallel collectives.
+/// async TP (named in the row's notes) overlaps the tensor-parallel collectives; the expert
+/// dispatcher ([`dedup_dispatcher`]) and an all-to-all overlap the notes name.
 pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
     let zero = row
         .zero_or_distributed_optimizer
@@ -75,7 +76,49 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
         Stack::Torchtitan => r.tp_comm_overlap = notes.contains("asynctp"),
         _ => {}
     }
+    r.ep_dispatch_dedup = dedup_dispatcher(row);
+    // the source says its expert all-to-alls overlap another micro-batch's compute
+    // (Megatron-MoE-ModelZoo's "+1f1b overlap", Megatron-Bridge's `moe_a2a_overlap`)
+    r.ep_a2a_overlap |= [
+        "1f1b overlap",
+        "moe_a2a_overlap",
+        "overlap-moe-expert-parallel-comm",
+    ]
+    .iter()
+    .any(|k| notes.contains(k));
     r
+}
+
+/// Whether the row's expert all-to-alls send a token once per node
+/// ([`Runtime::ep_dispatch_dedup`]): its dispatcher, framework or notes name DeepEP or HybridEP
+/// (Megatron-Core's `flex` dispatcher), or it is a Megatron-Bridge performance run, whose
+/// recipes select the flex dispatcher (`scripts/performance/configs/*/…_workload_base_configs.py`:
+/// `moe_flex_dispatcher_backend` `deepep` or `hybridep`). A dispatcher named `alltoall` or
+/// `A2A` wins over the rest.
+pub fn dedup_dispatcher(row: &PublishedRow) -> bool {
+    let said = |t: &str| {
+        let t = t.to_ascii_lowercase();
+        if t.contains("alltoall") || t.contains("a2a") {
+            Some(false)
+        } else if t.contains("deepep") || t.contains("hybridep") || t.contains("flex") {
+            Some(true)
+        } else {
+            None
+        }
+    };
+    if let Some(d) = row
+        .token_dispatcher
+        .as_ref()
+        .and_then(|v| v.as_str())
+        .and_then(said)
+    {
+        return d;
+    }
+    let framework = row.framework.as_deref().unwrap_or("");
+    let notes = row.notes.as_deref().unwrap_or("").to_ascii_lowercase();
+    framework.to_ascii_lowercase().contains("megatron-bridge")
+        || notes.contains("deepep")
+        || notes.contains("hybridep")
 }
 
 /// Whether the stack runs a fused attention kernel: not the 2021–22 Megatron-LM and
@@ -150,6 +193,46 @@ mod tests {
             &row("Megatron-LM + DeepSpeed ZeRO-3"),
             Stack::MegatronLm2021
         ));
+    }
+
+    /// The dispatcher a row names wins; a Megatron-Bridge run uses the flex dispatcher its
+    /// recipes select; NeMo 2's recipes (dgxc-benchmarking) and unnamed stacks the all-to-all.
+    /// The ModelZoo's "+1f1b overlap" turns the all-to-all overlap on.
+    #[test]
+    fn dispatchers_and_overlap() {
+        let with = |framework: &str, extra: &str| {
+            let text = format!(
+                r#"[{{"id": "r", "kind": "end_to_end_training_throughput", "source_group": "g",
+                     "framework": "{framework}"{extra}}}]"#
+            );
+            crate::rows::parse_rows(&text, "test").unwrap().remove(0)
+        };
+        let mbridge = "NeMo 26.02 container (Megatron-Bridge on Megatron-Core)";
+        assert!(dedup_dispatcher(&row(mbridge)));
+        assert!(!dedup_dispatcher(&row(
+            "NeMo 2 / Megatron-Core (dgxc-benchmarking)"
+        )));
+        let core = "Megatron-Core moe_dev";
+        assert!(dedup_dispatcher(&with(
+            core,
+            r#", "token_dispatcher": "DeepEP""#
+        )));
+        assert!(!dedup_dispatcher(&with(
+            core,
+            r#", "token_dispatcher": "A2A""#
+        )));
+        assert!(!dedup_dispatcher(&with(
+            mbridge,
+            r#", "token_dispatcher": "AlltoAll (NCCL)""#
+        )));
+        assert!(dedup_dispatcher(&with(
+            core,
+            r#", "notes": "HybridEP on NVL72""#
+        )));
+        let overlap = with(core, r#", "notes": "step 17.6 s, +1f1b overlap""#);
+        let r = runtime_of(&overlap, Stack::MegatronCore);
+        assert!(r.ep_a2a_overlap && !r.ep_dispatch_dedup);
+        assert!(!runtime_of(&row(core), Stack::MegatronCore).ep_a2a_overlap);
     }
 
     #[test]

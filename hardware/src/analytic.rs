@@ -90,7 +90,9 @@ fn default_fp8_gemm() -> f64 {
 /// `validation/moe/runs.json`, every other knob at its dense fit
 /// (`autopp validate validation/moe/runs.json --fit`; `validation/README.md` has the errors in
 /// sample and leaving each GPU × precision × family group out). MoE iteration-time MAPE:
-/// 31.3% with neither MoE knob, 22.8% with 1024 and 1 ms. Qwen3-30B's 768-wide experts run
+/// 31.3% with neither MoE knob, 22.8% with 1024 and 1 ms; 20.1% with them once the
+/// node-deduplicating dispatcher was modelled, where the refit moves to 1280 and 1 ms (20.0%,
+/// 21.7% leaving each group out), within the grid's step, so 1024 is kept. Qwen3-30B's 768-wide experts run
 /// at 768/1792 = 43% of a dense GEMM's efficiency, DeepSeek-V3's up-projection (k 7168, n
 /// 4096) at 80%.
 pub const GROUPED_GEMM_HALF_DIM: f64 = 1024.0;
@@ -366,6 +368,22 @@ impl AnalyticProfile {
     /// every peer are posted at once (NCCL's all-to-all is one group of send/receive pairs), so
     /// the latency is one `α` of the slower link, not one per peer.
     pub fn all_to_all_time_s(&self, bytes: u64, n: u64, link: &Link) -> f64 {
+        self.all_to_all_dedup_time_s(bytes, n, link, 1.0)
+    }
+
+    /// [`Self::all_to_all_time_s`] for a dispatcher that sends each token once per node
+    /// rather than once per expert (DeepEP's internode kernels, `deepseek-ai/DeepEP` README;
+    /// Megatron-Core's HybridEP): of the cross-node volume `(n−d)/n · S` only `across_share`
+    /// goes through the NIC, and the tokens that arrive are forwarded inside the destination
+    /// node over NVLink, so NVLink carries every pair not kept on the sender, `(n−1)/n · S`.
+    /// `across_share` 1.0 with the NVLink term `(d−1)/n · S` is the plain all-to-all.
+    pub fn all_to_all_dedup_time_s(
+        &self,
+        bytes: u64,
+        n: u64,
+        link: &Link,
+        across_share: f64,
+    ) -> f64 {
         if n <= 1 || bytes == 0 {
             return 0.0;
         }
@@ -375,8 +393,10 @@ impl AnalyticProfile {
         }
         let d = self.cluster.gpus_per_node.clamp(1, n);
         let nvlink = self.cluster.link_between(0, 0);
-        let across = (n - d) as f64 * s / self.effective_bw(link);
-        let within = (d - 1) as f64 * s / self.effective_bw(&nvlink);
+        let share = across_share.clamp(0.0, 1.0);
+        let across = (n - d) as f64 * s * share / self.effective_bw(link);
+        let forwarded = if share < 1.0 { n - 1 } else { d - 1 };
+        let within = forwarded as f64 * s / self.effective_bw(&nvlink);
         across.max(within) + link.latency_s
     }
 

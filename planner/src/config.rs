@@ -135,6 +135,15 @@ pub struct Runtime {
     /// [`crate::experts::a2a_hidden_share`]) the all-to-alls stay exposed. `false`: always
     /// exposed. DualPipe-V's overlap is the schedule's own (its overlapped pairs), not this.
     pub ep_a2a_overlap: bool,
+    /// The expert all-to-alls send each token once per destination node, not once per
+    /// (token, expert) pair, and forward it inside the node over NVLink: DeepEP's internode
+    /// kernels (`deepseek-ai/DeepEP` README; DeepSeek-V3 report, arXiv 2412.19437, §3.2.2) and
+    /// Megatron-Core's HybridEP, chosen by `--moe-token-dispatcher-type flex`
+    /// (`--moe-flex-dispatcher-backend deepep|hybridep`). `false`: NCCL's all-to-all of every
+    /// pair (`--moe-token-dispatcher-type alltoall`, Megatron-Core's default). See
+    /// [`crate::experts::node_dedup_share`].
+    #[serde(default)]
+    pub ep_dispatch_dedup: bool,
     /// The vocabulary is padded to a multiple of this times `tp` (Megatron-LM's
     /// `--make-vocab-size-divisible-by`, 128; 1 for frameworks that do not pad).
     pub vocab_pad_multiple: u64,

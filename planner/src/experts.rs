@@ -132,6 +132,44 @@ pub fn a2a_hidden_share(c: &crate::ParallelConfig, mtp_layers: u64) -> f64 {
     chunks.saturating_sub(warmup) as f64 / chunks.max(1) as f64
 }
 
+/// The share of the expert all-to-alls' cross-node volume that a node-deduplicating
+/// dispatcher ([`crate::config::Runtime::ep_dispatch_dedup`]) still sends: 1.0 without one,
+/// without experts, or with the ep group inside one node.
+///
+/// A token routed to `k` of `E` experts sends, per (token, expert) pair, `k·(N−1)/N` copies
+/// across nodes on average when the ep group spans `N` nodes of `E/N` experts each. DeepEP
+/// sends it once to each node that holds one of its experts (`deepseek-ai/DeepEP` README:
+/// internode dispatch over RDMA, then NVLink forwarding; DeepSeek-V3 report, arXiv
+/// 2412.19437, §3.2.2): with the experts drawn uniformly (forced balance draws them at random)
+/// a given other node is missed with probability `q = C(E − E/N, k) / C(E, k)`, so
+/// `(N−1)·(1 − q)` copies cross, a share `N·(1 − q)/k` of the per-pair volume. DeepSeek-V3's
+/// node-limited routing (at most 4 nodes a token) sends less still; not modelled.
+pub fn node_dedup_share(model: &Model, c: &crate::ParallelConfig, gpus_per_node: u64) -> f64 {
+    let Model::Transformer(t) = model else {
+        return 1.0;
+    };
+    let (Some(m), true) = (t.moe.as_ref(), c.settings.runtime.ep_dispatch_dedup) else {
+        return 1.0;
+    };
+    let ep = c.experts.ep.max(1);
+    let nodes = ep.div_ceil(gpus_per_node.clamp(1, ep));
+    dedup_share(m.num_experts, m.num_experts_per_tok, nodes)
+}
+
+/// `N·(1 − q)/k` of [`node_dedup_share`] for `experts` experts, top-`k`, over `nodes` nodes
+/// (at most 1.0; 1.0 for one node).
+fn dedup_share(experts: u64, k: u64, nodes: u64) -> f64 {
+    if nodes <= 1 || k == 0 || k > experts || experts < nodes {
+        return 1.0;
+    }
+    let elsewhere = experts - experts / nodes;
+    // q = C(elsewhere, k) / C(experts, k) as a product of k ratios
+    let q: f64 = (0..k)
+        .map(|i| elsewhere.saturating_sub(i) as f64 / (experts - i) as f64)
+        .product();
+    (nodes as f64 * (1.0 - q) / k as f64).min(1.0)
+}
+
 /// `--moe-imbalance`: the busiest expert rank's tokens over the balanced share, from 1.0
 /// (forced balance) to 64; an error naming the flag otherwise (NaN included).
 pub fn check_imbalance(imbalance: f64) -> Result<f64, PlanError> {
@@ -170,6 +208,25 @@ mod tests {
         let d = Degrees { tp: 2, dp: 4, ..d };
         let e = ExpertParallel { ep: 8, ..e };
         assert_eq!(e.expert_dp(&d), 1);
+    }
+
+    /// Hand-worked node deduplication: Qwen3-235B (128 experts, top 8) at ep 32 over 4 nodes of
+    /// 8: a node holds 32 experts; q = C(96, 8)/C(128, 8) = Π (96 − i)/(128 − i), i < 8
+    /// = 0.09275; share = 4 · (1 − 0.09275)/8 = 0.45363. DeepSeek-V3 (256, top 8) at ep 64 over
+    /// 8 nodes: q = C(224, 8)/C(256, 8) = 0.33817, share = 8 · 0.66183/8 = 0.66183. One node, or
+    /// top-1 over two nodes (q = 1/2, share 2 · 1/2 = 1): nothing saved.
+    #[test]
+    fn dedup_share_hand_worked() {
+        let q: f64 = (0..8).map(|i| (96 - i) as f64 / (128 - i) as f64).product();
+        assert!((q - 0.09275).abs() < 1e-5, "{q}");
+        assert!((dedup_share(128, 8, 4) - 0.45363).abs() < 1e-5);
+        let q: f64 = (0..8)
+            .map(|i| (224 - i) as f64 / (256 - i) as f64)
+            .product();
+        assert!((q - 0.33817).abs() < 1e-5, "{q}");
+        assert!((dedup_share(256, 8, 8) - 0.66183).abs() < 1e-5);
+        assert_eq!(dedup_share(256, 8, 1), 1.0);
+        assert_eq!(dedup_share(8, 1, 2), 1.0);
     }
 
     /// The steady-1F1B share of `a2a_hidden_share`, by hand: DeepSeek-V3's layout in

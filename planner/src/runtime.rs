@@ -118,6 +118,7 @@ impl Stack {
             pp_scatter_gather: true,
             pp_blocking_sends: false,
             ep_a2a_overlap: false,
+            ep_dispatch_dedup: false,
             vocab_pad_multiple: 128,
         };
         match self {

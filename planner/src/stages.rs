@@ -110,6 +110,9 @@ pub struct StageContext<'a> {
     /// The share of each all-to-all run beside another micro-batch's compute
     /// ([`crate::experts::a2a_hidden_share`]; 0: all exposed).
     pub ep_hidden_share: f64,
+    /// The share of the all-to-alls' cross-node volume a node-deduplicating dispatcher still
+    /// sends ([`crate::experts::node_dedup_share`]; 1.0: every (token, expert) pair).
+    pub ep_across_share: f64,
 }
 
 /// Sums the costs of `layers[first..=last]` for each stage range.
@@ -195,9 +198,15 @@ fn add_layer(
     let cp_fwd = cp_fwd_s;
     let is_block = layer.kind == LayerKind::Transformer;
     // dispatch + combine: each GPU sends `ep_a2a_bytes` over the ep group, across nodes
-    // through its NIC and inside its node over NVLink; not overlapped with compute
+    // through its NIC (once per node with a deduplicating dispatcher) and inside its node
+    // over NVLink
     let a2a = if ctx.ep > 1 && layer.ep_a2a_bytes > 0 {
-        profile.all_to_all_time_s(layer.ep_a2a_bytes, ctx.ep, &ctx.ep_link)
+        profile.all_to_all_dedup_time_s(
+            layer.ep_a2a_bytes,
+            ctx.ep,
+            &ctx.ep_link,
+            ctx.ep_across_share,
+        )
     } else {
         0.0
     };

@@ -99,6 +99,27 @@ fn all_to_all_hand_worked() {
     assert_eq!(four.all_to_all_time_s(64_000_000, 1, &link), 0.0);
 }
 
+/// Hand-worked deduplicated all-to-all: the 32 GPUs of 4 H100 nodes above with 45% of the
+/// cross-node volume left (a token sent once per node): 0.45 · 24/32 · 64e6 / (50e9 ·
+/// 0.7723) = 559.4 µs; NVLink forwards every pair not kept, 31/32 · 64e6 / 427.5e9 = 145.0 µs,
+/// hidden beside it; + 12 µs. A share of 1 is the plain all-to-all.
+#[test]
+fn dedup_all_to_all_hand_worked() {
+    let h100 = hardware::gpu("h100-sxm").unwrap();
+    let four =
+        AnalyticProfile::new(Cluster::new(h100, 32, 8, None).unwrap(), Precision::Bf16).unwrap();
+    let link = four.cluster.group_link(32, 1);
+    let t = four.all_to_all_dedup_time_s(64_000_000, 32, &link, 0.45);
+    let want = 0.45 * 24.0 / 32.0 * 64e6 / (50e9 * four.efficiency.comm_inter) + 12e-6;
+    assert!((t - want).abs() < 1e-12, "{t} vs {want}");
+    assert!((t - 571.4e-6).abs() < 0.5e-6, "{t}");
+    let plain = four.all_to_all_time_s(64_000_000, 32, &link);
+    assert_eq!(
+        four.all_to_all_dedup_time_s(64_000_000, 32, &link, 1.0),
+        plain
+    );
+}
+
 /// Hand-worked: 3 s of communication beside 10 s of compute with comm_overlap 0.8 leaves
 /// 0.2·3 = 0.6 s; 10 s beside 4 s leaves 6 + 0.2·4 = 6.8 s.
 #[test]

@@ -160,6 +160,11 @@ impl<'a> Evaluation<'a> {
                 c,
                 crate::experts::mtp_layers(self.model),
             ),
+            ep_across_share: crate::experts::node_dedup_share(
+                self.model,
+                c,
+                self.profile.cluster.gpus_per_node,
+            ),
         };
         let full_layers = partial_recompute(c, self.layers, &self.ranges)?;
         let costs = match self.timed {

@@ -194,6 +194,7 @@ fn layer_table(
                     &c.clone().with_recompute(mode),
                     crate::experts::mtp_layers(model),
                 ),
+                ep_across_share: crate::experts::node_dedup_share(model, &c, cluster.gpus_per_node),
             };
             stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[])
         })
