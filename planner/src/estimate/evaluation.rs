@@ -115,7 +115,10 @@ impl<'a> Evaluation<'a> {
     /// The link of the tensor-parallel group.
     fn tp_link(&self) -> Link {
         let tp = self.c.degrees.tp;
-        self.profile.cluster.group_link(tp, self.layout.tp_stride())
+        self.c
+            .settings
+            .runtime
+            .ring_link(&self.profile.cluster, tp, self.layout.tp_stride())
     }
 
     /// Things the user should know: a tensor-parallel group that leaves the node.
@@ -159,6 +162,10 @@ impl<'a> Evaluation<'a> {
             ep_hidden_share: crate::experts::a2a_hidden_share(
                 c,
                 crate::experts::mtp_layers(self.model),
+            ),
+            selective_linear_share: StageContext::selective_share_of(
+                &c.settings.runtime,
+                self.model,
             ),
         };
         let full_layers = partial_recompute(c, self.layers, &self.ranges)?;
@@ -302,7 +309,11 @@ impl<'a> Evaluation<'a> {
             fp8_copy_bytes_per_param: c.settings.precision.fp8_weight_copy_bytes_per_param(),
         };
         let cluster = &profile.cluster;
-        let dp_link = cluster.group_link(d.data_parallel_gpus(), self.layout.tp_stride() * d.tp);
+        let dp_link = c.settings.runtime.ring_link(
+            cluster,
+            d.data_parallel_gpus(),
+            self.layout.tp_stride() * d.tp,
+        );
         let embedding_rank = self.sched.rank_of(0);
         let head_rank = self.sched.rank_of(costs.len() - 1);
         let grad_reduce_bytes = if c.settings.runtime.fp32_main_grads {

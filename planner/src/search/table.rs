@@ -142,7 +142,10 @@ fn layer_table(
             let ctx = StageContext {
                 profile,
                 tp: d.tp,
-                tp_link: cluster.group_link(d.tp, layout.tp_stride()),
+                tp_link: c
+                    .settings
+                    .runtime
+                    .ring_link(cluster, d.tp, layout.tp_stride()),
                 recompute: mode,
                 cp: d.cp,
                 cp_link: cluster.group_link(d.cp, layout.cp_stride()),
@@ -153,6 +156,10 @@ fn layer_table(
                 ep_hidden_share: crate::experts::a2a_hidden_share(
                     &c.clone().with_recompute(mode),
                     crate::experts::mtp_layers(model),
+                ),
+                selective_linear_share: StageContext::selective_share_of(
+                    &c.settings.runtime,
+                    model,
                 ),
             };
             let mut costs = stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[]);
