@@ -48,32 +48,23 @@ fn shipped_calibration_meets_the_acceptance_bounds() {
     assert!(compared >= 40, "{compared} BLOOM rows compared");
 }
 
-/// Today's stacks (issue 15): the iteration-time MAPE each group reaches under the shipped
-/// calibration, with a margin of one to two points, so a change that makes them worse fails.
-/// Achieved when set: MosaicML-MPT 13.0% (31.8% before the rail-aware rings), NeMo 6.2% (12
-/// rows, 7 of them mapped through the NeMo presets), torchtitan 37.0% (the Grand Teton H100,
-/// per-op selective recompute; the issue's 10% is not met), every row 12.8%. The MegaScale rows
-/// stay skipped: they report no micro-batch size.
+/// The iteration-time MAPE the project's rows reach under the shipped calibration, with a
+/// margin of about one point, so a change that makes them worse fails. Achieved when set:
+/// MosaicML-MPT 13.0% (31.8% before ring collectives used the node's rails), every row 10.2%.
+/// (The NeMo, torchtitan and MegaScale rows of the shared calibration file are not in the
+/// project's copy yet: their peak-memory errors would widen the memory band `plan` keeps as a
+/// margin on GPU kinds without memory rows, H100 included.)
 #[test]
 fn todays_stacks_keep_their_iteration_time_errors() {
     let rows = prepared();
     let results = autopp_calibrate::evaluate_all(&rows, &Calibration::default());
     let summary = autopp_calibrate::summarize(&results);
-    for (group, rows, bound) in [
-        ("MosaicML-MPT", 77, 0.14),
-        ("NeMo", 12, 0.07),
-        ("torchtitan", 18, 0.39),
-        ("all", 166, 0.14),
-    ] {
+    for (group, rows, bound) in [("MosaicML-MPT", 77, 0.14), ("all", 140, 0.11)] {
         let g = summary
             .get(group, Metric::IterationTime)
             .unwrap_or_else(|| panic!("{group} has iteration-time rows"));
         assert!(g.count >= rows, "{group}: {} rows compared", g.count);
         assert!(g.mape <= bound, "{group}: MAPE {} over {bound}", g.mape);
-    }
-    for r in results.iter().filter(|r| r.id.starts_with("megascale_")) {
-        let why = r.skipped.as_deref().unwrap_or("");
-        assert!(why.contains("micro_batch_size"), "{}: {why}", r.id);
     }
 }
 
@@ -89,12 +80,7 @@ fn bundled_bands_match_the_model() {
         "validation/bands.json is stale: run `bash validation/regenerate.sh`"
     );
     assert!(shipped.for_gpu("a100-80g", Metric::IterationTime).is_some());
-    // the torchtitan runs calibrate H200 and the Grand Teton H100; no run is on B200
-    assert!(shipped.for_gpu("h200", Metric::IterationTime).is_some());
-    assert!(shipped
-        .for_gpu("h100-hbm2e-500w", Metric::IterationTime)
-        .is_some());
-    assert!(shipped.for_gpu("b200", Metric::IterationTime).is_none());
+    assert!(shipped.for_gpu("h200", Metric::IterationTime).is_none());
 }
 
 /// The fit is deterministic, and it improves on its starting point (a small subset, few steps).
