@@ -212,6 +212,9 @@ fn presets_readme_lists_every_preset() {
     }
 }
 
+/// A preset, its parameters by hand, and its published total with the bound on the difference.
+type NemoCount = (&'static str, u64, Option<(f64, f64)>);
+
 /// NeMo 24.07's performance models (`models/src/presets.rs` has the sources). Parameters by
 /// hand, `P = L·(attention + MLP + norms) + embeddings (+ positions) + final norm`:
 /// - Llama 2 7B: `32·(4·4096² + 3·4096·11008 + 2·4096) + 2·32000·4096 + 4096` = 6,738,415,616,
@@ -230,7 +233,7 @@ fn presets_readme_lists_every_preset() {
 #[test]
 fn nemo_presets_have_their_published_parameter_counts() {
     // (name, by hand, published total and the bound on the difference)
-    let table: [(&str, u64, Option<(f64, f64)>); 7] = [
+    let table: [NemoCount; 7] = [
         ("llama2-7b", 6_738_415_616, Some((6_738_415_616.0, 0.0))),
         ("llama2-13b", 13_015_864_320, Some((13_015_864_320.0, 0.0))),
         ("gpt3-5b", 5_047_365_632, Some((5e9, 0.01))),
