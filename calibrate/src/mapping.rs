@@ -119,6 +119,9 @@ pub fn gpu_kind(name: &str) -> Option<&'static str> {
         } else {
             "a100-80g"
         })
+    } else if n.contains("h100") && (n.contains("hbm2e") || n.contains("500w")) {
+        // Meta's Grand Teton H100: 96 GB of HBM2e, capped at 500 W (torchtitan's benchmarks)
+        Some("h100-hbm2e-500w")
     } else if n.contains("h100") || n.contains("h800") {
         // the H800 is an H100 with less NVLink bandwidth (`row_cluster` sets it)
         Some("h100-sxm")
@@ -534,6 +537,10 @@ mod tests {
         assert_eq!(gpu_kind("A100-SXM4-80GB"), Some("a100-80g"));
         assert_eq!(gpu_kind("A100-40GB"), Some("a100-40g"));
         assert_eq!(gpu_kind("H100-80GB"), Some("h100-sxm"));
+        assert_eq!(
+            gpu_kind("H100 96GB HBM2e, 500W power limit (Grand Teton)"),
+            Some("h100-hbm2e-500w")
+        );
         assert_eq!(gpu_kind("H100 PCIe"), None);
         assert_eq!(gpu_kind("MI250X"), None);
     }

@@ -130,15 +130,29 @@ pub fn flash_attention(stack: Stack) -> bool {
     )
 }
 
+/// NeMo's names for its Nemotron models (letters and digits only) and the generation each is
+/// (NeMo 2.0's `Nemotron3Config8B`, `Nemotron3Config22B`, `Nemotron4Config340B`).
+const NEMOTRON_NAMES: [(&str, &str); 3] = [
+    ("nemotron8b", "nemotron38b"),
+    ("nemotron22b", "nemotron322b"),
+    ("nemotron340b", "nemotron4340b"),
+];
+
 /// The preset a row's model name means, by its letters and digits alone (`LLAMA3-70B`,
-/// `Llama 3.1 8B` → `llama3-70b`, `llama3-8b`: Llama 3.1 has Llama 3's architecture).
+/// `Llama 3.1 8B` → `llama3-70b`, `llama3-8b`: Llama 3.1 has Llama 3's architecture; NeMo's
+/// `Nemotron-8B`, `-22B`, `-340B` → `nemotron3-8b`, `nemotron3-22b`, `nemotron4-340b`).
 pub fn preset_named(name: &str) -> Option<&'static presets::Preset> {
     let key = |s: &str| -> String {
-        s.to_ascii_lowercase()
+        let k = s
+            .to_ascii_lowercase()
             .chars()
             .filter(|c| c.is_ascii_alphanumeric())
             .collect::<String>()
-            .replace("llama31", "llama3")
+            .replace("llama31", "llama3");
+        NEMOTRON_NAMES
+            .iter()
+            .find(|(short, _)| *short == k)
+            .map_or(k, |(_, full)| full.to_string())
     };
     let wanted = key(name);
     presets::presets().iter().find(|p| key(p.name) == wanted)
@@ -250,6 +264,18 @@ mod tests {
             preset_named("LLAMA2-70B").map(|p| p.name),
             Some("llama2-70b")
         );
-        assert!(preset_named("Nemotron-340B").is_none());
+        // NeMo 24.07's performance summary names these (the rows of the calibration file)
+        for (row, preset) in [
+            ("GPT3-5B", "gpt3-5b"),
+            ("GPT3-20B", "gpt3-20b"),
+            ("LLAMA2-7B", "llama2-7b"),
+            ("LLAMA2-13B", "llama2-13b"),
+            ("Nemotron-8B", "nemotron3-8b"),
+            ("Nemotron-22B", "nemotron3-22b"),
+            ("Nemotron-340B", "nemotron4-340b"),
+        ] {
+            assert_eq!(preset_named(row).map(|p| p.name), Some(preset), "{row}");
+        }
+        assert!(preset_named("Nemotron-15B").is_none());
     }
 }

@@ -260,11 +260,45 @@ impl Cluster {
     }
 
     /// A parallel group's link: bandwidth per direction per GPU in bytes/s and per-step latency.
+    /// Across nodes this is one GPU's NIC: right for sends and all-to-alls, where each GPU's
+    /// own traffic leaves through its own NIC; ring collectives use [`Cluster::ring_link`].
     pub fn group_link(&self, size: u64, stride: u64) -> Link {
         if self.group_spans_nodes(size, stride) {
             self.inter_node_link()
         } else {
             self.intra_node_link()
+        }
+    }
+
+    /// Members of a group of `size` GPUs `stride` apart that share one node (at least 1).
+    pub fn members_per_node(&self, size: u64, stride: u64) -> u64 {
+        let stride = stride.max(1);
+        if stride >= self.gpus_per_node {
+            1
+        } else {
+            (self.gpus_per_node / stride).clamp(1, size.max(1))
+        }
+    }
+
+    /// The link a ring collective (all-reduce, all-gather, reduce-scatter) of a group runs
+    /// over. Inside a node, NVLink. Across nodes NCCL builds one ring per rail: with `d`
+    /// members of the group on each node, `d` rings (channels) run at once, each leaving the
+    /// node through a different member's NIC, and each carries `1/d` of the data; the data
+    /// that stays inside a node crosses NVLink meanwhile. A ring step then moves `d` NICs'
+    /// worth per node, so the group's bus bandwidth is `min(d · NIC, NVLink)` per GPU
+    /// (NVIDIA/nccl#412, S. Jeaugey: inter-node bus bandwidth grows with the NICs a node
+    /// uses, "up to … the NVLink intra-node bandwidth"; NVIDIA/nccl#1168: 4 GPUs per node
+    /// measure half the all-reduce bus bandwidth of 8 on the same network). A data-parallel
+    /// group under tp 8 has one member per node (`d` = 1): one NIC, as before.
+    pub fn ring_link(&self, size: u64, stride: u64) -> Link {
+        let link = self.group_link(size, stride);
+        if !link.inter_node {
+            return link;
+        }
+        let d = self.members_per_node(size, stride) as f64;
+        Link {
+            bw_bytes_per_s: (d * self.nic_bw_bytes_per_s).min(self.gpu.nvlink_bw_bytes_per_s),
+            ..link
         }
     }
 }
@@ -358,6 +392,25 @@ mod tests {
         assert!(c.link_between(7, 8).inter_node);
         assert_eq!(c.link_between(7, 8).bw_bytes_per_s, 25e9);
         assert_eq!(c.group_link(8, 1).bw_bytes_per_s, 300e9);
+    }
+
+    /// Ring collectives across nodes run one ring per rail (`ring_link`'s sources): on A100
+    /// nodes of 8 with 25 GB/s HDR NICs, a data-parallel group of 64 under tp 1 has 8 members
+    /// per node, 8 × 25 = 200 GB/s (under NVLink's 300); under tp 2, 4 × 25 = 100 GB/s; under
+    /// tp 8 one member per node, one NIC (25 GB/s). Inside a node, NVLink (300 GB/s).
+    #[test]
+    fn rings_across_nodes_use_one_nic_per_member_on_a_node() {
+        let c = a100(64);
+        assert_eq!(c.members_per_node(64, 1), 8);
+        assert_eq!(c.ring_link(64, 1).bw_bytes_per_s, 200e9);
+        assert_eq!(c.ring_link(32, 2).bw_bytes_per_s, 100e9);
+        assert_eq!(c.ring_link(8, 8).bw_bytes_per_s, 25e9);
+        assert_eq!(c.members_per_node(8, 16), 1);
+        assert!(c.ring_link(64, 1).inter_node);
+        assert_eq!(c.ring_link(8, 1).bw_bytes_per_s, 300e9);
+        assert!(!c.ring_link(8, 1).inter_node);
+        // GPUs 0 and 4 share node 0: NVLink
+        assert!(!c.ring_link(2, 4).inter_node);
     }
 
     #[test]

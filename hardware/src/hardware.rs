@@ -306,8 +306,8 @@ mod tests {
     #[test]
     fn catalog_names_are_unique_and_valid() {
         let all: Vec<GpuSpec> = serde_json::from_str(BUNDLED_CATALOG).unwrap();
-        assert_eq!(all.len(), 10);
-        assert!(catalog_table().lines().count() == 11);
+        assert_eq!(all.len(), 11);
+        assert!(catalog_table().lines().count() == 12);
         for g in &all {
             g.validate().unwrap();
             assert!(
@@ -344,6 +344,22 @@ mod tests {
         assert_eq!(gpu("h100-sxm").unwrap().memory_bytes, 81_559 << 20);
         assert_eq!(gpu("h200").unwrap().memory_bytes, 143_771 << 20);
         assert_eq!(gpu("a100-80g").unwrap().memory_bytes, 80 << 30);
+    }
+
+    /// The power-capped Grand Teton H100 (its entry's sources): 886 = 835 + 154 × 100 / 300
+    /// TFLOP/s, rounded; 2.4 TB/s of HBM2e; 97,871 MiB = 96 GiB × 81,559 / 81,920.
+    #[test]
+    fn grand_teton_h100_sits_between_nvl_and_sxm() {
+        let gt = gpu("h100-hbm2e-500w").unwrap();
+        let interpolated: f64 = 835e12 + (989e12 - 835e12) * (500.0 - 400.0) / (700.0 - 400.0);
+        assert!((gt.peak_bf16_flops - interpolated).abs() < 0.5e12);
+        assert_eq!(gt.peak_fp8_flops, 2.0 * gt.peak_bf16_flops);
+        assert_eq!(gt.hbm_bw_bytes_per_s, 2.4e12);
+        assert_eq!(gt.memory_bytes, 97_871 << 20);
+        assert_eq!(
+            gt.nvlink_bw_bytes_per_s,
+            gpu("h100-sxm").unwrap().nvlink_bw_bytes_per_s
+        );
     }
 
     #[test]

@@ -27,6 +27,23 @@
 //!   vocabulary 128256, `s` 8192, untied. 405B: final batch 16M tokens = 2048 sequences (§3.4.1:
 //!   4M tokens at 4096, then 8M at 8192, then 16M). Meta does not publish the 8B and 70B
 //!   batches; autopp uses Llama 2's 4M tokens = 512 sequences of 8192.
+//! * `llama2-7b`, `llama2-13b` — Touvron et al. 2023, Table 1, and the
+//!   `meta-llama/Llama-2-7b-hf` / `-13b-hf` configs: 32 / 40 layers, `h` 4096 / 5120, 32 / 40
+//!   heads (no GQA), `f` 11008 / 13824, vocabulary 32000, `s` 4096, untied; 6,738,415,616 and
+//!   13,015,864,320 parameters; batch 4M tokens = 1024 sequences as for 70B.
+//! * `gpt3-5b`, `gpt3-20b` — NeMo's `GPTConfig5B` / `GPTConfig20B`
+//!   (`nemo/collections/llm/gpt/model/base.py`): 24 / 44 layers, `h` 4096 / 6144, 32 / 48 heads,
+//!   `f` 4h, `s` 2048, Megatron-Core's GPT (learned positions, LayerNorm, biases, tied
+//!   embeddings), GPT-2 BPE vocabulary (50257). Batches: those of NeMo 24.07's performance
+//!   summary (`docs/source/performance/performance_summary.md`), 2048 and 256.
+//! * `nemotron3-8b`, `nemotron3-22b`, `nemotron4-340b` — NeMo's `Nemotron3Config8B`,
+//!   `Nemotron3Config22B` and `Nemotron4Config340B` (`nemo/collections/llm/gpt/model/nemotron.py`,
+//!   the architectures NeMo 24.07's "Nemotron-8B / 22B / 340B" rows run): 32 / 40 / 96 layers,
+//!   `h` 4096 / 6144 / 18432, 32 / 48 / 96 heads (8 key/value groups for 340B, none for the
+//!   others), squared-ReLU MLP (not gated) with `f` 4h, LayerNorm (layernorm1p), no linear
+//!   biases, rotary positions, untied embeddings, `s` 4096, vocabulary 256000 (Nemotron-4
+//!   technical report, NVIDIA 2024, Table 1, for 340B: 341.0 B parameters). Batches: the
+//!   performance summary's 256 for 8B and 22B; 340B's final 2304 (the report's §2.2 ramp).
 //! * `tiny-gpt` — autopp's own: 8 layers, `h` 128, 4 heads, `s` 128, vocabulary 1024, GeLU MLP
 //!   (`f` = 512), biases, LayerNorm, untied LM head, no position embedding, no dropout, batch 32;
 //!   small enough to execute on a laptop CPU.
@@ -61,7 +78,7 @@ macro_rules! preset {
     };
 }
 
-static PRESETS: [Preset; 17] = [
+static PRESETS: [Preset; 24] = [
     preset!(
         "gpt3-175b",
         "GPT-3 175B: 96 layers, h 12288, 96 heads, s 2048, learned positions; batch 1536"
@@ -97,6 +114,34 @@ static PRESETS: [Preset; 17] = [
     preset!(
         "llama3-405b",
         "Llama 3 405B: 126 layers, h 16384, 128 heads / 8 KV, SwiGLU f 53248, s 8192; batch 2048 (16M tokens)"
+    ),
+    preset!(
+        "llama2-7b",
+        "Llama 2 7B: 32 layers, h 4096, 32 heads, SwiGLU f 11008, vocab 32000, s 4096; batch 1024 (4M tokens)"
+    ),
+    preset!(
+        "llama2-13b",
+        "Llama 2 13B: 40 layers, h 5120, 40 heads, SwiGLU f 13824, vocab 32000, s 4096; batch 1024 (4M tokens)"
+    ),
+    preset!(
+        "gpt3-5b",
+        "NeMo GPT-3 5B: 24 layers, h 4096, 32 heads, learned positions, s 2048; batch 2048"
+    ),
+    preset!(
+        "gpt3-20b",
+        "NeMo GPT-3 20B: 44 layers, h 6144, 48 heads, learned positions, s 2048; batch 256"
+    ),
+    preset!(
+        "nemotron3-8b",
+        "Nemotron-3 8B: 32 layers, h 4096, 32 heads, squared-ReLU f 16384, vocab 256000, s 4096; batch 256"
+    ),
+    preset!(
+        "nemotron3-22b",
+        "Nemotron-3 22B: 40 layers, h 6144, 48 heads, squared-ReLU f 24576, vocab 256000, s 4096; batch 256"
+    ),
+    preset!(
+        "nemotron4-340b",
+        "Nemotron-4 340B: 96 layers, h 18432, 96 heads / 8 KV, squared-ReLU f 73728, vocab 256000, s 4096; batch 2304"
     ),
     preset!(
         "deepseek-v3",

@@ -202,7 +202,8 @@ fn unknown_model_lists_presets() {
     assert_eq!(
         e.to_string(),
         "unknown model 'gpt-5': not a preset (gpt3-175b, megatron-1t, mt-nlg-530b, bloom-176b, \
-         opt-175b, llama2-70b, llama3-8b, llama3-70b, llama3-405b, deepseek-v3, \
+         opt-175b, llama2-70b, llama3-8b, llama3-70b, llama3-405b, llama2-7b, llama2-13b, \
+         gpt3-5b, gpt3-20b, nemotron3-8b, nemotron3-22b, nemotron4-340b, deepseek-v3, \
          qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b, mixtral-8x7b, mixtral-8x22b, gpt-oss-120b, \
          tiny-gpt) and not a file"
     );

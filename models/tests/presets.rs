@@ -12,7 +12,7 @@ fn spec(name: &str) -> TransformerSpec {
 
 #[test]
 fn every_preset_loads_and_expands() {
-    assert_eq!(presets().len(), 17);
+    assert_eq!(presets().len(), 24);
     for p in presets() {
         let m = load(p.name).unwrap();
         assert_eq!(m.name(), p.name, "a preset's name matches its file");
@@ -31,7 +31,8 @@ fn every_preset_loads_and_expands() {
     assert_eq!(
         preset_names(),
         "gpt3-175b, megatron-1t, mt-nlg-530b, bloom-176b, opt-175b, llama2-70b, llama3-8b, \
-         llama3-70b, llama3-405b, deepseek-v3, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b, \
+         llama3-70b, llama3-405b, llama2-7b, llama2-13b, gpt3-5b, gpt3-20b, nemotron3-8b, \
+         nemotron3-22b, nemotron4-340b, deepseek-v3, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b, \
          mixtral-8x7b, mixtral-8x22b, gpt-oss-120b, tiny-gpt"
     );
     assert!(preset("tiny-gpt").is_some() && preset("Tiny-GPT").is_none());
@@ -208,5 +209,52 @@ fn presets_readme_lists_every_preset() {
     let readme = include_str!("../presets/README.md");
     for p in presets() {
         assert!(readme.contains(&format!("`{}`", p.name)), "{}", p.name);
+    }
+}
+
+/// A preset, its parameters by hand, and its published total with the bound on the difference.
+type NemoCount = (&'static str, u64, Option<(f64, f64)>);
+
+/// NeMo 24.07's performance models (`models/src/presets.rs` has the sources). Parameters by
+/// hand, `P = L·(attention + MLP + norms) + embeddings (+ positions) + final norm`:
+/// - Llama 2 7B: `32·(4·4096² + 3·4096·11008 + 2·4096) + 2·32000·4096 + 4096` = 6,738,415,616,
+///   the `meta-llama/Llama-2-7b-hf` count; 13B likewise 13,015,864,320 (`-13b-hf`).
+/// - GPT-3 5B (tied, biases, learned positions): `24·(12·4096² + 13·4096) + 50257·4096 +
+///   2048·4096 + 2·4096` = 5,047,365,632; 20B: `44·(12·6144² + 13·6144) + 50257·6144 +
+///   2048·6144 + 2·6144` = 20,256,221,184. NeMo publishes only the names' "5B" and "20B"
+///   (0.9% and 1.3% off).
+/// - Nemotron-3 8B (MHA, squared ReLU, LayerNorm with bias, no linear biases):
+///   `32·(4·4096² + 2·4096·16384 + 4·4096) + 2·256000·4096 + 2·4096` = 8,540,135,424; 22B:
+///   `40·(4·6144² + 2·6144·24576 + 4·6144) + 2·256000·6144 + 2·6144` = 21,266,116,608. No
+///   exact totals are published (the names are nominal).
+/// - Nemotron-4 340B (8 KV groups of 192): `96·(2·18432² + 2·18432·1536 + 2·18432·73728 +
+///   4·18432) + 2·256000·18432 + 2·18432` = 341,029,195,776: the technical report's "340B"
+///   within 0.5% (0.3%).
+#[test]
+fn nemo_presets_have_their_published_parameter_counts() {
+    // (name, by hand, published total and the bound on the difference)
+    let table: [NemoCount; 7] = [
+        ("llama2-7b", 6_738_415_616, Some((6_738_415_616.0, 0.0))),
+        ("llama2-13b", 13_015_864_320, Some((13_015_864_320.0, 0.0))),
+        ("gpt3-5b", 5_047_365_632, Some((5e9, 0.01))),
+        ("gpt3-20b", 20_256_221_184, Some((20e9, 0.013))),
+        ("nemotron3-8b", 8_540_135_424, None),
+        ("nemotron3-22b", 21_266_116_608, None),
+        ("nemotron4-340b", 341_029_195_776, Some((340e9, 0.005))),
+    ];
+    for (name, hand, published) in table {
+        let got = spec(name).num_params();
+        assert_eq!(got, hand, "{name}");
+        if let Some((total, bound)) = published {
+            let off = (got as f64 - total).abs() / total;
+            assert!(off <= bound, "{name}: {got} vs {total} ({off})");
+        }
+    }
+    for name in ["nemotron3-8b", "nemotron3-22b", "nemotron4-340b"] {
+        let t = spec(name);
+        assert!(
+            !t.gated_mlp && !t.tied_embeddings && !t.bias && !t.dropout,
+            "{name}"
+        );
     }
 }

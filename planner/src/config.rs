@@ -147,6 +147,16 @@ pub struct Runtime {
     /// The vocabulary is padded to a multiple of this times `tp` (Megatron-LM's
     /// `--make-vocab-size-divisible-by`, 128; 1 for frameworks that do not pad).
     pub vocab_pad_multiple: u64,
+    /// Data- and tensor-parallel ring collectives that leave the node spread over the node's
+    /// rails, one NIC per group member on the node ([`autopp_hardware::Cluster::ring_link`]).
+    /// `false`: each GPU's collectives cross at its own NIC's bandwidth
+    /// ([`autopp_hardware::Cluster::group_link`]), as plan files written before this field
+    /// were predicted.
+    #[serde(default)]
+    pub multi_rail_rings: bool,
+    /// What `selective` recompute re-runs in the backward.
+    #[serde(default)]
+    pub selective: crate::runtime::SelectiveRecompute,
 }
 
 impl Default for Runtime {

@@ -18,6 +18,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use autopp_hardware::{Cluster, Link};
+use autopp_models::Model;
+
 use crate::config::Runtime;
 use crate::framework::Framework;
 
@@ -120,6 +123,8 @@ impl Stack {
             ep_a2a_overlap: false,
             ep_dispatch_dedup: false,
             vocab_pad_multiple: 128,
+            multi_rail_rings: true,
+            selective: SelectiveRecompute::AttentionCore,
         };
         match self {
             // every overlap any framework offers, but the expert all-to-all overlap (opt-in in
@@ -145,19 +150,26 @@ impl Stack {
                 ..modern
             },
             // PyTorch or local DDP of 2021 reduced fp16 gradients after the flush (the row
-            // mapping turns the overlap on for `DDP impl 'torch'`).
+            // mapping turns the overlap on for `DDP impl 'torch'`). Collectives across nodes
+            // ran at one NIC per GPU: the ZeRO-3 runs of Narayanan et al. 2021 (Table 2) take
+            // 66.75 s for 174.6B on both 768 and 1536 A100s, about 1.2 TB of fp16 gathers and
+            // reduce-scatters per GPU at one 200 Gb/s HDR NIC's rate; the node's eight rails
+            // would have made them 8× faster and the runs compute-bound.
             Stack::MegatronLm2021 => Runtime {
                 overlap_grad_reduce: false,
                 overlap_param_gather: false,
                 fp32_main_grads: false,
+                multi_rail_rings: false,
                 ..modern
             },
             // FSDP2: reduce-scatter in fp32 during the backward, all-gathers prefetched one
             // layer ahead; async TP is opt-in (`enable_async_tensor_parallel`); pipeline
-            // stages send whole activations; the vocabulary is not padded.
+            // stages send whole activations; the vocabulary is not padded; `selective` is its
+            // per-op checkpointing.
             Stack::Torchtitan => Runtime {
                 pp_scatter_gather: false,
                 vocab_pad_multiple: 1,
+                selective: SelectiveRecompute::EveryOtherMatmul,
                 ..modern
             },
             // The pipeline engine reduces after the flush and sends whole activations
@@ -187,6 +199,54 @@ impl Runtime {
     fn named(self, stack: Stack) -> Runtime {
         Runtime { stack, ..self }
     }
+
+    /// The link the ring collectives of a group of `size` GPUs `stride` apart run over: over
+    /// the node's rails ([`Cluster::ring_link`]) where [`Runtime::multi_rail_rings`], else one
+    /// NIC per GPU ([`Cluster::group_link`]).
+    pub fn ring_link(&self, cluster: &Cluster, size: u64, stride: u64) -> Link {
+        if self.multi_rail_rings {
+            cluster.ring_link(size, stride)
+        } else {
+            cluster.group_link(size, stride)
+        }
+    }
+}
+
+/// What a stack's `selective` activation checkpointing recomputes in the backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SelectiveRecompute {
+    /// Megatron's `--recompute-granularity selective`: the attention core (Korthikanti et al.
+    /// 2022, §5), the model's own selective-recompute ops.
+    #[default]
+    AttentionCore,
+    /// torchtitan's per-op selective checkpointing (`selective_ac_option = "op"`, the default
+    /// of its Llama train configs; `torchtitan/distributed/activation_checkpoint.py`): every
+    /// op of the save list (matmuls, SDPA, reduce-scatters) is saved "except every second
+    /// mm", counted per block in forward order, so the 2nd, 4th and 6th matmuls are re-run
+    /// (with the cheap element-wise ops between) and the attention core is not.
+    EveryOtherMatmul,
+}
+
+/// The share of a transformer block's forward linear FLOPs that
+/// [`SelectiveRecompute::EveryOtherMatmul`] runs again: torchtitan's Llama block multiplies
+/// `wq, wk, wv, wo` and then `w1, w3, w2` (SwiGLU: `w2(silu(w1(x)) · w3(x))`), so `wk`, `wo` and
+/// `w3` are recomputed: `(g·d + a·d + f) / (a·d + 2·g·d + a·d + 3·f)` per unit of `h` (`d` the
+/// head size, `g` the key/value heads); a plain MLP (`w1, w2`) re-runs `w2` instead, the same
+/// `f`. Llama 3 8B: `(1024 + 4096 + 14336) / (4096 + 2048 + 4096 + 43008)` = 0.3654.
+/// 0 for models given as layer lists (no blocks to count).
+pub fn every_other_matmul_share(model: &Model) -> f64 {
+    let Model::Transformer(t) = model else {
+        return 0.0;
+    };
+    let d = t.head_dim() as f64;
+    let (a, g, f) = (
+        t.num_attention_heads as f64,
+        t.kv_heads() as f64,
+        t.ffn() as f64,
+    );
+    let mlp = if t.gated_mlp { 3.0 * f } else { 2.0 * f };
+    (g * d + a * d + f) / (2.0 * a * d + 2.0 * g * d + mlp)
 }
 
 impl FromStr for Stack {
@@ -249,12 +309,32 @@ mod tests {
         }
         assert_eq!(Stack::MegatronCoreEpOverlap.family(), Framework::Megatron);
         let old = Stack::MegatronLm2021.runtime();
-        assert!(!old.overlap_grad_reduce && !old.fp32_main_grads);
+        assert!(!old.overlap_grad_reduce && !old.fp32_main_grads && !old.multi_rail_rings);
+        // every other stack's rings use the node's rails
+        for s in Stack::ALL {
+            assert_eq!(
+                s.runtime().multi_rail_rings,
+                s != Stack::MegatronLm2021,
+                "{s}"
+            );
+        }
         let titan = Stack::Torchtitan.runtime();
         assert!(titan.overlap_grad_reduce && !titan.pp_scatter_gather);
+        assert_eq!(titan.selective, SelectiveRecompute::EveryOtherMatmul);
+        assert_eq!(core.selective, SelectiveRecompute::AttentionCore);
         assert_eq!(titan.vocab_pad_multiple, 1);
         let ds = Stack::MegatronDeepspeed.runtime();
         assert!(ds.pp_blocking_sends && !ds.fp32_main_grads && !ds.overlap_grad_reduce);
         assert_eq!(ds.stack, Stack::MegatronDeepspeed);
+    }
+
+    /// `every_other_matmul_share`'s hand-worked Llama 3 8B figure (h 4096, 32 heads of 128,
+    /// 8 key/value heads, SwiGLU f 14336): wk 1024 + wo 4096 + w3 14336 = 19456 of
+    /// 4096 + 1024 + 1024 + 4096 + 3 · 14336 = 53248 columns, 0.36538.
+    #[test]
+    fn torchtitan_op_sac_reruns_wk_wo_and_w3() {
+        let m = autopp_models::load("llama3-8b").unwrap();
+        let share = every_other_matmul_share(&m);
+        assert!((share - 19456.0 / 53248.0).abs() < 1e-12, "{share}");
     }
 }

@@ -113,6 +113,25 @@ pub struct StageContext<'a> {
     /// The share of the all-to-alls' cross-node volume a node-deduplicating dispatcher still
     /// sends ([`crate::experts::node_dedup_share`]; 1.0: every (token, expert) pair).
     pub ep_across_share: f64,
+    /// Under selective recompute, the share of a block's forward linear-GEMM time re-run in
+    /// the backward in place of the attention core (torchtitan's per-op checkpointing,
+    /// [`crate::runtime::every_other_matmul_share`]); 0: Megatron's attention-core recompute.
+    pub selective_linear_share: f64,
+}
+
+impl StageContext<'_> {
+    /// [`StageContext::selective_linear_share`] for `runtime` and `model`.
+    pub fn selective_share_of(
+        runtime: &crate::config::Runtime,
+        model: &autopp_models::Model,
+    ) -> f64 {
+        match runtime.selective {
+            crate::runtime::SelectiveRecompute::AttentionCore => 0.0,
+            crate::runtime::SelectiveRecompute::EveryOtherMatmul => {
+                crate::runtime::every_other_matmul_share(model)
+            }
+        }
+    }
 }
 
 /// Sums the costs of `layers[first..=last]` for each stage range.
@@ -249,6 +268,15 @@ fn add_layer(
     };
     st.recompute_s += match mode {
         Recompute::None => 0.0,
+        Recompute::Selective if ctx.selective_linear_share > 0.0 && is_block => {
+            let linear: f64 = layer
+                .forward_ops
+                .iter()
+                .filter(|op| matches!(op, autopp_models::Op::Gemm { linear: true, .. }))
+                .map(|op| profile.op_time_s(op))
+                .sum();
+            ctx.selective_linear_share * linear
+        }
         Recompute::Selective => times.selective_recompute_s,
         Recompute::Full => times.forward_s + tp_f + a2a,
     };

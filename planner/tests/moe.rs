@@ -120,6 +120,7 @@ fn hidden_all_to_all_hand_worked() {
         ep_link: link,
         ep_hidden_share: share,
         ep_across_share: 1.0,
+        selective_linear_share: 0.0,
     };
     let t = p.layer_times(&layers[i]);
     // one dispatch (or combine) all-to-all over the 8 expert ranks of one node

@@ -115,7 +115,10 @@ impl<'a> Evaluation<'a> {
     /// The link of the tensor-parallel group.
     fn tp_link(&self) -> Link {
         let tp = self.c.degrees.tp;
-        self.profile.cluster.group_link(tp, self.layout.tp_stride())
+        self.c
+            .settings
+            .runtime
+            .ring_link(&self.profile.cluster, tp, self.layout.tp_stride())
     }
 
     /// Things the user should know: a tensor-parallel group that leaves the node.
@@ -164,6 +167,10 @@ impl<'a> Evaluation<'a> {
                 self.model,
                 c,
                 self.profile.cluster.gpus_per_node,
+            ),
+            selective_linear_share: StageContext::selective_share_of(
+                &c.settings.runtime,
+                self.model,
             ),
         };
         let full_layers = partial_recompute(c, self.layers, &self.ranges)?;
@@ -342,7 +349,11 @@ impl<'a> Evaluation<'a> {
         let (c, d, profile) = (self.c, &self.c.degrees, self.profile);
         let mem_ctx = self.memory_context();
         let cluster = &profile.cluster;
-        let dp_link = cluster.group_link(d.data_parallel_gpus(), self.layout.tp_stride() * d.tp);
+        let dp_link = c.settings.runtime.ring_link(
+            cluster,
+            d.data_parallel_gpus(),
+            self.layout.tp_stride() * d.tp,
+        );
         let embedding_rank = self.sched.rank_of(0);
         let head_rank = self.sched.rank_of(costs.len() - 1);
         let grad_reduce_bytes = if c.settings.runtime.fp32_main_grads {

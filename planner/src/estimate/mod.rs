@@ -424,9 +424,11 @@ mod tests {
         let plain = e.dp_comm_s[0];
         let stages: Vec<&StageCost> = e.stages.iter().collect();
         let params = crate::memory::rank_params(&stages);
-        let link = p
-            .cluster
-            .group_link(32, c.degrees.layout().tp_stride() * c.degrees.tp);
+        let link = c.settings.runtime.ring_link(
+            &p.cluster,
+            32,
+            c.degrees.layout().tp_stride() * c.degrees.tp,
+        );
         let gather = p.collective_time_s(
             autopp_models::CollectiveKind::AllGather,
             params * 2,

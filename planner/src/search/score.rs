@@ -154,9 +154,11 @@ impl<'a> KeyScorer<'a> {
             })
             .collect();
         let d = key.degrees;
-        let dp_link = profile
-            .cluster
-            .group_link(d.data_parallel_gpus(), d.layout().tp_stride() * d.tp);
+        let dp_link = opts.settings.runtime.ring_link(
+            &profile.cluster,
+            d.data_parallel_gpus(),
+            d.layout().tp_stride() * d.tp,
+        );
         Some(KeyScorer {
             profile,
             opts,

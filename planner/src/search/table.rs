@@ -182,7 +182,10 @@ fn layer_table(
             let ctx = StageContext {
                 profile,
                 tp: d.tp,
-                tp_link: cluster.group_link(d.tp, layout.tp_stride()),
+                tp_link: c
+                    .settings
+                    .runtime
+                    .ring_link(cluster, d.tp, layout.tp_stride()),
                 recompute: mode,
                 cp: d.cp,
                 cp_link: cluster.group_link(d.cp, layout.cp_stride()),
@@ -195,6 +198,10 @@ fn layer_table(
                     crate::experts::mtp_layers(model),
                 ),
                 ep_across_share: crate::experts::node_dedup_share(model, &c, cluster.gpus_per_node),
+                selective_linear_share: StageContext::selective_share_of(
+                    &c.settings.runtime,
+                    model,
+                ),
             };
             stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[])
         })
