@@ -119,6 +119,7 @@ fn hidden_all_to_all_hand_worked() {
         ep: 8,
         ep_link: link,
         ep_hidden_share: share,
+        torch_native: false,
     };
     let t = p.layer_times(&layers[i]);
     // one dispatch (or combine) all-to-all over the 8 expert ranks of one node

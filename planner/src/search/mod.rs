@@ -184,8 +184,12 @@ pub fn config_with(
 }
 
 /// Model-state bytes per parameter on one GPU under a ZeRO stage sharded `shard` ways.
-fn state_bytes_per_param(zero_stage: u8, shard: u64) -> f64 {
-    let (w, g, o) = memory::model_state_bytes(1_000_000, zero_stage, shard);
+fn state_bytes_per_param(zero_stage: u8, shard: u64, stack: crate::Stack) -> f64 {
+    let (w, g, o) = if zero_stage >= 3 && memory::StackMemory::of(stack).fsdp {
+        memory::fsdp_state_bytes(1_000_000, shard)
+    } else {
+        memory::model_state_bytes(1_000_000, zero_stage, shard)
+    };
     (w + g + o) as f64 / 1e6
 }
 

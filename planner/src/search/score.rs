@@ -25,7 +25,11 @@ pub(super) fn below_memory_floor(
     key: &Key,
     params: u64,
 ) -> bool {
-    let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
+    let per_param = state_bytes_per_param(
+        key.zero_stage,
+        key.degrees.data_parallel_gpus(),
+        opts.settings.runtime.stack,
+    );
     let floor = params as f64 * per_param / key.degrees.pp as f64;
     let usable = profile.cluster.gpu.memory_bytes as f64
         - opts.settings.memory_reserve_bytes as f64
@@ -95,7 +99,11 @@ impl<'a> KeyScorer<'a> {
         if costs.len() < s {
             return None;
         }
-        let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
+        let per_param = state_bytes_per_param(
+            key.zero_stage,
+            key.degrees.data_parallel_gpus(),
+            opts.settings.runtime.stack,
+        );
         // A split backward holds a pair's activations until its I, then what its W needs
         // until the W: per in-flight pair, at most the larger of the two.
         let sums = if key.schedule.splits_backward() {
@@ -370,16 +378,24 @@ fn rank_budget_bytes(
     let groups = key.degrees.num_comm_groups() as f64;
     let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
     let p2p = 4.0 * costs.iter().map(|c| c.output_bytes).max().unwrap_or(0) as f64;
+    let stack = memory::StackMemory::of(opts.settings.runtime.stack);
     let mut zero3_gather = 0.0;
     if key.zero_stage >= 3 {
         let largest = costs.iter().map(|c| c.max_layer_params).max().unwrap_or(0);
-        zero3_gather = (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
-            * memory::WEIGHT_BYTES_PER_PARAM as f64;
+        zero3_gather = if stack.fsdp {
+            // `memory::rank_memory`'s FSDP layers in flight: two gathered, one gradient
+            (2 * largest * memory::WEIGHT_BYTES_PER_PARAM
+                + largest * (memory::HALF_GRAD_BYTES_PER_PARAM + memory::GRAD_BYTES_PER_PARAM))
+                as f64
+        } else {
+            (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
+                * memory::WEIGHT_BYTES_PER_PARAM as f64
+        };
     }
     // The fixed terms of `memory::rank_memory` (its fragmentation is the caller's).
     let budget = capacity
         - opts.settings.memory_reserve_bytes as f64
-        - memory::CONTEXT_BYTES as f64
+        - stack.context_bytes() as f64
         - groups * NCCL_BUFFER_BYTES_PER_GROUP as f64
         - transient
         - p2p
@@ -399,7 +415,11 @@ pub(super) fn solve_partial(
     let part = table.partial[mode].as_ref()?;
     let costs = &table.per_mode[mode];
     let budget = rank_budget_bytes(profile, opts, key, costs)?;
-    let per_param = state_bytes_per_param(key.zero_stage, key.degrees.data_parallel_gpus());
+    let per_param = state_bytes_per_param(
+        key.zero_stage,
+        key.degrees.data_parallel_gpus(),
+        opts.settings.runtime.stack,
+    );
     let (pp, v) = (key.degrees.pp as usize, key.degrees.virtual_stages as usize);
     let placement = key.schedule.placement();
     let s = pp * v;

@@ -154,6 +154,7 @@ fn layer_table(
                     &c.clone().with_recompute(mode),
                     crate::experts::mtp_layers(model),
                 ),
+                torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
             };
             let mut costs = stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[]);
             dense_equivalent_experts(&mut costs, key);
