@@ -91,7 +91,10 @@ fn fsdp_states_hand_worked() {
         ..stage.clone()
     };
     let mc = rank_memory(&[&block], 0, &core);
-    assert_eq!(mc.weights_bytes, (2 * p / 8).div_ceil(8) + 2 * (p / 8) + 4 * layer);
+    assert_eq!(
+        mc.weights_bytes,
+        (2 * p / 8).div_ceil(8) + 2 * (p / 8) + 4 * layer
+    );
 }
 
 /// The fixed overhead: DeepSpeed's stacks keep the BLOOM fit, the others the CUDA context.
@@ -107,7 +110,11 @@ fn fixed_overhead_per_stack() {
             CUDA_CONTEXT_BYTES
         };
         assert_eq!(m.context_bytes(), want, "{s}");
-        assert_eq!(m.fsdp, matches!(s, Stack::Torchtitan | Stack::Composer), "{s}");
+        assert_eq!(
+            m.fsdp,
+            matches!(s, Stack::Torchtitan | Stack::Composer),
+            "{s}"
+        );
     }
     assert_eq!(CUDA_CONTEXT_BYTES, 1_610_612_736);
 }
