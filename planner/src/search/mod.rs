@@ -290,13 +290,23 @@ pub fn prefer_simple(
     let Some(fastest) = exact.first().map(time_of) else {
         return (exact, None);
     };
-    let limit = fastest * (1.0 + tolerance.max(0.0));
-    let simplest = exact
-        .iter()
-        .enumerate()
-        .take_while(|(_, e)| time_of(e) <= limit)
-        .min_by_key(|(i, e)| (complexity(e), *i))
-        .map_or(0, |(i, _)| i);
+    let simplest_within = |reference: f64| {
+        let limit = reference * (1.0 + tolerance.max(0.0));
+        exact
+            .iter()
+            .enumerate()
+            .take_while(|(_, e)| time_of(e) <= limit)
+            .min_by_key(|(i, e)| (complexity(e), *i))
+            .map_or(0, |(i, _)| i)
+    };
+    let mut simplest = simplest_within(fastest);
+    // A fastest plan passed over for its tight memory is not the one that runs: "as good" is
+    // then measured from the fastest plan with headroom.
+    if simplest != 0 && complexity(&exact[0]).0 {
+        if let Some(roomy) = exact.iter().find(|e| !complexity(e).0) {
+            simplest = simplest_within(time_of(roomy));
+        }
+    }
     if simplest == 0 {
         return (exact, None);
     }
