@@ -7,7 +7,7 @@ use autopp_calibrate::rows::parse_rows;
 
 /// Published runs the memory model predicts slightly over capacity, with why. Each must stay
 /// within [`MEMORY_BAND`] of capacity, and the test fails once one fits (remove it then).
-/// (predicted 84.2 GiB under BLOOM's 7.875 GiB overhead) fits with the CUDA context outside
+/// Empty since the 530B ZeRO-3 run (predicted 84.2 GiB under BLOOM's 7.875 GiB overhead) fits with the CUDA context outside
 /// DeepSpeed's stacks (79.4 GiB of 80; issue 15).
 const KNOWN_MEMORY_MISSES: &[(&str, &str)] = &[];
 
