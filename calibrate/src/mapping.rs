@@ -374,7 +374,7 @@ fn stated_memory_bytes(row: &PublishedRow, catalog_bytes: u64) -> Option<u64> {
     };
     let nominal = (catalog_bytes as f64 / (1u64 << 30) as f64).round();
     let ratio = stated / nominal;
-    (stated > 0.0 && (ratio - 1.0).abs() > 0.05).then(|| (catalog_bytes as f64 * ratio) as u64)
+    (stated > 0.0 && (ratio - 1.0).abs() > 0.05).then_some((catalog_bytes as f64 * ratio) as u64)
 }
 
 fn units_gib(bytes: u64) -> String {
