@@ -1,9 +1,10 @@
 //! Calibration without fooling ourselves: the global efficiency knobs are fitted by a small,
 //! deterministic Nelder–Mead search minimising the time error of the training groups (each
 //! group weighs the same), and the memory terms (fragmentation, context) by a grid over the
-//! rows with a measured peak. Out-of-sample errors come from leaving one source group out of the
-//! time fit, and from fitting the memory terms on one half of the memory rows and testing on the
-//! other.
+//! rows with a measured peak whose fixed overhead is the fitted one (BLOOM's Megatron-DeepSpeed
+//! runs; the other memory rows, torchtitan's, are predicted out of sample). Out-of-sample errors
+//! come from leaving one source group out of the time fit, and from fitting the memory terms on
+//! the rows whose id ends in an even number and testing on the odd ones, and the reverse.
 //!
 //! Nothing here is per row or per model: a fit returns one [`Calibration`].
 
@@ -361,14 +362,43 @@ pub struct MemoryRow {
     pub published_gib: f64,
     /// The first and the last pipeline rank's memory.
     pub ranks: Vec<RankMemory>,
+    /// The published figure is the caching allocator's alone ([`crate::mapping::IterationCase`]).
+    pub allocator_only: bool,
 }
 
 impl MemoryRow {
+    /// Whether the row's fixed overhead is the fitted one ([`autopp_planner::memory::CONTEXT_BYTES`],
+    /// the Megatron-DeepSpeed stacks of BLOOM): the rows the memory terms are fitted on.
+    pub fn fitted(&self) -> bool {
+        self.ranks.iter().any(|m| m.context_fitted)
+    }
+
+    /// The number the row's id ends with (`bloom_prequel_034` → 34).
+    pub fn id_number(&self) -> Option<u64> {
+        let digits: String = self
+            .id
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<Vec<char>>()
+            .into_iter()
+            .rev()
+            .collect();
+        digits.parse().ok()
+    }
+
     /// Predicted peak in GiB under a fragmentation fraction and a context size.
     pub fn predicted_gib(&self, fragmentation: f64, context_bytes: u64) -> f64 {
         self.ranks
             .iter()
-            .map(|m| m.total_bytes_with(fragmentation, context_bytes))
+            .map(|m| {
+                let total = m.total_bytes_with(fragmentation, context_bytes);
+                if self.allocator_only {
+                    total - m.context_bytes
+                } else {
+                    total
+                }
+            })
             .max()
             .unwrap_or(0) as f64
             / (1u64 << 30) as f64
@@ -425,10 +455,23 @@ pub struct FitReport {
     pub time_in_sample: f64,
     /// Leave-one-group-out: fit the time knobs without one group, test on it (its time MAPE).
     pub leave_one_group_out: Vec<FoldError>,
-    /// Memory: fit on one half of the memory rows, test on the other (MAPE).
+    /// Memory: fit on the rows whose id ends in an even (odd) number, test on the others
+    /// (MAPE), among the rows the memory terms are fitted on ([`MemoryRow::fitted`]).
     pub memory_halves: Vec<FoldError>,
-    /// Memory MAPE of the all-rows fit.
+    /// Memory MAPE of the all-rows fit (the fitted rows).
     pub memory_in_sample: f64,
+}
+
+/// The memory rows split by the parity of the number their id ends with (a fixed split that no
+/// fit can choose): those with `parity`, and the others. BLOOM's pre-launch rows
+/// (`bloom_prequel_NNN`) fall 13 even, 16 odd.
+pub fn memory_halves<'a>(
+    rows: &[&'a MemoryRow],
+    parity: u64,
+) -> (Vec<&'a MemoryRow>, Vec<&'a MemoryRow>) {
+    rows.iter()
+        .copied()
+        .partition(|r| r.id_number().unwrap_or(0) % 2 == parity)
 }
 
 /// Rows that were evaluated with at least one memory comparison, as [`MemoryRow`]s.
@@ -476,24 +519,11 @@ pub fn fit_all(rows: &[PreparedRow], start: &Efficiency, opts: FitOptions) -> Fi
     }
 
     let mem = memory_rows(rows);
-    let refs: Vec<&MemoryRow> = mem.iter().collect();
+    let refs: Vec<&MemoryRow> = mem.iter().filter(|r| r.fitted()).collect();
     let (fragmentation, context_bytes) = fit_memory(&refs);
     let mut halves = Vec::new();
-    for (name, parity) in [("even rows", 0), ("odd rows", 1)] {
-        let train: Vec<&MemoryRow> = refs
-            .iter()
-            .copied()
-            .enumerate()
-            .filter(|(i, _)| i % 2 == parity)
-            .map(|(_, r)| r)
-            .collect();
-        let test: Vec<&MemoryRow> = refs
-            .iter()
-            .copied()
-            .enumerate()
-            .filter(|(i, _)| i % 2 != parity)
-            .map(|(_, r)| r)
-            .collect();
+    for (name, parity) in [("even ids", 0), ("odd ids", 1)] {
+        let (train, test) = memory_halves(&refs, parity);
         if train.is_empty() || test.is_empty() {
             continue;
         }

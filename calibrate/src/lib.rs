@@ -304,15 +304,19 @@ fn iteration(
     if let Some(gib) = it.memory_gib {
         // the larger of the first and the last rank, as the sources report
         let last = e.memory.len().saturating_sub(1);
-        let peak = [0, last]
-            .iter()
-            .filter_map(|&r| e.memory.get(r))
-            .map(|m| m.total_bytes_with(cal.fragmentation, cal.context_bytes))
-            .max()
-            .unwrap_or(0);
+        let row = fit::MemoryRow {
+            id: String::new(),
+            published_gib: gib,
+            ranks: [0, last]
+                .iter()
+                .filter_map(|&r| e.memory.get(r).copied())
+                .collect(),
+            allocator_only: it.memory_allocator_only,
+        };
+        let peak = row.predicted_gib(cal.fragmentation, cal.context_bytes) * GIB;
         out.push(Comparison {
             metric: Metric::PeakMemory,
-            predicted: peak as f64 / GIB,
+            predicted: peak / GIB,
             published: gib,
         });
     }
@@ -357,6 +361,7 @@ fn layer(lc: &LayerCase, cal: &Calibration) -> Result<Vec<Comparison>, String> {
         ep_hidden_share: 0.0,
         ep_across_share: 1.0,
         selective_linear_share: StageContext::selective_share_of(&c.settings.runtime, &lc.model),
+        torch_native: false,
     };
     let cost = stages::stage_costs(&layers, &[[index, index]], &ctx);
     let st = cost
@@ -412,6 +417,7 @@ fn memory_row(row: &PreparedRow) -> Option<fit::MemoryRow> {
         id: row.id.clone(),
         published_gib: gib,
         ranks: vec![e.memory[0], e.memory[last]],
+        allocator_only: it.memory_allocator_only,
     })
 }
 

@@ -33,6 +33,11 @@ pub struct IterationCase {
     pub memory_gib: Option<f64>,
     /// The run ran out of memory (`result_status` says OOM): only its fit is compared.
     pub ran_out_of_memory: bool,
+    /// The published peak is the caching allocator's maximum reserved bytes, without the CUDA
+    /// context and NCCL's own buffers: torchtitan logs `torch.cuda.max_memory_reserved`
+    /// (`DeviceMemoryMonitor`, `torchtitan/components/metrics.py`, `max_reserved_gib`). The
+    /// others publish what `nvidia-smi` shows (BLOOM's tables) — the whole GPU's use.
+    pub memory_allocator_only: bool,
 }
 
 /// One transformer layer timed on its own (Korthikanti et al. 2022, Table 4).
@@ -208,9 +213,12 @@ fn transformer(row: &PublishedRow, stack: Stack, layers: Option<u64>) -> Result<
     ]
     .iter()
     .all(|x| x.is_some_and(|v| v > 0));
-    if !complete {
+    // torchtitan trains its own Llama definition (RoPE, RMSNorm, SwiGLU, untied head, no
+    // biases or dropout): a row naming a Llama preset takes the preset's architecture even
+    // when it states the sizes, which must then agree with the preset's
+    if !complete || stack == Stack::Torchtitan {
         if let Some(model) = preset_model(row) {
-            return model;
+            return model.and_then(|m| agrees(row, m));
         }
     }
     let layers = need(layers.or(row.num_layers), "num_layers").map_err(|e| named_model(row, e))?;
@@ -242,10 +250,43 @@ fn transformer(row: &PublishedRow, stack: Stack, layers: Option<u64>) -> Result<
     Ok(Model::Transformer(t))
 }
 
+/// `model` when the sizes the row states are the model's; else an error naming the first that
+/// differs.
+fn agrees(row: &PublishedRow, model: Model) -> Result<Model, String> {
+    let Model::Transformer(t) = &model else {
+        return Ok(model);
+    };
+    for (field, stated, preset) in [
+        ("num_layers", row.num_layers, t.num_layers),
+        ("hidden_size", row.hidden_size, t.hidden_size),
+        (
+            "num_attention_heads",
+            row.num_attention_heads,
+            t.num_attention_heads,
+        ),
+        ("vocab_size", row.vocab_size, t.vocab_size),
+    ] {
+        if stated.is_some_and(|v| v != preset) {
+            return Err(format!(
+                "{field} {} differs from the preset '{}' the row names ({preset})",
+                stated.unwrap_or(0),
+                t.name
+            ));
+        }
+    }
+    Ok(model)
+}
+
 /// The row's math precision. FP8 rows name their recipe (`MXFP8`, torchao's `float8 rowwise`
-/// or `tensorwise`, "current scaling"); one that does not is Transformer Engine's default,
-/// delayed scaling (Megatron-Core's and NeMo's `fp8` without a recipe).
-fn precision_of(row: &PublishedRow, assumptions: &mut Vec<String>) -> Result<Precision, String> {
+/// or `tensorwise`, "current scaling"); one that does not is its framework's default:
+/// torchao's tensorwise dynamic scaling under torchtitan (`docs/float8.md`: `recipe_name`
+/// unset is tensorwise), else Transformer Engine's delayed scaling (Megatron-Core's and NeMo's
+/// `fp8` without a recipe).
+fn precision_of(
+    row: &PublishedRow,
+    stack: Stack,
+    assumptions: &mut Vec<String>,
+) -> Result<Precision, String> {
     let p = row.precision.as_deref().unwrap_or("").to_ascii_lowercase();
     if p.starts_with("bf16") || p.starts_with("amp_bf16") {
         Ok(Precision::Bf16)
@@ -257,6 +298,9 @@ fn precision_of(row: &PublishedRow, assumptions: &mut Vec<String>) -> Result<Pre
         } else if p.contains("rowwise") {
             Precision::Fp8Rowwise
         } else if p.contains("tensorwise") || p.contains("current scaling") {
+            Precision::Fp8Tensorwise
+        } else if stack == Stack::Torchtitan {
+            assumptions.push("float8 recipe not stated: torchao's tensorwise assumed".into());
             Precision::Fp8Tensorwise
         } else {
             if !p.contains("delayed") {
@@ -307,11 +351,37 @@ fn row_cluster(
         assumptions.push(format!("network not stated: {kind}'s usual NIC assumed"));
     }
     let mut gpu = hardware::gpu(kind).map_err(|e| e.to_string())?;
+    if let Some(bytes) = stated_memory_bytes(row, gpu.memory_bytes) {
+        assumptions.push(format!(
+            "{kind} with the row's {} GiB of memory",
+            units_gib(bytes)
+        ));
+        gpu.memory_bytes = bytes;
+    }
     if gpu_name.to_ascii_lowercase().contains("h800") {
         gpu.nvlink_bw_bytes_per_s = crate::moe::H800_NVLINK_BYTES_PER_S;
         assumptions.push("H800: the h100-sxm with NVLink at 400 GB/s".into());
     }
     Cluster::new(gpu, gpus, per_node, nic).map_err(|e| e.to_string())
+}
+
+/// The memory of the row's GPU when it states a size (`gpu_memory_gb`) more than 5 % away from
+/// the catalog kind's (the 96 GB H100 of Meta's Grand Teton nodes beside the 80 GB
+/// `h100-sxm`): the catalog's usable bytes scaled by the ratio of the nominal sizes (the same
+/// HBM stacks, more of them), so the fit verdict uses the run's own capacity.
+fn stated_memory_bytes(row: &PublishedRow, catalog_bytes: u64) -> Option<u64> {
+    let stated = match row.gpu_memory_gb.as_ref()? {
+        serde_json::Value::Number(n) => n.as_f64()?,
+        serde_json::Value::String(t) => parse_gib(t)?,
+        _ => return None,
+    };
+    let nominal = (catalog_bytes as f64 / (1u64 << 30) as f64).round();
+    let ratio = stated / nominal;
+    (stated > 0.0 && (ratio - 1.0).abs() > 0.05).then_some((catalog_bytes as f64 * ratio) as u64)
+}
+
+fn units_gib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1u64 << 30) as f64)
 }
 
 fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
@@ -361,8 +431,12 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
     let zero_stage = zero_stage_of(row, stack, &mut assumptions)?;
     let sequence_parallel = match row.sequence_parallel {
         Some(sp) => sp,
-        // NeMo's recipes and Megatron-Core's examples pair tensor parallelism with it
-        None if tp > 1 && matches!(stack, Stack::MegatronCore | Stack::Nemo) => {
+        // NeMo's recipes and Megatron-Core's examples pair tensor parallelism with it;
+        // torchtitan's tensor-parallel plan always shards the norms' activations over the
+        // sequence (`SequenceParallel` on `attention_norm`/`ffn_norm`, `parallelize.py`)
+        None if tp > 1
+            && matches!(stack, Stack::MegatronCore | Stack::Nemo | Stack::Torchtitan) =>
+        {
             assumptions.push(format!(
                 "sequence parallelism not stated: on with tp {tp} ({stack}'s recipes)"
             ));
@@ -377,7 +451,7 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
         .with_sequence_parallel(sequence_parallel)
         .with_zero_stage(zero_stage)
         .with_settings(EvalSettings {
-            precision: precision_of(row, &mut assumptions)?,
+            precision: precision_of(row, stack, &mut assumptions)?,
             // a measured peak has no headroom in it
             memory_reserve_bytes: 0,
             memory_margin_bytes: 0,
@@ -403,6 +477,7 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
             time_skip,
             memory_gib,
             ran_out_of_memory: oom,
+            memory_allocator_only: stack == Stack::Torchtitan,
         })),
         assumptions,
     })

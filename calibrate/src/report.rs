@@ -304,7 +304,7 @@ fn markdown_out_of_sample(o: &mut String, f: &FitReport) {
     }
     let _ = writeln!(
         o,
-        "\nMemory: the fragmentation and context terms fitted on one half of the rows with a measured peak (alternate rows in file order) and tested on the other half.\n\n| fit | rows tested | MAPE out of sample | in sample |\n|---|--:|--:|--:|"
+        "\nMemory: the fragmentation and context terms fitted on one half of the rows with a measured peak whose fixed overhead is the fitted one (BLOOM's Megatron-DeepSpeed runs; split by the parity of the number ending the row id, a split no fit chooses) and tested on the other half. Other rows with a measured peak (torchtitan's) are out of sample for both terms.\n\n| fit | rows tested | MAPE out of sample | in sample |\n|---|--:|--:|--:|"
     );
     for fold in &f.memory_halves {
         let _ = writeln!(

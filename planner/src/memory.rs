@@ -8,11 +8,19 @@
 //! gradients (Megatron-LM 2021 in fp16, DeepSpeed's fp16 optimizers) hold 2 B of gradients and
 //! make a 4 B fp32 copy for the optimizer, sharded with it: `4 + 16/d` under ZeRO-1.
 //!
+//! PyTorch FSDP (torchtitan's FSDP2, Composer's FSDP) is different at ZeRO-3: the sharded
+//! parameters *are* the fp32 master weights (`MixedPrecisionPolicy(param_dtype=bf16)` casts them
+//! when it all-gathers), so a rank keeps fp32 parameters, fp32 gradients and Adam's two moments,
+//! `16/d` B per parameter, and no resident 16-bit copy ([`fsdp_state_bytes`]).
+//!
 //! Above the tensors the model accounts for, the caching allocator keeps freed blocks it cannot
 //! reuse (fragmentation, a fraction of the dynamic memory: activations and the backward's
 //! working set), and the CUDA context, cuBLAS, NCCL and the framework's own buffers take a
-//! fixed amount. Both are calibrated on BLOOM's peaks as `nvidia-smi` reported them
-//! (`autopp validate --fit`, `docs/validation.md`); the configured reserve is headroom on top.
+//! fixed amount. Fragmentation is calibrated on BLOOM's peaks as `nvidia-smi` reported them
+//! (`autopp validate --fit`, `docs/validation.md`) and applies to every stack; the fixed amount
+//! fitted there ([`CONTEXT_BYTES`]) is that of DeepSpeed's ZeRO optimizer under Megatron-DeepSpeed
+//! and is used for the DeepSpeed stacks only ([`StackMemory::fitted_context`]); the others get the
+//! measured CUDA context ([`CUDA_CONTEXT_BYTES`]). The configured reserve is headroom on top.
 
 use serde::Serialize;
 
@@ -32,12 +40,84 @@ pub const FP32_GRAD_COPY_BYTES_PER_PARAM: u64 = 4;
 /// allocator holds on top as fragmentation; calibrated on BLOOM's peaks.
 pub const FRAGMENTATION: f64 = 0.185;
 /// CUDA context, cuBLAS workspaces, NCCL and framework buffers per GPU, bytes, beyond the
-/// tensors counted here; calibrated on BLOOM's peaks.
+/// tensors counted here, of the stacks built on DeepSpeed's ZeRO optimizer (its reduce and
+/// all-gather buckets, 5e8 elements each by default, its flattened fp16 and fp32 groups and
+/// their allocator cache, as `nvidia-smi` sees them); calibrated on BLOOM's peaks
+/// (Megatron-DeepSpeed, `autopp validate --fit`).
 pub const CONTEXT_BYTES: u64 = 126 << 26; // 7.875 GiB
+/// The CUDA context, cuBLAS workspaces and NCCL's own buffers per GPU, bytes, for the stacks
+/// without DeepSpeed's buffers: 1.5 GiB. BigScience measured the context of a bare
+/// `torch.ones(1).cuda()` at 1,573 MiB on an A100 (`train/tr11-176B-ml/chronicles-prequel.md`,
+/// "40GB A100 takes 1573MiB for cuda kernels"); NCCL's per-communicator buffers are counted
+/// apart ([`NCCL_BUFFER_BYTES_PER_GROUP`]).
+pub const CUDA_CONTEXT_BYTES: u64 = 3 << 29; // 1.5 GiB
 /// Parameters ZeRO-3 keeps gathered at once: DeepSpeed's `stage3_max_live_parameters` default
 /// (1e9; DeepSpeed configuration documentation, ZeRO section). Two whole transformer layers are
 /// gathered when they are smaller than that.
 pub const ZERO3_MAX_LIVE_PARAMS: u64 = 1_000_000_000;
+
+/// The memory facts of a software stack (see the module doc and [`crate::Stack`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StackMemory {
+    /// ZeRO-3 is PyTorch FSDP: sharded fp32 parameters are the master weights
+    /// ([`fsdp_state_bytes`]); the gathered layers are the current one and the next, prefetched
+    /// (FSDP2's `reshard_after_forward=True` with implicit prefetch, torchtitan
+    /// `parallelize.py`; FSDP1's `BACKWARD_PRE` prefetch under Composer), with no live-parameter
+    /// cap; the backward also holds one layer's unsharded gradient, in 16 bits and, reduced in
+    /// fp32 (`reduce_dtype=float32`), its fp32 copy.
+    pub fsdp: bool,
+    /// FP8 weights are cast per use, no FP8 copy persists between micro-batches: torchao's
+    /// float8 training (torchtitan `docs/float8.md`: dynamic tensorwise or rowwise scaling
+    /// converts `nn.Linear` to `Float8Linear`, which keeps the bf16 weight and casts it each
+    /// forward). Transformer Engine (Megatron-Core, NeMo) caches the FP8 weight and its
+    /// transpose across micro-batches instead.
+    pub fp8_cast_per_use: bool,
+    /// The fixed overhead per GPU is DeepSpeed's, fitted on BLOOM ([`CONTEXT_BYTES`]); else
+    /// [`CUDA_CONTEXT_BYTES`].
+    pub fitted_context: bool,
+}
+
+impl StackMemory {
+    /// The memory facts of `stack`.
+    pub fn of(stack: crate::Stack) -> StackMemory {
+        use crate::Stack;
+        match stack {
+            Stack::Torchtitan => StackMemory {
+                fsdp: true,
+                fp8_cast_per_use: true,
+                fitted_context: false,
+            },
+            Stack::Composer => StackMemory {
+                fsdp: true,
+                ..StackMemory::default()
+            },
+            Stack::Deepspeed | Stack::MegatronDeepspeed => StackMemory {
+                fitted_context: true,
+                ..StackMemory::default()
+            },
+            _ => StackMemory::default(),
+        }
+    }
+
+    /// The fixed overhead per GPU of the stack, bytes.
+    pub fn context_bytes(self) -> u64 {
+        if self.fitted_context {
+            CONTEXT_BYTES
+        } else {
+            CUDA_CONTEXT_BYTES
+        }
+    }
+}
+
+/// Model-state bytes per GPU under PyTorch FSDP's full sharding over `shard` members: fp32
+/// parameters 4 B, fp32 gradients 4 B (FSDP casts the reduced gradient back to the parameter's
+/// dtype) and Adam's two fp32 moments 8 B, all sharded — `16/d` B per parameter (PyTorch FSDP
+/// `MixedPrecision` / FSDP2 `MixedPrecisionPolicy` docs: parameters stay in their original
+/// dtype, `param_dtype` applies to the all-gathered copy). `(weights, grads, optimizer)`.
+pub fn fsdp_state_bytes(params: u64, shard: u64) -> (u64, u64, u64) {
+    let sharded = |bytes: u64| (params * bytes).div_ceil(shard.max(1));
+    (sharded(4), sharded(4), sharded(8))
+}
 
 /// NCCL buffers and workspaces per communicator a rank uses, bytes (an estimate: NCCL's default
 /// 4 MiB buffer × up to 32 channels).
@@ -62,8 +142,11 @@ pub struct RankMemory {
     pub reserve_bytes: u64,
     /// Freed blocks the caching allocator cannot reuse: [`FRAGMENTATION`] of the dynamic memory.
     pub fragmentation_bytes: u64,
-    /// CUDA context, cuBLAS, NCCL and framework buffers: [`CONTEXT_BYTES`].
+    /// CUDA context, cuBLAS, NCCL and framework buffers: [`StackMemory::context_bytes`].
     pub context_bytes: u64,
+    /// The context is the fitted one ([`CONTEXT_BYTES`]), which calibration may replace.
+    #[serde(skip)]
+    pub context_fitted: bool,
 }
 
 impl RankMemory {
@@ -86,12 +169,17 @@ impl RankMemory {
         self.activations_bytes + self.transient_bytes
     }
 
-    /// The total with another fragmentation fraction and context size (what calibration
-    /// tries).
+    /// The total with another fragmentation fraction and fitted context size (what
+    /// calibration tries); a rank whose context is not the fitted one keeps its own.
     pub fn total_bytes_with(&self, fragmentation: f64, context_bytes: u64) -> u64 {
+        let context = if self.context_fitted {
+            context_bytes
+        } else {
+            self.context_bytes
+        };
         self.total_bytes() - self.fragmentation_bytes - self.context_bytes
             + fragmentation_bytes(self.dynamic_bytes(), fragmentation)
-            + context_bytes
+            + context
     }
 }
 
@@ -175,6 +263,8 @@ pub struct MemoryContext {
     /// Bytes per transformer-block parameter of the FP8 weight copies the precision keeps
     /// ([`autopp_hardware::Precision::fp8_weight_copy_bytes_per_param`]; 0 outside FP8).
     pub fp8_copy_bytes_per_param: u64,
+    /// The stack's memory facts.
+    pub stack: StackMemory,
 }
 
 /// One rank's memory given its stages and the simulated peak of its in-flight activations.
@@ -185,12 +275,17 @@ pub fn rank_memory(
 ) -> RankMemory {
     let params = rank_params(stages);
     let experts: u64 = stages.iter().map(|s| s.expert_params).sum();
-    let (mut weights, grads, optimizer) = model_state_bytes_for(
-        params - experts.min(params),
-        ctx.zero_stage,
-        ctx.zero_shard,
-        ctx.fp32_main_grads,
-    );
+    let fsdp = ctx.stack.fsdp && ctx.zero_stage >= 3 && experts == 0;
+    let (mut weights, mut grads, optimizer) = if fsdp {
+        fsdp_state_bytes(params, ctx.zero_shard)
+    } else {
+        model_state_bytes_for(
+            params - experts.min(params),
+            ctx.zero_stage,
+            ctx.zero_shard,
+            ctx.fp32_main_grads,
+        )
+    };
     let (ew, eg, eo) = model_state_bytes_for(
         experts,
         ctx.zero_stage,
@@ -199,12 +294,21 @@ pub fn rank_memory(
     );
     weights += ew;
     // FP8 copies of the blocks' weights (and their transposes), beside the 16-bit weights
-    weights += ctx.fp8_copy_bytes_per_param * stages.iter().map(|s| s.block_params).sum::<u64>();
-    let (grads, optimizer) = (grads + eg, optimizer + eo);
-    if ctx.zero_stage >= 3 {
+    if !ctx.stack.fp8_cast_per_use {
+        weights +=
+            ctx.fp8_copy_bytes_per_param * stages.iter().map(|s| s.block_params).sum::<u64>();
+    }
+    let optimizer = optimizer + eo;
+    grads += eg;
+    let largest = stages.iter().map(|s| s.max_layer_params).max().unwrap_or(0);
+    if fsdp {
+        // the layer computed and the next, prefetched, unsharded in 16 bits; in the backward
+        // one layer's unsharded gradient in 16 bits and its fp32 copy for the reduce-scatter
+        weights += 2 * largest * WEIGHT_BYTES_PER_PARAM;
+        grads += largest * (HALF_GRAD_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM);
+    } else if ctx.zero_stage >= 3 {
         // The layer being computed and the next one, prefetched — at most the engine's limit
         // on live gathered parameters (DeepSpeed gathers per submodule and caps them).
-        let largest = stages.iter().map(|s| s.max_layer_params).max().unwrap_or(0);
         weights += (2 * largest).min(ZERO3_MAX_LIVE_PARAMS) * WEIGHT_BYTES_PER_PARAM;
     }
     let transient = stages.iter().map(|s| s.transient_bytes).max().unwrap_or(0);
@@ -219,7 +323,8 @@ pub fn rank_memory(
         buffers_bytes: p2p + ctx.comm_groups * NCCL_BUFFER_BYTES_PER_GROUP,
         reserve_bytes: ctx.reserve_bytes,
         fragmentation_bytes: fragmentation_bytes(peak_activation_bytes + transient, FRAGMENTATION),
-        context_bytes: CONTEXT_BYTES,
+        context_bytes: ctx.stack.context_bytes(),
+        context_fitted: ctx.stack.fitted_context,
     }
 }
 
@@ -267,6 +372,7 @@ mod tests {
             reserve_bytes: 7,
             fragmentation_bytes: fragmentation_bytes(400, 0.25),
             context_bytes: 50,
+            context_fitted: true,
             ..RankMemory::default()
         };
         assert_eq!(m.fragmentation_bytes, 100);
@@ -312,6 +418,7 @@ mod tests {
             reserve_bytes: 0,
             fp32_main_grads: true,
             fp8_copy_bytes_per_param: 0,
+            stack: StackMemory::default(),
         };
         let m = rank_memory(&[&layer], 0, &ctx);
         assert_eq!(m.weights_bytes, 2 * (experts + rest));

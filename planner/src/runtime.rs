@@ -144,9 +144,14 @@ impl Stack {
                 ..modern
             },
             // NeMo's performance recipes set `tp_comm_overlap=True` (userbuffers overlap of
-            // the tensor-parallel all-gather/reduce-scatter with the GEMMs).
+            // the tensor-parallel all-gather/reduce-scatter with the GEMMs) and reduce the
+            // gradients in bf16 (`+training.model.optim.grad_sync_dtype=bf16` in every H100
+            // example of NeMo-Framework-Launcher, e.g. `examples/training/gpt/h100/
+            // 175b_fp8_16node.sh`): a 16-bit gradient buffer, the distributed optimizer's fp32
+            // copy of its shard.
             Stack::Nemo => Runtime {
                 tp_comm_overlap: true,
+                fp32_main_grads: false,
                 ..modern
             },
             // PyTorch or local DDP of 2021 reduced fp16 gradients after the flush (the row
@@ -302,6 +307,7 @@ mod tests {
         assert!(core.overlap_grad_reduce && core.overlap_param_gather && !core.tp_comm_overlap);
         assert!(core.fp32_main_grads && core.pp_scatter_gather);
         assert!(Stack::Nemo.runtime().tp_comm_overlap);
+        assert!(!Stack::Nemo.runtime().fp32_main_grads);
         // the expert all-to-all overlap is opt-in: only its own stack has it
         for s in Stack::ALL {
             let on = s == Stack::MegatronCoreEpOverlap;

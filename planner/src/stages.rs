@@ -117,6 +117,10 @@ pub struct StageContext<'a> {
     /// the backward in place of the attention core (torchtitan's per-op checkpointing,
     /// [`crate::runtime::every_other_matmul_share`]); 0: Megatron's attention-core recompute.
     pub selective_linear_share: f64,
+    /// The stack is torchtitan: selective recompute is its op-level selective activation
+    /// checkpointing ([`op_sac_bytes`]) rather than Megatron's (attention core only), and its
+    /// loss is PyTorch's unfused cross-entropy ([`unfused_loss_bytes`]).
+    pub torch_native: bool,
 }
 
 impl StageContext<'_> {
@@ -132,6 +136,65 @@ impl StageContext<'_> {
             }
         }
     }
+}
+
+/// The backward's working set at the loss under PyTorch's unfused cross-entropy, bytes: 8 B per
+/// logit on one GPU. torchtitan casts the logits to fp32 and calls `F.cross_entropy`
+/// (`log_softmax` then `nll_loss`); `log_softmax` keeps its fp32 output (the 4 B per logit the
+/// head already stores), and its backward holds the incoming fp32 gradient and writes an fp32
+/// gradient of its input beside it. Megatron's fused vocabulary-parallel cross-entropy works in
+/// place and needs none of this.
+pub fn unfused_loss_bytes(head: &LayerCost) -> u64 {
+    use autopp_models::Op;
+    head.forward_ops
+        .iter()
+        .map(|op| match *op {
+            Op::Gemm {
+                m,
+                n,
+                count,
+                linear: false,
+                ..
+            } => 8 * m * n * count,
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The bytes a dense transformer block keeps under torchtitan's op-level selective activation
+/// checkpointing (`selective_ac_option = "op"`, torchtitan
+/// `models/llama3/infra/parallelize.py`, `_apply_ac_to_transformer_block`): the block's input
+/// (the checkpoint's input, `full`), and the outputs of the ops on its save list — the
+/// attention kernel's output (`b·s·h_q` 16-bit values and the fp32 log-sum-exp per head and
+/// token) and every second `aten.mm` ("Saves output of all compute ops, except every second
+/// mm"), half of the linear GEMMs' outputs on average, since the counter runs on across the
+/// block's seven matmuls and across micro-batches. Everything else is recomputed in the
+/// backward. 16-bit outputs (bf16 autocast; float8 linears also return bf16): half of the
+/// GEMM outputs at 2 B each is one byte per output element.
+pub fn op_sac_bytes(layer: &LayerCost) -> u64 {
+    use autopp_models::Op;
+    let mut gemm_out = 0;
+    let mut attention = 0;
+    for op in &layer.forward_ops {
+        match *op {
+            Op::Gemm {
+                m,
+                n,
+                count,
+                linear: true,
+                ..
+            } => gemm_out += m * n * count,
+            Op::Attention {
+                batch_heads,
+                seq_q,
+                head_dim,
+                ..
+            } => attention += batch_heads * seq_q * (2 * head_dim + 4),
+            _ => {}
+        }
+    }
+    layer.activation_bytes.full + gemm_out + attention
 }
 
 /// Sums the costs of `layers[first..=last]` for each stage range.
@@ -284,11 +347,21 @@ fn add_layer(
         st.recompute_comm_s += tp_f + a2a;
         st.ep_comm_s += a2a;
     }
-    st.activation_bytes += layer.activation_bytes_for(if mode == Recompute::Full {
+    let kept = if mode == Recompute::Full {
         Recompute::Full
     } else {
         ctx.recompute
-    });
+    };
+    st.activation_bytes += if kept == Recompute::Selective
+        && ctx.torch_native
+        && is_block
+        && layer.recomputable
+        && layer.expert_params == 0
+    {
+        op_sac_bytes(layer)
+    } else {
+        layer.activation_bytes_for(kept)
+    };
     st.weight_grad_bytes += layer.weight_grad_bytes;
     // Backward working set: under full recompute one layer's whole activations
     // come back; always, the output gradient and the input gradient of one layer.
@@ -297,9 +370,15 @@ fn add_layer(
     } else {
         0
     };
+    let loss = if ctx.torch_native && layer.kind == LayerKind::Head {
+        unfused_loss_bytes(layer)
+    } else {
+        0
+    };
     st.transient_bytes = st
         .transient_bytes
-        .max(regrown + 2 * layer.output_bytes * ctx.tp);
+        .max(regrown + 2 * layer.output_bytes * ctx.tp)
+        .max(loss);
     st.params += layer.params;
     st.tied_params += layer.tied_params;
     st.expert_params += layer.expert_params;

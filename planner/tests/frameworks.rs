@@ -21,6 +21,9 @@ fn options(
     // without context parallelism, which (searched at every sequence length) would lift the
     // memory bind these cases are about
     opts.fixed.degrees.cp = Some(1);
+    // the reserve keeps these cases memory-bound as they were written under BLOOM's 7.875 GiB
+    // overhead; outside DeepSpeed the fixed overhead is now the CUDA context (1.5 GiB)
+    opts.settings.memory_reserve_bytes += 6_845_104_128; // 6.375 GiB
     opts
 }
 

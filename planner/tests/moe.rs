@@ -121,6 +121,7 @@ fn hidden_all_to_all_hand_worked() {
         ep_hidden_share: share,
         ep_across_share: 1.0,
         selective_linear_share: 0.0,
+        torch_native: false,
     };
     let t = p.layer_times(&layers[i]);
     // one dispatch (or combine) all-to-all over the 8 expert ranks of one node

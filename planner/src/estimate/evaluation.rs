@@ -172,6 +172,7 @@ impl<'a> Evaluation<'a> {
                 &c.settings.runtime,
                 self.model,
             ),
+            torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
         };
         let full_layers = partial_recompute(c, self.layers, &self.ranges)?;
         let costs = match self.timed {
@@ -310,6 +311,7 @@ impl<'a> Evaluation<'a> {
             reserve_bytes: c.settings.memory_reserve_bytes,
             fp32_main_grads: c.settings.runtime.fp32_main_grads,
             fp8_copy_bytes_per_param: c.settings.precision.fp8_weight_copy_bytes_per_param(),
+            stack: memory::StackMemory::of(c.settings.runtime.stack),
         }
     }
 

@@ -184,10 +184,17 @@ pub fn config_with(
 }
 
 /// Model-state bytes per parameter on one GPU under a ZeRO stage sharded `shard` ways, with
-/// the runtime's gradient precision ([`memory::model_state_bytes_for`]).
-fn state_bytes_per_param(opts: &SearchOptions, zero_stage: u8, shard: u64) -> f64 {
-    let fp32_main_grads = opts.settings.runtime.fp32_main_grads;
-    let (w, g, o) = memory::model_state_bytes_for(1_000_000, zero_stage, shard, fp32_main_grads);
+/// the runtime's gradient precision ([`memory::model_state_bytes_for`]), or FSDP's sharded
+/// fp32 states ([`memory::fsdp_state_bytes`]) where the stack runs ZeRO-3 as FSDP and `fsdp`
+/// (the dense parameters: [`memory::rank_memory`] keeps routed experts out of FSDP's count).
+fn state_bytes_per_param(opts: &SearchOptions, zero_stage: u8, shard: u64, fsdp: bool) -> f64 {
+    let (w, g, o) =
+        if fsdp && zero_stage >= 3 && memory::StackMemory::of(opts.settings.runtime.stack).fsdp {
+            memory::fsdp_state_bytes(1_000_000, shard)
+        } else {
+            let fp32_main_grads = opts.settings.runtime.fp32_main_grads;
+            memory::model_state_bytes_for(1_000_000, zero_stage, shard, fp32_main_grads)
+        };
     (w + g + o) as f64 / 1e6
 }
 
@@ -203,8 +210,8 @@ fn state_bytes_per_param_of(opts: &SearchOptions, key: &Key) -> (f64, f64) {
     };
     let expert_dp = experts.expert_dp(d);
     (
-        state_bytes_per_param(opts, key.zero_stage, d.data_parallel_gpus()),
-        state_bytes_per_param(opts, key.zero_stage, expert_dp),
+        state_bytes_per_param(opts, key.zero_stage, d.data_parallel_gpus(), true),
+        state_bytes_per_param(opts, key.zero_stage, expert_dp, false),
     )
 }
 
@@ -305,13 +312,23 @@ pub fn prefer_simple(
     let Some(fastest) = exact.first().map(time_of) else {
         return (exact, None);
     };
-    let limit = fastest * (1.0 + tolerance.max(0.0));
-    let simplest = exact
-        .iter()
-        .enumerate()
-        .take_while(|(_, e)| time_of(e) <= limit)
-        .min_by_key(|(i, e)| (complexity(e), *i))
-        .map_or(0, |(i, _)| i);
+    let simplest_within = |reference: f64| {
+        let limit = reference * (1.0 + tolerance.max(0.0));
+        exact
+            .iter()
+            .enumerate()
+            .take_while(|(_, e)| time_of(e) <= limit)
+            .min_by_key(|(i, e)| (complexity(e), *i))
+            .map_or(0, |(i, _)| i)
+    };
+    let mut simplest = simplest_within(fastest);
+    // A fastest plan passed over for its tight memory is not the one that runs: "as good" is
+    // then measured from the fastest plan with headroom.
+    if simplest != 0 && complexity(&exact[0]).0 {
+        if let Some(roomy) = exact.iter().find(|e| !complexity(e).0) {
+            simplest = simplest_within(time_of(roomy));
+        }
+    }
     if simplest == 0 {
         return (exact, None);
     }

@@ -396,17 +396,28 @@ fn rank_budget_bytes(
     let groups = key.degrees.num_comm_groups() as f64;
     let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
     let p2p = 4.0 * costs.iter().map(|c| c.output_bytes).max().unwrap_or(0) as f64;
+    let stack = memory::StackMemory::of(opts.settings.runtime.stack);
     let mut zero3_gather = 0.0;
     if key.zero_stage >= 3 {
         let largest = costs.iter().map(|c| c.max_layer_params).max().unwrap_or(0);
-        zero3_gather = (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
-            * memory::WEIGHT_BYTES_PER_PARAM as f64;
+        // `memory::rank_memory` keeps ranks holding routed experts out of FSDP's count: with
+        // any, the smaller gather below keeps the budget an upper bound for every rank
+        let fsdp = stack.fsdp && costs.iter().all(|c| c.expert_params == 0);
+        zero3_gather = if fsdp {
+            // `memory::rank_memory`'s FSDP layers in flight: two gathered, one gradient
+            (2 * largest * memory::WEIGHT_BYTES_PER_PARAM
+                + largest * (memory::HALF_GRAD_BYTES_PER_PARAM + memory::GRAD_BYTES_PER_PARAM))
+                as f64
+        } else {
+            (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
+                * memory::WEIGHT_BYTES_PER_PARAM as f64
+        };
     }
     // The fixed terms of `memory::rank_memory` (its fragmentation and the safety margin a plan
     // must leave, `estimate`'s `fits`, are the caller's).
     let budget = capacity
         - opts.settings.memory_reserve_bytes as f64
-        - memory::CONTEXT_BYTES as f64
+        - stack.context_bytes() as f64
         - groups * NCCL_BUFFER_BYTES_PER_GROUP as f64
         - transient
         - p2p

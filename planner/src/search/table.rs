@@ -202,6 +202,7 @@ fn layer_table(
                     &c.settings.runtime,
                     model,
                 ),
+                torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
             };
             stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[])
         })
@@ -237,10 +238,15 @@ fn layer_table(
     // Every evaluation of the table's layers passes their times (`list`), so the operation
     // lists they were timed from are not read again: dropped, they no longer hold memory for
     // every sharding of the space (thousands of tables on 1,024 GPUs).
+    // torchtitan's op-level checkpointing and unfused loss size a layer's activations from its
+    // forward operations ([`stages::op_sac_bytes`], [`stages::unfused_loss_bytes`]): kept there.
+    let keep_forward = c.settings.runtime.stack == crate::Stack::Torchtitan;
     let mut layers = layers;
     for l in &mut layers {
+        if !keep_forward {
+            l.forward_ops = Vec::new();
+        }
         for ops in [
-            &mut l.forward_ops,
             &mut l.backward_input_ops,
             &mut l.backward_weight_ops,
             &mut l.selective_recompute_ops,

@@ -1,0 +1,120 @@
+//! Issue 15: the memory facts of today's runtimes, each against a hand-worked figure.
+
+use autopp_models::{presets, LayerKind, ShardSpec};
+use autopp_planner::memory::{
+    fsdp_state_bytes, rank_memory, MemoryContext, StackMemory, CONTEXT_BYTES, CUDA_CONTEXT_BYTES,
+};
+use autopp_planner::stages::{op_sac_bytes, unfused_loss_bytes, StageCost};
+use autopp_planner::Stack;
+
+/// Llama 3 8B as torchtitan's benchmarks run it: local batch 2, sequence 8192, no tensor
+/// parallelism, flash attention, the vocabulary unpadded.
+fn llama3_8b_layers() -> Vec<autopp_models::LayerCost> {
+    let model = presets::preset("llama3-8b").unwrap().load().unwrap();
+    let model = model.with_seq_length(8192).unwrap();
+    let shard = ShardSpec {
+        micro_batch_size: 2,
+        vocab_pad_multiple: 1,
+        flash_attention: true,
+        ..ShardSpec::default()
+    };
+    model.layers(&shard).unwrap()
+}
+
+/// torchtitan's op-level SAC keeps, per block and micro-batch (16,384 tokens): the block input
+/// `16384·4096·2` = 134,217,728 B; one byte per linear-GEMM output element (every second
+/// matmul saved at 2 B): `16384·(6144 + 4096 + 2·14336 + 4096)` = 704,643,072 B (QKV with 8 KV
+/// heads, output projection, SwiGLU's gate and up, down); the attention output and its fp32
+/// log-sum-exp, `2·32 heads · 8192 · (2·128 + 4)` = 136,314,880 B. In all 975,175,680 B
+/// (0.91 GiB), against Megatron's selective recompute's 139,264 B per token (2.13 GiB).
+#[test]
+fn op_sac_keeps_half_the_matmuls_hand_worked() {
+    let layers = llama3_8b_layers();
+    let block = layers
+        .iter()
+        .find(|l| l.kind == LayerKind::Transformer)
+        .unwrap();
+    assert_eq!(block.activation_bytes.full, 134_217_728);
+    assert_eq!(op_sac_bytes(block), 975_175_680);
+    assert!(op_sac_bytes(block) < block.activation_bytes.selective / 2);
+}
+
+/// PyTorch's unfused cross-entropy holds two more fp32 logit tensors in its backward:
+/// `8 · 16384 · 128256` = 16,810,770,432 B (15.7 GiB) on one GPU.
+#[test]
+fn unfused_loss_hand_worked() {
+    let layers = llama3_8b_layers();
+    let head = layers.iter().find(|l| l.kind == LayerKind::Head).unwrap();
+    assert_eq!(unfused_loss_bytes(head), 16_810_770_432);
+}
+
+/// FSDP at ZeRO-3 over 8 GPUs: 16 B per parameter sharded — 8.03e9 parameters keep
+/// `16 · 8.03e9 / 8` = 16.06e9 B; with the two gathered layers of 218,112,000 parameters in
+/// 16 bits (872,448,000 B) and one layer's 16-bit gradient and fp32 copy (1,308,672,000 B).
+/// DeepSpeed's ZeRO-3 (18 B per parameter) would keep 18.07e9 B.
+#[test]
+fn fsdp_states_hand_worked() {
+    let p = 8_030_000_000u64;
+    let (w, g, o) = fsdp_state_bytes(p, 8);
+    assert_eq!((w, g, o), (4_015_000_000, 4_015_000_000, 8_030_000_000));
+    let layer = 218_112_000u64;
+    let stage = StageCost {
+        params: p / 8,
+        max_layer_params: layer,
+        ..StageCost::default()
+    };
+    let ctx = MemoryContext {
+        zero_stage: 3,
+        zero_shard: 8,
+        expert_zero_shard: 8,
+        comm_groups: 0,
+        reserve_bytes: 0,
+        fp32_main_grads: true,
+        fp8_copy_bytes_per_param: 2,
+        stack: StackMemory::of(Stack::Torchtitan),
+    };
+    let m = rank_memory(&[&stage], 0, &ctx);
+    let states = fsdp_state_bytes(p / 8, 8);
+    assert_eq!(m.weights_bytes, states.0 + 4 * layer);
+    assert_eq!(m.grads_bytes, states.1 + 6 * layer);
+    assert_eq!(m.optimizer_bytes, states.2);
+    // torchao casts FP8 weights per use: no copies; the CUDA context, not DeepSpeed's
+    assert_eq!(m.context_bytes, CUDA_CONTEXT_BYTES);
+    assert!(!m.context_fitted);
+    // the same rank under Megatron-Core: 18 B per parameter at ZeRO-3 and TE's FP8 copies
+    let core = MemoryContext {
+        stack: StackMemory::of(Stack::MegatronCore),
+        ..ctx
+    };
+    let block = StageCost {
+        block_params: p / 8,
+        ..stage.clone()
+    };
+    let mc = rank_memory(&[&block], 0, &core);
+    assert_eq!(
+        mc.weights_bytes,
+        (2 * p / 8).div_ceil(8) + 2 * (p / 8) + 4 * layer
+    );
+}
+
+/// The fixed overhead: DeepSpeed's stacks keep the BLOOM fit, the others the CUDA context.
+#[test]
+fn fixed_overhead_per_stack() {
+    for s in Stack::ALL {
+        let m = StackMemory::of(s);
+        let deepspeed = matches!(s, Stack::Deepspeed | Stack::MegatronDeepspeed);
+        assert_eq!(m.fitted_context, deepspeed, "{s}");
+        let want = if deepspeed {
+            CONTEXT_BYTES
+        } else {
+            CUDA_CONTEXT_BYTES
+        };
+        assert_eq!(m.context_bytes(), want, "{s}");
+        assert_eq!(
+            m.fsdp,
+            matches!(s, Stack::Torchtitan | Stack::Composer),
+            "{s}"
+        );
+    }
+    assert_eq!(CUDA_CONTEXT_BYTES, 1_610_612_736);
+}
