@@ -156,7 +156,12 @@ fn any_equals_the_exhaustive_search_on_medium_cases() {
         opts.limits.max_micro_batch_size = 2;
         opts.limits.max_virtual_stages = 2;
         let any = search::plans(&m, &p, &opts, true, &|_, _| {}).expect("a plan");
-        let t = any.result.best.result.predicted.iteration_time_s;
+        // the fastest plan each found: the one shown may be a simpler one within the
+        // tolerance, chosen by memory headroom that differs between the frameworks' stacks
+        let fastest =
+            |r: &search::SearchResult| r.passed_over.clone().unwrap_or_else(|| r.best.clone());
+        let any_fastest = fastest(&any.result);
+        let t = any_fastest.result.predicted.iteration_time_s;
         let mut exhaustive = opts.clone();
         exhaustive.exhaustive = true;
         let reference: (f64, String) = Framework::RUNNABLE
@@ -164,7 +169,8 @@ fn any_equals_the_exhaustive_search_on_medium_cases() {
             .filter_map(|fw| {
                 let o = framework_options(&m, &exhaustive, fw)?;
                 let r = search::search(&m, &p, &o, &|_, _| {}).ok()?;
-                Some((r.best.result.predicted.iteration_time_s, describe(&r.best)))
+                let f = fastest(&r);
+                Some((f.result.predicted.iteration_time_s, describe(&f)))
             })
             .min_by(|a, b| a.0.total_cmp(&b.0))
             .expect("the exhaustive search finds a plan");
@@ -177,7 +183,7 @@ fn any_equals_the_exhaustive_search_on_medium_cases() {
         assert!(
             t <= reference.0 * (1.0 + 1e-9),
             "{model} × {gpus} {gpu}: any {t} s ({}), exhaustive {reference:?}",
-            describe(&any.result.best)
+            describe(&any_fastest)
         );
     }
 }

@@ -443,7 +443,7 @@ impl<'a> Search<'a> {
     }
 
     /// Which of `exact` (distinct configurations, fastest first) to refine: the fastest
-    /// [`refine::REFINED_LEADERS`], and each schedule kind's fastest within [`GIVE_UP_FACTOR`]
+    /// [`refine::REFINED_LEADERS`], and each schedule kind's fastest within [`refine::REFINE_FACTOR`]
     /// of the best (a kind's split refines differently); every one when exhaustive.
     fn leaders(&self, exact: &[Estimate]) -> Vec<usize> {
         if self.opts.even_split_only {
@@ -452,7 +452,7 @@ impl<'a> Search<'a> {
         if self.opts.exhaustive {
             return (0..exact.len()).collect();
         }
-        let limit = exact.first().map_or(0.0, time_of) * GIVE_UP_FACTOR;
+        let limit = exact.first().map_or(0.0, time_of) * refine::REFINE_FACTOR;
         let mut kinds = HashSet::default();
         (0..exact.len())
             .filter(|&i| {

@@ -135,8 +135,8 @@ impl<'a> KeyScorer<'a> {
         // each stage gets an equal share of the rank's budget — which can reject splits that
         // fit — and the fragmentation and margin are left out as slack. Either way every
         // candidate's memory is checked exactly when simulated.
+        let (transient, head_extra) = transient_bytes(costs, pp);
         let (dynamic, transient_frag) = if v == 1 {
-            let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
             (
                 1.0 + memory::FRAGMENTATION,
                 transient * memory::FRAGMENTATION + opts.settings.memory_margin_bytes as f64,
@@ -150,7 +150,11 @@ impl<'a> KeyScorer<'a> {
                 inflight: inflight[placement.rank_of(k, pp)] as f64 * dynamic
                     / v as f64
                     / per_param,
-                extra_if_last_bytes: if pp > 1 { tied as f64 } else { 0.0 },
+                extra_if_last_bytes: if pp > 1 {
+                    tied as f64 + head_extra * dynamic / per_param
+                } else {
+                    0.0
+                },
             })
             .collect();
         let d = key.degrees;
@@ -381,6 +385,22 @@ impl<'a> KeyScorer<'a> {
     }
 }
 
+/// The backward's working set every rank of `pp` holds, and the head's excess over it on the
+/// rank that holds the head, bytes. [`memory::rank_memory`] counts the largest of a rank's
+/// stages; the head's can be far larger than a block's (PyTorch's unfused cross-entropy keeps
+/// 8 B per logit, [`crate::stages::unfused_loss_bytes`]), so charging it to every rank would
+/// make the budgets reject splits that fit. With one rank, the largest of all layers.
+fn transient_bytes(costs: &[StageCost], pp: usize) -> (f64, f64) {
+    let largest = |cs: &[StageCost]| cs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
+    let n = costs.len();
+    if pp <= 1 || n < 3 {
+        return (largest(costs), 0.0);
+    }
+    // the body's blocks (the embedding's working set is not larger than a block's)
+    let body = largest(&costs[1..n - 1]);
+    (body, (costs[n - 1].transient_bytes as f64 - body).max(0.0))
+}
+
 /// Bytes one rank has for its layers' model states and activations: the GPU's memory less the
 /// reserve, the CUDA context, communication buffers and the backward's working set. `None`
 /// when nothing is left. The memory margin is not taken off: these budgets are conservative
@@ -394,7 +414,7 @@ fn rank_budget_bytes(
 ) -> Option<f64> {
     let capacity = profile.cluster.gpu.memory_bytes as f64;
     let groups = key.degrees.num_comm_groups() as f64;
-    let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
+    let (transient, _) = transient_bytes(costs, key.degrees.pp as usize);
     let p2p = 4.0 * costs.iter().map(|c| c.output_bytes).max().unwrap_or(0) as f64;
     let stack = memory::StackMemory::of(opts.settings.runtime.stack);
     let mut zero3_gather = 0.0;
@@ -457,8 +477,10 @@ pub(super) fn solve_partial(
         e.1 += states(c);
         e.2 += c.activation_bytes as f64;
     }
+    let (transient, head_extra) = transient_bytes(costs, pp);
     if pp > 1 {
-        ends[rank_of[s - 1]].1 += tied as f64 * per_param;
+        ends[rank_of[s - 1]].1 +=
+            tied as f64 * per_param + head_extra * (1.0 + memory::FRAGMENTATION);
     }
     // Here the rank's whole budget binds exactly (no equal shares per stage), so the
     // allocator's fragmentation of the dynamic memory is counted: activations grow by it
@@ -468,7 +490,6 @@ pub(super) fn solve_partial(
         .iter()
         .map(|&q| q as f64 * dynamic / v as f64)
         .collect();
-    let transient = costs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
     let margin = opts.settings.memory_margin_bytes as f64;
     let budgets = vec![budget - transient * memory::FRAGMENTATION - margin; pp];
     let same_count =
