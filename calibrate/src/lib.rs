@@ -119,6 +119,10 @@ pub struct FitVerdict {
     pub predicted: bool,
     /// The run's outcome.
     pub published: bool,
+    /// The largest rank's predicted peak, bytes (what the verdict compares).
+    pub peak_bytes: u64,
+    /// The GPU's memory, bytes.
+    pub capacity_bytes: u64,
 }
 
 impl FitVerdict {
@@ -321,14 +325,18 @@ fn iteration(
         });
     }
     let capacity = it.cluster.gpu.memory_bytes;
-    let fits = e
+    let peak = e
         .memory
         .iter()
-        .all(|m| m.total_bytes_with(cal.fragmentation, cal.context_bytes) <= capacity);
+        .map(|m| m.total_bytes_with(cal.fragmentation, cal.context_bytes))
+        .max()
+        .unwrap_or(0);
     let fit = FitVerdict {
         metric: "fits",
-        predicted: fits,
+        predicted: peak <= capacity,
         published: !it.ran_out_of_memory,
+        peak_bytes: peak,
+        capacity_bytes: capacity,
     };
     Ok((out, e.result.predicted.breakdown_s, fit))
 }

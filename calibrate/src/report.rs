@@ -6,6 +6,9 @@ use std::fmt::Write;
 use crate::fit::{self, FitReport};
 use crate::{Calibration, Metric, PreparedRow, RowResult, Summary};
 
+/// Bytes per GiB.
+const GIB: f64 = (1u64 << 30) as f64;
+
 fn pct(x: f64) -> String {
     format!("{:+.1}%", 100.0 * x)
 }
@@ -39,17 +42,28 @@ pub fn rows_table(results: &[RowResult]) -> String {
             );
         }
     }
-    let verdicts: Vec<(&str, bool, bool)> = results
+    let verdicts: Vec<(&str, crate::FitVerdict)> = results
         .iter()
-        .filter_map(|r| r.fit.map(|f| (r.id.as_str(), f.right(), f.published)))
+        .filter_map(|r| r.fit.map(|f| (r.id.as_str(), f)))
         .collect();
     if !verdicts.is_empty() {
-        let wrong: Vec<&str> = verdicts.iter().filter(|v| !v.1).map(|v| v.0).collect();
+        // each wrong verdict with the predicted peak against the GPU's memory
+        let wrong: Vec<String> = verdicts
+            .iter()
+            .filter(|v| !v.1.right())
+            .map(|(id, f)| {
+                format!(
+                    "{id} ({:.1} of {:.1} GiB)",
+                    f.peak_bytes as f64 / GIB,
+                    f.capacity_bytes as f64 / GIB
+                )
+            })
+            .collect();
         let _ = writeln!(
             o,
             "\nfit verdicts: {} runs ({} ran out of memory), {} wrong{}",
             verdicts.len(),
-            verdicts.iter().filter(|v| !v.2).count(),
+            verdicts.iter().filter(|v| !v.1.published).count(),
             wrong.len(),
             if wrong.is_empty() {
                 String::new()

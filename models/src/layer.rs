@@ -98,6 +98,12 @@ pub struct ShardSpec {
     /// forced balance; `--moe-imbalance 1.2` is 1200): its routed rows scale by it.
     #[serde(default = "thousand")]
     pub moe_imbalance_milli: u64,
+    /// The linear layers save their FP8-cast inputs (1 byte per element) for the backward
+    /// instead of the `dtype_bytes` ones: Transformer Engine under an FP8 recipe (`Linear`,
+    /// `LayerNormLinear`, `LayerNormMLP` and `GroupedLinear` keep the quantized input their
+    /// weight-gradient GEMM reads). False for bf16 and for FP8 cast per use (torchao).
+    #[serde(default)]
+    pub fp8_saved_inputs: bool,
 }
 
 fn thousand() -> u64 {
@@ -121,6 +127,7 @@ impl Default for ShardSpec {
             ep: 1,
             etp: 1,
             moe_imbalance_milli: 1000,
+            fp8_saved_inputs: false,
         }
     }
 }

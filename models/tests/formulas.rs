@@ -186,6 +186,29 @@ fn fused_attention_drops_the_score_matrices() {
     assert_eq!(l.activation_bytes.selective, 34 * s * h / tp);
 }
 
+/// Under Transformer Engine's FP8 recipes the linear layers keep their FP8-cast inputs for
+/// the weight gradient (TE `Linear`, `LayerNormLinear`, `LayerNormMLP`: the saved input is
+/// the quantized one). GPT-3 175B, t = 8 with sequence parallelism, fused attention: of
+/// Korthikanti's 34sbh/t the QKV input and the MLP input (2sbh/t each) drop to 1 byte
+/// (−2sbh/t), the down projection's input, the GeLU output 8sbh/t, to 4sbh/t (−4sbh/t), and
+/// the output projection keeps an FP8 copy of its input beside the attention core's 16-bit
+/// output (+sbh/t): 34 − 2 − 4 + 1 = 29sbh/t.
+#[test]
+fn fp8_linear_inputs_are_kept_in_one_byte() {
+    let t = spec("gpt3-175b");
+    let (s, h, a, tp) = (2048u64, 12288u64, 96u64, 8u64);
+    let fp8 = ShardSpec {
+        tp,
+        sequence_parallel: true,
+        fp8_saved_inputs: true,
+        ..ShardSpec::default()
+    };
+    let l = block(&t, &fp8);
+    assert_eq!(l.activation_bytes.none, 29 * s * h / tp + 4 * a * s / tp);
+    // full recompute keeps the layer input, in 16 bits
+    assert_eq!(l.activation_bytes.full, 2 * s * h / tp);
+}
+
 #[test]
 fn without_dropout_no_masks_are_kept() {
     let mut t = spec("gpt3-175b");

@@ -75,6 +75,15 @@ pub struct StackMemory {
     /// The fixed overhead per GPU is DeepSpeed's, fitted on BLOOM ([`CONTEXT_BYTES`]); else
     /// [`CUDA_CONTEXT_BYTES`].
     pub fitted_context: bool,
+    /// The optimizer's fp32 copy of 16-bit gradients lives only at the optimizer step, when the
+    /// backward has freed the activations ([`RankMemory::step_bytes`]): Megatron-Core's
+    /// optimizers make it in `step()` (`distrib_optimizer.py`
+    /// `_copy_model_grads_to_main_grads`: `shard_main_param.grad = shard_model_grad.float()`,
+    /// a copy when the gradient buffer is bf16) and drop it at the next iteration's
+    /// `optimizer.zero_grad()` (`set_to_none=True`) before the forward; NeMo's Apex
+    /// `distributed_fused_adam` steps on the bf16 shards directly. Where it is false the copy
+    /// is held with the activations (the 2021 fp16 optimizer, DeepSpeed's as fitted on BLOOM).
+    pub grad_copy_at_step: bool,
 }
 
 impl StackMemory {
@@ -85,7 +94,7 @@ impl StackMemory {
             Stack::Torchtitan => StackMemory {
                 fsdp: true,
                 fp8_cast_per_use: true,
-                fitted_context: false,
+                ..StackMemory::default()
             },
             Stack::Composer => StackMemory {
                 fsdp: true,
@@ -93,6 +102,10 @@ impl StackMemory {
             },
             Stack::Deepspeed | Stack::MegatronDeepspeed => StackMemory {
                 fitted_context: true,
+                ..StackMemory::default()
+            },
+            Stack::MegatronCore | Stack::MegatronCoreEpOverlap | Stack::Nemo => StackMemory {
+                grad_copy_at_step: true,
                 ..StackMemory::default()
             },
             _ => StackMemory::default(),
@@ -138,6 +151,10 @@ pub struct RankMemory {
     pub transient_bytes: u64,
     /// Communication buffers: pipeline send/receive buffers and NCCL workspaces.
     pub buffers_bytes: u64,
+    /// The optimizer's fp32 copy of 16-bit gradients, alive only at the optimizer step, after
+    /// the activations are freed ([`StackMemory::grad_copy_at_step`]): the peak holds the
+    /// larger of it and the dynamic memory with its fragmentation, not both.
+    pub step_bytes: u64,
     /// The configured reserve: headroom kept free.
     pub reserve_bytes: u64,
     /// Freed blocks the caching allocator cannot reuse: [`FRAGMENTATION`] of the dynamic memory.
@@ -150,17 +167,22 @@ pub struct RankMemory {
 }
 
 impl RankMemory {
-    /// The peak total, bytes.
+    /// The peak total, bytes: the larger of the forward-backward peak and the optimizer
+    /// step's ([`RankMemory::step_bytes`]).
     pub fn total_bytes(&self) -> u64 {
+        self.total_with_terms(self.fragmentation_bytes, self.context_bytes)
+    }
+
+    /// The peak with `fragmentation` and `context` bytes, bytes.
+    fn total_with_terms(&self, fragmentation: u64, context: u64) -> u64 {
+        let dynamic = self.activations_bytes + self.transient_bytes + fragmentation;
         self.weights_bytes
             + self.grads_bytes
             + self.optimizer_bytes
-            + self.activations_bytes
-            + self.transient_bytes
             + self.buffers_bytes
             + self.reserve_bytes
-            + self.fragmentation_bytes
-            + self.context_bytes
+            + context
+            + dynamic.max(self.step_bytes)
     }
 
     /// Memory that comes and goes during the iteration: activations and the backward's
@@ -177,9 +199,10 @@ impl RankMemory {
         } else {
             self.context_bytes
         };
-        self.total_bytes() - self.fragmentation_bytes - self.context_bytes
-            + fragmentation_bytes(self.dynamic_bytes(), fragmentation)
-            + context
+        self.total_with_terms(
+            fragmentation_bytes(self.dynamic_bytes(), fragmentation),
+            context,
+        )
     }
 }
 
@@ -244,6 +267,19 @@ pub fn model_state_bytes_for(
     (weights, grads, optimizer)
 }
 
+/// Bytes of the optimizer's fp32 copy of 16-bit gradients for `params` parameters under a ZeRO
+/// stage with `shard` data-parallel members (sharded from ZeRO-1): the part of
+/// [`model_state_bytes_for`]'s optimizer bytes without fp32 main gradients that a stack with
+/// [`StackMemory::grad_copy_at_step`] holds only at the step.
+pub fn fp32_grad_copy_bytes(params: u64, zero_stage: u8, shard: u64) -> u64 {
+    let bytes = params * FP32_GRAD_COPY_BYTES_PER_PARAM;
+    if zero_stage >= 1 {
+        bytes.div_ceil(shard.max(1))
+    } else {
+        bytes
+    }
+}
+
 /// Everything besides the stages that decides a rank's memory.
 #[derive(Debug, Clone, Copy)]
 pub struct MemoryContext {
@@ -298,8 +334,16 @@ pub fn rank_memory(
         weights +=
             ctx.fp8_copy_bytes_per_param * stages.iter().map(|s| s.block_params).sum::<u64>();
     }
-    let optimizer = optimizer + eo;
+    let mut optimizer = optimizer + eo;
     grads += eg;
+    // the fp32 gradient copy of 16-bit gradients, made at the step (see StackMemory)
+    let step = if ctx.stack.grad_copy_at_step && !ctx.fp32_main_grads && !fsdp {
+        let copy = |params: u64, shard: u64| fp32_grad_copy_bytes(params, ctx.zero_stage, shard);
+        copy(params - experts.min(params), ctx.zero_shard) + copy(experts, ctx.expert_zero_shard)
+    } else {
+        0
+    };
+    optimizer = optimizer.saturating_sub(step);
     let largest = stages.iter().map(|s| s.max_layer_params).max().unwrap_or(0);
     if fsdp {
         // the layer computed and the next, prefetched, unsharded in 16 bits; in the backward
@@ -321,6 +365,7 @@ pub fn rank_memory(
         activations_bytes: peak_activation_bytes,
         transient_bytes: transient,
         buffers_bytes: p2p + ctx.comm_groups * NCCL_BUFFER_BYTES_PER_GROUP,
+        step_bytes: step,
         reserve_bytes: ctx.reserve_bytes,
         fragmentation_bytes: fragmentation_bytes(peak_activation_bytes + transient, FRAGMENTATION),
         context_bytes: ctx.stack.context_bytes(),
@@ -378,6 +423,59 @@ mod tests {
         assert_eq!(m.fragmentation_bytes, 100);
         assert_eq!(m.total_bytes(), 100 + 400 + 7 + 100 + 50);
         assert_eq!(m.total_bytes_with(0.5, 10), 100 + 400 + 7 + 200 + 10);
+    }
+
+    /// Hand-worked: 1e9 parameters under NeMo's bf16 gradients and the distributed optimizer
+    /// over d = 8: 2 B weights + 2 B gradients + 12/8 B master weights and moments resident;
+    /// the fp32 gradient copy, 4/8 B, only at the step (Megatron-Core `distrib_optimizer.py`
+    /// `_copy_model_grads_to_main_grads`, freed by `zero_grad(set_to_none=True)`). With 3 GB of
+    /// activations the peak is 2 + 2 + 1.5 + 3 = 8.5 GB, not 9 GB; with 0.1 GB the step's
+    /// 0.5 GB copy is the larger: 5.5 + 0.5 = 6 GB. DeepSpeed's optimizer keeps the copy
+    /// resident, as fitted: 9 GB.
+    #[test]
+    fn fp32_gradient_copy_only_at_the_step_hand_worked() {
+        let p = 1_000_000_000u64;
+        let stage = StageCost {
+            params: p,
+            ..StageCost::default()
+        };
+        let ctx = MemoryContext {
+            zero_stage: 1,
+            zero_shard: 8,
+            expert_zero_shard: 8,
+            comm_groups: 0,
+            reserve_bytes: 0,
+            fp32_main_grads: false,
+            fp8_copy_bytes_per_param: 0,
+            stack: StackMemory::of(crate::Stack::Nemo),
+        };
+        let without_terms = |m: RankMemory| m.total_bytes_with(0.0, 0) - m.context_bytes;
+        let m = rank_memory(&[&stage], 3 * p, &ctx);
+        assert_eq!(
+            (
+                m.weights_bytes,
+                m.grads_bytes,
+                m.optimizer_bytes,
+                m.step_bytes
+            ),
+            (2 * p, 2 * p, 1_500_000_000, 500_000_000)
+        );
+        assert_eq!(without_terms(m), 8_500_000_000);
+        let small = rank_memory(&[&stage], p / 10, &ctx);
+        assert_eq!(without_terms(small), 6_000_000_000);
+        let ds = MemoryContext {
+            stack: StackMemory::of(crate::Stack::MegatronDeepspeed),
+            ..ctx
+        };
+        let m = rank_memory(&[&stage], 3 * p, &ds);
+        assert_eq!((m.optimizer_bytes, m.step_bytes), (2 * p, 0));
+        assert_eq!(m.total_bytes_with(0.0, 0), 9 * p);
+        // fp32 main gradients are what the optimizer reads: no copy
+        let fp32 = MemoryContext {
+            fp32_main_grads: true,
+            ..ctx
+        };
+        assert_eq!(rank_memory(&[&stage], 3 * p, &fp32).step_bytes, 0);
     }
 
     #[test]

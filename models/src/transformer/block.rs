@@ -41,6 +41,13 @@ struct Parts {
     ffn_stored: u64,
     /// FFN GEMM inputs beyond the block input, per micro-batch (weight-gradient working set).
     ffn_inputs: u64,
+    /// Of `ffn_stored`, the elements that are linear-layer inputs (the down projections' and
+    /// the routed experts'), which Transformer Engine saves in FP8 under an FP8 recipe.
+    ffn_stored_linear_inputs: u64,
+    /// FP8 copies Transformer Engine saves beside 16-bit tensors another op keeps, elements
+    /// per micro-batch: the output projection's input (the attention core keeps its 16-bit
+    /// output) and the shared experts' input (the router keeps the 16-bit norm output).
+    fp8_extra_copies: u64,
     /// FFN GEMM outputs, per micro-batch (weight-gradient working set).
     ffn_outputs: u64,
     /// FFN activation-function and permutation traffic per micro-batch, in elements.
@@ -105,6 +112,8 @@ impl TransformerSpec {
             attn_stored: 0,
             ffn_stored: 0,
             ffn_inputs: 0,
+            ffn_stored_linear_inputs: 0,
+            fp8_extra_copies: tok * self.q_width() / t,
             ffn_outputs: 0,
             ffn_traffic: 0,
             core_head_dim: self.head_dim(),
@@ -128,6 +137,7 @@ impl TransformerSpec {
             p.attn_in
                 .push((tok, heads * (mla.qk_nope_head_dim + dv), rkv, 1));
             p.attn_out = (tok, h, heads * dv, 1);
+            p.fp8_extra_copies = tok * heads * dv;
             p.attn_stored += rkv + dr + heads * (2 * dqk + dv) + heads * dv;
             // the core's two GEMMs: QKᵀ over d_qk, PV over d_v
             p.core_head_dim = (dqk + dv) / 2;
@@ -147,6 +157,7 @@ impl TransformerSpec {
                 let (f, f_in) = (self.ffn(), self.mlp_in_width());
                 p.ffn = vec![(tok, f_in / t, h, 1), (tok, h, f / t, 1)];
                 p.ffn_stored = tok * (f_in + f) / t;
+                p.ffn_stored_linear_inputs = tok * f / t;
                 p.ffn_inputs = tok * h / d.sp_div + tok * f / t;
                 p.ffn_outputs = tok * f_in / t + tok * h / d.sp_div;
                 p.ffn_traffic = (f_in + f) / t * tok;
@@ -184,6 +195,10 @@ impl TransformerSpec {
         p.ffn_stored = 2 * tok * m.num_experts / d.sp_div
             + rows_total * (h + (fe_in + fe) / etp)
             + tok * (sh_in + sh) / t;
+        p.ffn_stored_linear_inputs = rows_total * (h + fe / etp) + tok * sh / t;
+        if sh > 0 {
+            p.fp8_extra_copies += tok * h / d.sp_div;
+        }
         p.ffn_inputs = tok * h / d.sp_div + rows_total * (h + fe / etp) + tok * sh / t;
         p.ffn_outputs = tok * m.num_experts / d.sp_div
             + rows_total * (fe_in / etp + h)
@@ -294,10 +309,24 @@ impl TransformerSpec {
         let s_k = p.keys.0;
         let sbh = s * b * h;
         let mask = u64::from(self.dropout);
-        // norm inputs (2), QKV and MLP inputs (2) in `e` bytes; dropout masks (2) in 1 byte
-        let replicated = 4 * sbh * e + 2 * mask * sbh;
+        // Under Transformer Engine's FP8 recipes the linear layers save FP8 inputs: the QKV
+        // input (`LayerNormLinear`'s normed output; MLA's two down projections each save
+        // their own copy, 2 bytes in all), the dense MLP input (`LayerNormMLP`; a MoE's
+        // router keeps it in 16 bits), the down projections' and routed experts' inputs; the
+        // output projection and shared experts save an FP8 copy beside a 16-bit tensor kept
+        // by another op.
+        let fp8 = shard.fp8_saved_inputs;
+        let qkv_in = if fp8 && self.mla.is_none() { 1 } else { e };
+        let mlp_in = if fp8 && p.router.is_none() { 1 } else { e };
+        // norm inputs (2) in `e` bytes, QKV and MLP inputs; dropout masks (2) in 1 byte
+        let replicated = 2 * sbh * e + sbh * (qkv_in + mlp_in) + 2 * mask * sbh;
         // Q, K, V; output-projection input; FFN activation inputs and outputs
         let sharded = (s * b * p.attn_stored + p.ffn_stored) * e;
+        let sharded = if fp8 {
+            sharded - p.ffn_stored_linear_inputs * (e - 1) + p.fp8_extra_copies
+        } else {
+            sharded
+        };
         let scores = a * s * s_k * b / t;
         let core = if shard.flash_attention {
             4 * a * s * b / t

@@ -193,7 +193,17 @@ fn state_bytes_per_param(opts: &SearchOptions, zero_stage: u8, shard: u64, fsdp:
             memory::fsdp_state_bytes(1_000_000, shard)
         } else {
             let fp32_main_grads = opts.settings.runtime.fp32_main_grads;
-            memory::model_state_bytes_for(1_000_000, zero_stage, shard, fp32_main_grads)
+            let (w, g, o) =
+                memory::model_state_bytes_for(1_000_000, zero_stage, shard, fp32_main_grads);
+            // the fp32 gradient copy some stacks hold only at the step is no resident state
+            let at_step = !fp32_main_grads
+                && memory::StackMemory::of(opts.settings.runtime.stack).grad_copy_at_step;
+            let copy = if at_step {
+                memory::fp32_grad_copy_bytes(1_000_000, zero_stage, shard)
+            } else {
+                0
+            };
+            (w, g, o.saturating_sub(copy))
         };
     (w + g + o) as f64 / 1e6
 }
