@@ -157,6 +157,12 @@ pub struct Runtime {
     /// What `selective` recompute re-runs in the backward.
     #[serde(default)]
     pub selective: crate::runtime::SelectiveRecompute,
+    /// The class of fused attention kernel the stack runs
+    /// ([`autopp_models::AttentionKernel`]): on Hopper, FlashAttention-2 (PyTorch SDPA's flash
+    /// backend) is slower than Transformer Engine's cuDNN kernel. Plan files written before
+    /// this field read it as `native`.
+    #[serde(default)]
+    pub attention_kernel: autopp_models::AttentionKernel,
 }
 
 impl Default for Runtime {

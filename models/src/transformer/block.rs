@@ -218,6 +218,7 @@ impl TransformerSpec {
             causal,
             backward,
             fused: shard.flash_attention,
+            kernel: shard.attention_kernel,
         };
         // Element-wise traffic (bytes read + written): two norms, two bias-dropout-adds, the
         // activation function; unfused softmax traffic when the attention core is not fused.
