@@ -108,6 +108,11 @@ pub struct ShardSpec {
     /// Which fused attention kernel runs the attention core (when `flash_attention`).
     #[serde(default)]
     pub attention_kernel: AttentionKernel,
+    /// Norms, rotary embedding and gated activation run as fused kernels (Megatron-Core's and
+    /// Transformer Engine's, or `torch.compile`'s); `false`: PyTorch eager, one kernel per op
+    /// (`transformer::eager` counts the extra traffic).
+    #[serde(default = "yes")]
+    pub fused_elementwise: bool,
     /// Expert-parallel degree: each GPU holds `E/ep` routed experts of a MoE layer (1 for a
     /// dense model).
     #[serde(default = "one")]
@@ -129,6 +134,10 @@ fn one() -> u64 {
     1
 }
 
+fn yes() -> bool {
+    true
+}
+
 impl Default for ShardSpec {
     fn default() -> Self {
         ShardSpec {
@@ -140,6 +149,7 @@ impl Default for ShardSpec {
             flash_attention: true,
             vocab_pad_multiple: 128,
             attention_kernel: AttentionKernel::Native,
+            fused_elementwise: true,
             ep: 1,
             etp: 1,
             moe_imbalance_milli: 1000,

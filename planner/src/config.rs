@@ -163,6 +163,11 @@ pub struct Runtime {
     /// this field read it as `native`.
     #[serde(default)]
     pub attention_kernel: autopp_models::AttentionKernel,
+    /// Norms, rotary embedding and gated activation run fused (Megatron-Core's and Transformer
+    /// Engine's kernels, `torch.compile`); `false`: PyTorch eager, one kernel per op, each
+    /// reading and writing the whole tensor ([`autopp_models::ShardSpec::fused_elementwise`]).
+    /// Plan files written before this field read Megatron-Core's `true`.
+    pub fused_elementwise: bool,
 }
 
 impl Default for Runtime {

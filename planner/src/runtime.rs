@@ -126,6 +126,7 @@ impl Stack {
             multi_rail_rings: true,
             selective: SelectiveRecompute::AttentionCore,
             attention_kernel: AttentionKernel::Native,
+            fused_elementwise: true,
         };
         match self {
             // every overlap any framework offers, but the expert all-to-all overlap (opt-in in
@@ -175,7 +176,9 @@ impl Stack {
             // (torchtitan `models/llama/model.py`, `F.scaled_dot_product_attention`; context
             // parallel runs it per ring step), whose flash backend on H100 is
             // FlashAttention-2 (PyTorch 2.2 release notes: "FlashAttention-2 ... for
-            // scaled_dot_product_attention"), not a Hopper kernel.
+            // scaled_dot_product_attention"), not a Hopper kernel. Element-wise ops are
+            // fused: torchtitan's published benchmarks run `--training.compile` (the
+            // mapping of a published row turns it off where the source ran eager).
             Stack::Torchtitan => Runtime {
                 pp_scatter_gather: false,
                 vocab_pad_multiple: 1,

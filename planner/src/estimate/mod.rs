@@ -161,6 +161,7 @@ pub fn shard_spec(c: &ParallelConfig) -> ShardSpec {
         flash_attention: c.settings.flash_attention,
         vocab_pad_multiple: c.settings.runtime.vocab_pad_multiple,
         attention_kernel: c.settings.runtime.attention_kernel,
+        fused_elementwise: c.settings.runtime.fused_elementwise,
         ep: c.experts.ep,
         etp: c.experts.etp,
         moe_imbalance_milli: c.experts.imbalance_milli(),
