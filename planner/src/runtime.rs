@@ -352,6 +352,8 @@ mod tests {
                 AttentionKernel::Native
             };
             assert_eq!(s.runtime().attention_kernel, want, "{s}");
+            // fused element-wise kernels (TE/Megatron, torchtitan's compiled benchmarks)
+            assert!(s.runtime().fused_elementwise, "{s}");
         }
         let ds = Stack::MegatronDeepspeed.runtime();
         assert!(ds.pp_blocking_sends && !ds.fp32_main_grads && !ds.overlap_grad_reduce);
