@@ -80,6 +80,12 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
         Stack::Torchtitan => {
             r.tp_comm_overlap = notes.contains("asynctp");
             r.fused_elementwise = !ran_eager(row);
+            // NeMo AutoModel runs FSDP2 with Transformer Engine's layers ("PyTorch FSDP2 +
+            // TE"), whose attention is TE's cuDNN kernel, not SDPA's FlashAttention-2
+            let framework = row.framework.as_deref().unwrap_or("").to_ascii_lowercase();
+            if framework.contains("automodel") || framework.contains("+ te") {
+                r.attention_kernel = autopp_models::AttentionKernel::Native;
+            }
         }
         _ => {}
     }
@@ -290,6 +296,17 @@ mod tests {
         assert!(!runtime_of(&eager, Stack::Torchtitan).fused_elementwise);
         assert!(runtime_of(&compiled, Stack::Torchtitan).fused_elementwise);
         assert!(runtime_of(&eager, Stack::MegatronCore).fused_elementwise);
+        // torchtitan's SDPA is FlashAttention-2; NeMo AutoModel's TE layers are not
+        use autopp_models::AttentionKernel;
+        assert_eq!(
+            runtime_of(&eager, Stack::Torchtitan).attention_kernel,
+            AttentionKernel::Fa2
+        );
+        let auto = row("NeMo AutoModel (PyTorch FSDP2 + TE + DeepEP)");
+        assert_eq!(
+            runtime_of(&auto, stack_of(&auto).0).attention_kernel,
+            AttentionKernel::Native
+        );
     }
 
     #[test]
