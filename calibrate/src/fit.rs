@@ -34,6 +34,7 @@ pub const PRIOR: Efficiency = Efficiency {
     gemm_half_dim: 64.0,
     gemm_misaligned: 0.5,
     attention_fused: 0.55,
+    attention_fa2_on_hopper: autopp_hardware::analytic::ATTENTION_FA2_ON_HOPPER,
     hopper_compute: 0.75,
     fp8_gemm: autopp_hardware::analytic::FP8_GEMM,
     grouped_gemm_half_dim: autopp_hardware::analytic::GROUPED_GEMM_HALF_DIM,

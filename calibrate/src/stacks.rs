@@ -77,7 +77,16 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
         // "4bytes x params and it's not sharded" (tr11 `chronicles-prequel.md`, "Rebalancing
         // layers"); the fp16 ZeRO-1 optimizer before it kept 16-bit gradients
         Stack::MegatronDeepspeed if precision.starts_with("bf16") => r.fp32_main_grads = true,
-        Stack::Torchtitan => r.tp_comm_overlap = notes.contains("asynctp"),
+        Stack::Torchtitan => {
+            r.tp_comm_overlap = notes.contains("asynctp");
+            r.fused_elementwise = !ran_eager(row);
+            // NeMo AutoModel runs FSDP2 with Transformer Engine's layers ("PyTorch FSDP2 +
+            // TE"), whose attention is TE's cuDNN kernel, not SDPA's FlashAttention-2
+            let framework = row.framework.as_deref().unwrap_or("").to_ascii_lowercase();
+            if framework.contains("automodel") || framework.contains("+ te") {
+                r.attention_kernel = autopp_models::AttentionKernel::Native;
+            }
+        }
         _ => {}
     }
     r.ep_dispatch_dedup = dedup_dispatcher(row);
@@ -91,6 +100,22 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
     .iter()
     .any(|k| notes.contains(k));
     r
+}
+
+/// Whether a torchtitan row ran in PyTorch eager mode, without `torch.compile`: its notes say
+/// `eager`, or list the techniques it ran (torchtitan's 2024-12 benchmark table, "Techniques:
+/// FSDP" against "FSDP + torch.compile") without compile. Otherwise compiled, as torchtitan's
+/// benchmark commands run (`--training.compile`; async TP and float8 need it).
+pub fn ran_eager(row: &PublishedRow) -> bool {
+    let notes = row.notes.as_deref().unwrap_or("").to_ascii_lowercase();
+    if notes.contains("eager") {
+        return true;
+    }
+    notes.split_once("techniques:").is_some_and(|(_, rest)| {
+        // the clause ends at a full stop and a space (`torch.compile` has a dot)
+        let listed = rest.split(". ").next().unwrap_or("");
+        !listed.contains("compile")
+    })
 }
 
 /// Whether the row's expert all-to-alls send a token once per node
@@ -251,6 +276,37 @@ mod tests {
         let r = runtime_of(&overlap, Stack::MegatronCore);
         assert!(r.ep_a2a_overlap && !r.ep_dispatch_dedup);
         assert!(!runtime_of(&row(core), Stack::MegatronCore).ep_a2a_overlap);
+    }
+
+    /// torchtitan's 2024-12 table lists "Techniques: FSDP" (eager) beside "FSDP +
+    /// torch.compile"; rows that list nothing ran its benchmark commands, compiled.
+    #[test]
+    fn torchtitan_rows_say_when_they_ran_eager() {
+        let with = |notes: &str| {
+            let text = format!(
+                r#"[{{"id": "r", "kind": "end_to_end_training_throughput", "source_group": "g",
+                     "framework": "torchtitan (FSDP2/DTensor)", "notes": "{notes}"}}]"#
+            );
+            crate::rows::parse_rows(&text, "test").unwrap().remove(0)
+        };
+        let eager = with("Read at iteration 90. Techniques: FSDP. seq_length 8192");
+        let compiled = with("Techniques: FSDP + torch.compile. batch 2");
+        assert!(ran_eager(&eager) && !ran_eager(&compiled));
+        assert!(!ran_eager(&with("vanillaTP, quantization bf16")));
+        assert!(!runtime_of(&eager, Stack::Torchtitan).fused_elementwise);
+        assert!(runtime_of(&compiled, Stack::Torchtitan).fused_elementwise);
+        assert!(runtime_of(&eager, Stack::MegatronCore).fused_elementwise);
+        // torchtitan's SDPA is FlashAttention-2; NeMo AutoModel's TE layers are not
+        use autopp_models::AttentionKernel;
+        assert_eq!(
+            runtime_of(&eager, Stack::Torchtitan).attention_kernel,
+            AttentionKernel::Fa2
+        );
+        let auto = row("NeMo AutoModel (PyTorch FSDP2 + TE + DeepEP)");
+        assert_eq!(
+            runtime_of(&auto, stack_of(&auto).0).attention_kernel,
+            AttentionKernel::Native
+        );
     }
 
     #[test]

@@ -17,7 +17,9 @@ fn group(name: &str, gpu: &str) -> Vec<PublishedRow> {
 /// rows), even rows fitted, odd rows tested. Measured when written: the shipped knobs' time
 /// MAPE on the odd half was 57.6% (multi-node FSDP gathers costed at one NIC per GPU), a fit on
 /// the even half (10 knobs) 30.6%; since ring collectives use the node's rails
-/// (`Cluster::ring_link`) the shipped knobs give 10.2% and the fit 3.9%.
+/// (`Cluster::ring_link`) the shipped knobs give 10.2% and the fit 3.9%; since llm-foundry's
+/// FlashAttention-2-class kernels run at half the Hopper-native rate
+/// (`Efficiency::attention_fa2_on_hopper`) the shipped knobs give 5.5% and the fit 3.5%.
 #[test]
 fn a_fit_on_half_a_group_improves_the_other_half() {
     let rows = prepare(&group("MosaicML-MPT", "H100-80GB"));
@@ -43,7 +45,7 @@ fn a_fit_on_half_a_group_improves_the_other_half() {
     };
     let (shipped, calibrated) = held_out_error(&half(0), &half(1));
     eprintln!("held-out half: shipped {shipped:.4}, calibrated {calibrated:.4}");
-    assert!((shipped - 0.1015).abs() < 0.01, "shipped {shipped}");
+    assert!((shipped - 0.0546).abs() < 0.01, "shipped {shipped}");
     assert!(calibrated < 0.7 * shipped, "{calibrated} vs {shipped}");
 }
 

@@ -50,7 +50,9 @@ fn shipped_calibration_meets_the_acceptance_bounds() {
 
 /// The iteration-time MAPE the project's rows reach under the shipped calibration, with a
 /// margin of about one point, so a change that makes them worse fails. Achieved when set:
-/// MosaicML-MPT 13.0% (31.8% before ring collectives used the node's rails), every row 10.2%.
+/// MosaicML-MPT 13.0% (31.8% before ring collectives used the node's rails), every row 10.2%;
+/// 10.6% and 8.9% once llm-foundry's FlashAttention-2 runs at half the Hopper-native rate on
+/// H100 (`Efficiency::attention_fa2_on_hopper`).
 /// (The NeMo, torchtitan and MegaScale rows of the shared calibration file are not in the
 /// project's copy yet: their peak-memory errors would widen the memory band `plan` keeps as a
 /// margin on GPU kinds without memory rows, H100 included.)
@@ -59,7 +61,7 @@ fn todays_stacks_keep_their_iteration_time_errors() {
     let rows = prepared();
     let results = autopp_calibrate::evaluate_all(&rows, &Calibration::default());
     let summary = autopp_calibrate::summarize(&results);
-    for (group, rows, bound) in [("MosaicML-MPT", 77, 0.14), ("all", 140, 0.11)] {
+    for (group, rows, bound) in [("MosaicML-MPT", 77, 0.12), ("all", 140, 0.10)] {
         let g = summary
             .get(group, Metric::IterationTime)
             .unwrap_or_else(|| panic!("{group} has iteration-time rows"));

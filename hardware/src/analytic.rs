@@ -6,7 +6,7 @@
 //! all-gather and reduce-scatter) as collected in autopp's COST_MODEL.md (Thakur et al. 2005
 //! for the ring; NCCL's bus-bandwidth convention).
 
-use autopp_models::{Collective, CollectiveKind, LayerCost, Op};
+use autopp_models::{AttentionKernel, Collective, CollectiveKind, LayerCost, Op};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, Link};
@@ -33,6 +33,11 @@ pub struct Efficiency {
     pub gemm_misaligned: f64,
     /// Fraction of the peak a fused attention kernel reaches on long sequences.
     pub attention_fused: f64,
+    /// Factor on `attention_fused` for a FlashAttention-2-class kernel
+    /// ([`AttentionKernel::Fa2`]) on a GPU with FP8 tensor cores (Hopper and later), against a
+    /// kernel written for that GPU. Not fitted: [`ATTENTION_FA2_ON_HOPPER`].
+    #[serde(default = "default_attention_fa2_on_hopper")]
+    pub attention_fa2_on_hopper: f64,
     /// Factor on the GEMM and fused-attention efficiency of GPUs with FP8 tensor cores (Hopper
     /// and later). One knob per generation, for a physical reason: their dense peak grew 3.2×
     /// over Ampere's while HBM bandwidth grew 1.6× and the power limit lowers sustained clocks,
@@ -85,6 +90,20 @@ fn default_fp8_gemm() -> f64 {
     FP8_GEMM
 }
 
+/// The default [`Efficiency::attention_fa2_on_hopper`]: FlashAttention-2 on an H100 against a
+/// Hopper-native kernel on the same GPU. Shah et al. 2024 (FlashAttention-3, arXiv 2407.08608):
+/// "FlashAttention-2 achieving only 35% utilization on H100" (§1) while FlashAttention-3
+/// reaches "up to 740 TFLOPs/s (75% utilization)" in BF16/FP16 and is "1.5-2.0× faster" than
+/// FlashAttention-2 (abstract); cuDNN's fused attention runs at FlashAttention-3's speed in
+/// the paper's figures. 35/75 = 0.47 and 1/2.0 = 0.5 at long sequences, where attention
+/// dominates: 0.5. On Ampere FlashAttention-2 is the native kernel (up to 73% of the A100's
+/// peak forward, Dao 2023, §4.1), so the factor is 1 there.
+pub const ATTENTION_FA2_ON_HOPPER: f64 = 0.5;
+
+fn default_attention_fa2_on_hopper() -> f64 {
+    ATTENTION_FA2_ON_HOPPER
+}
+
 /// The default [`Efficiency::grouped_gemm_half_dim`], elements: the grid fit (0–4096 by 256,
 /// with [`MOE_LAYER_OVERHEAD_S`] 0–4 ms by 0.25 ms) on the 86 mapped MoE runs of
 /// `validation/moe/runs.json`, every other knob at its dense fit
@@ -119,6 +138,7 @@ impl Default for Efficiency {
             gemm_half_dim: 4.194,
             gemm_misaligned: 0.1,
             attention_fused: 0.403,
+            attention_fa2_on_hopper: ATTENTION_FA2_ON_HOPPER,
             hopper_compute: 1.0,
             fp8_gemm: FP8_GEMM,
             grouped_gemm_half_dim: GROUPED_GEMM_HALF_DIM,
@@ -255,12 +275,14 @@ impl AnalyticProfile {
                 causal,
                 backward,
                 fused,
+                kernel,
             } => {
                 if fused {
                     // A causal kernel skips the masked blocks: about half the work.
                     let work = if causal { 0.5 } else { 1.0 } * op.flops();
                     let sat = seq_q as f64 / (seq_q as f64 + 2.0 * eff.gemm_half_dim);
-                    let rate = peak * eff.attention_fused * sat;
+                    let rate =
+                        peak * eff.attention_fused * sat * self.attention_kernel_factor(kernel);
                     work / rate + eff.kernel_overhead_s
                 } else {
                     // Two batched GEMMs (Q·Kᵀ and P·V); the backward runs two of each.
@@ -287,6 +309,17 @@ impl AnalyticProfile {
                 }
             }
             Op::Elementwise { bytes } => bytes as f64 / hbm + eff.kernel_overhead_s,
+        }
+    }
+
+    /// [`Efficiency::attention_fa2_on_hopper`] for a FlashAttention-2-class kernel on a GPU
+    /// with FP8 tensor cores (Hopper and later), else 1.
+    pub fn attention_kernel_factor(&self, kernel: AttentionKernel) -> f64 {
+        match kernel {
+            AttentionKernel::Fa2 if self.cluster.gpu.peak_fp8_flops > 0.0 => {
+                self.efficiency.attention_fa2_on_hopper
+            }
+            _ => 1.0,
         }
     }
 

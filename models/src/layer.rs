@@ -68,6 +68,24 @@ impl std::str::FromStr for Recompute {
     }
 }
 
+/// The class of fused attention kernel a stack runs: what fraction of the tensor-core peak
+/// it can reach depends on whether it was written for the GPU's generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionKernel {
+    /// A kernel written for the GPU it runs on: FlashAttention-2 on Ampere; on Hopper
+    /// cuDNN's fused attention or FlashAttention-3 (Transformer Engine's backends under
+    /// Megatron-Core and NeMo), which use the Hopper tensor-core instructions (WGMMA, TMA).
+    #[default]
+    Native,
+    /// FlashAttention-2 or a kernel of its generation whatever the GPU: PyTorch's
+    /// `scaled_dot_product_attention` flash backend (FlashAttention-2, what torchtitan's
+    /// SDPA runs on H100) and llm-foundry's `flash`/`triton` kernels. Written for Ampere's
+    /// `mma.sync`, it reaches a smaller share of a Hopper GPU's peak (Shah et al. 2024,
+    /// FlashAttention-3, §1: "FlashAttention-2 achieving only 35% utilization on H100").
+    Fa2,
+}
+
 /// How a layer is sharded and fed: the inputs to a model's layer expansion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ShardSpec {
@@ -87,6 +105,14 @@ pub struct ShardSpec {
     /// The vocabulary is padded to a multiple of `vocab_pad_multiple · tp` (Megatron:
     /// `--make-vocab-size-divisible-by 128`).
     pub vocab_pad_multiple: u64,
+    /// Which fused attention kernel runs the attention core (when `flash_attention`).
+    #[serde(default)]
+    pub attention_kernel: AttentionKernel,
+    /// Norms, rotary embedding and gated activation run as fused kernels (Megatron-Core's and
+    /// Transformer Engine's, or `torch.compile`'s); `false`: PyTorch eager, one kernel per op
+    /// (`transformer::eager` counts the extra traffic).
+    #[serde(default = "yes")]
+    pub fused_elementwise: bool,
     /// Expert-parallel degree: each GPU holds `E/ep` routed experts of a MoE layer (1 for a
     /// dense model).
     #[serde(default = "one")]
@@ -114,6 +140,10 @@ fn one() -> u64 {
     1
 }
 
+fn yes() -> bool {
+    true
+}
+
 impl Default for ShardSpec {
     fn default() -> Self {
         ShardSpec {
@@ -124,6 +154,8 @@ impl Default for ShardSpec {
             dtype_bytes: 2,
             flash_attention: true,
             vocab_pad_multiple: 128,
+            attention_kernel: AttentionKernel::Native,
+            fused_elementwise: true,
             ep: 1,
             etp: 1,
             moe_imbalance_milli: 1000,
@@ -177,6 +209,8 @@ pub enum Op {
         backward: bool,
         /// Run by a fused kernel (FlashAttention) rather than separate GEMMs and softmax.
         fused: bool,
+        /// Which fused kernel (when `fused`).
+        kernel: AttentionKernel,
     },
     /// A memory-bound op (norm, activation, dropout, residual add, cross-entropy, embedding
     /// gather) that moves `bytes` of HBM traffic and does negligible FLOPs.

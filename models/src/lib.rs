@@ -50,7 +50,8 @@ pub mod units;
 pub use custom::{CustomLayer, LayerListSpec};
 pub use defaults::Defaulted;
 pub use layer::{
-    ActivationBytes, Collective, CollectiveKind, LayerCost, LayerKind, Op, Recompute, ShardSpec,
+    ActivationBytes, AttentionKernel, Collective, CollectiveKind, LayerCost, LayerKind, Op,
+    Recompute, ShardSpec,
 };
 pub use load::{load, load_file, load_str};
 pub use presets::{presets, Preset};

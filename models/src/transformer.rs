@@ -8,6 +8,7 @@
 //! attention, any FFN width and gated MLPs by counting the same stored tensors.
 
 mod block;
+mod eager;
 mod expand;
 mod moe;
 mod params;

@@ -157,6 +157,17 @@ pub struct Runtime {
     /// What `selective` recompute re-runs in the backward.
     #[serde(default)]
     pub selective: crate::runtime::SelectiveRecompute,
+    /// The class of fused attention kernel the stack runs
+    /// ([`autopp_models::AttentionKernel`]): on Hopper, FlashAttention-2 (PyTorch SDPA's flash
+    /// backend) is slower than Transformer Engine's cuDNN kernel. Plan files written before
+    /// this field read it as `native`.
+    #[serde(default)]
+    pub attention_kernel: autopp_models::AttentionKernel,
+    /// Norms, rotary embedding and gated activation run fused (Megatron-Core's and Transformer
+    /// Engine's kernels, `torch.compile`); `false`: PyTorch eager, one kernel per op, each
+    /// reading and writing the whole tensor ([`autopp_models::ShardSpec::fused_elementwise`]).
+    /// Plan files written before this field read Megatron-Core's `true`.
+    pub fused_elementwise: bool,
 }
 
 impl Default for Runtime {

@@ -19,7 +19,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use autopp_hardware::{Cluster, Link};
-use autopp_models::Model;
+use autopp_models::{AttentionKernel, Model};
 
 use crate::config::Runtime;
 use crate::framework::Framework;
@@ -125,6 +125,8 @@ impl Stack {
             vocab_pad_multiple: 128,
             multi_rail_rings: true,
             selective: SelectiveRecompute::AttentionCore,
+            attention_kernel: AttentionKernel::Native,
+            fused_elementwise: true,
         };
         match self {
             // every overlap any framework offers, but the expert all-to-all overlap (opt-in in
@@ -170,11 +172,18 @@ impl Stack {
             // FSDP2: reduce-scatter in fp32 during the backward, all-gathers prefetched one
             // layer ahead; async TP is opt-in (`enable_async_tensor_parallel`); pipeline
             // stages send whole activations; the vocabulary is not padded; `selective` is its
-            // per-op checkpointing.
+            // per-op checkpointing. Attention is PyTorch's `scaled_dot_product_attention`
+            // (torchtitan `models/llama/model.py`, `F.scaled_dot_product_attention`; context
+            // parallel runs it per ring step), whose flash backend on H100 is
+            // FlashAttention-2 (PyTorch 2.2 release notes: "FlashAttention-2 ... for
+            // scaled_dot_product_attention"), not a Hopper kernel. Element-wise ops are
+            // fused: torchtitan's published benchmarks run `--training.compile` (the
+            // mapping of a published row turns it off where the source ran eager).
             Stack::Torchtitan => Runtime {
                 pp_scatter_gather: false,
                 vocab_pad_multiple: 1,
                 selective: SelectiveRecompute::EveryOtherMatmul,
+                attention_kernel: AttentionKernel::Fa2,
                 ..modern
             },
             // The pipeline engine reduces after the flush and sends whole activations
@@ -192,8 +201,13 @@ impl Stack {
                 fp32_main_grads: false,
                 ..Stack::Deepspeed.runtime()
             },
-            // PyTorch FSDP: backward prefetch and overlapped reduce-scatter.
-            Stack::Composer => modern,
+            // PyTorch FSDP: backward prefetch and overlapped reduce-scatter; llm-foundry's
+            // attention (`attn_impl: flash` or `triton`) is FlashAttention-2 or OpenAI's
+            // Triton flash kernel, both written for Ampere.
+            Stack::Composer => Runtime {
+                attention_kernel: AttentionKernel::Fa2,
+                ..modern
+            },
         }
         .named(self)
     }
@@ -329,6 +343,18 @@ mod tests {
         assert_eq!(titan.selective, SelectiveRecompute::EveryOtherMatmul);
         assert_eq!(core.selective, SelectiveRecompute::AttentionCore);
         assert_eq!(titan.vocab_pad_multiple, 1);
+        // SDPA's and llm-foundry's FlashAttention-2; Transformer Engine's cuDNN kernel elsewhere
+        for s in Stack::ALL {
+            let fa2 = matches!(s, Stack::Torchtitan | Stack::Composer);
+            let want = if fa2 {
+                AttentionKernel::Fa2
+            } else {
+                AttentionKernel::Native
+            };
+            assert_eq!(s.runtime().attention_kernel, want, "{s}");
+            // fused element-wise kernels (TE/Megatron, torchtitan's compiled benchmarks)
+            assert!(s.runtime().fused_elementwise, "{s}");
+        }
         let ds = Stack::MegatronDeepspeed.runtime();
         assert!(ds.pp_blocking_sends && !ds.fp32_main_grads && !ds.overlap_grad_reduce);
         assert_eq!(ds.stack, Stack::MegatronDeepspeed);

@@ -233,3 +233,39 @@ fn skinny_gemm_is_memory_bound() {
     let expect = bytes / (2039e9 * eff.hbm) + eff.kernel_overhead_s;
     assert!((t - expect).abs() / expect < 1e-12);
 }
+
+/// Hand-worked FlashAttention-2 on Hopper (`ATTENTION_FA2_ON_HOPPER`, from the
+/// FlashAttention-3 paper's 35% utilization of FA2 on H100 against 75% for FA3, and its
+/// "1.5-2.0×" speedup): the causal forward of 32 heads of 128 over 8192 × 8192 is
+/// `0.5 · 4 · 32 · 8192² · 128` = 5.50e11 FLOPs; on an H100 SXM (989 TFLOP/s) a native
+/// kernel takes `work / (989e12 · attention_fused · sat)` and FA2 twice that, over the
+/// kernel overhead; on an A100 FA2 is the native kernel and takes the same time.
+#[test]
+fn flash_attention_2_on_hopper_runs_at_half_the_native_rate() {
+    let attn = |kernel| Op::Attention {
+        batch_heads: 32,
+        seq_q: 8192,
+        seq_k: 8192,
+        head_dim: 128,
+        causal: true,
+        backward: false,
+        fused: true,
+        kernel,
+    };
+    let h100 = Cluster::new(hardware::gpu("h100-sxm").unwrap(), 8, 8, None).unwrap();
+    let p = AnalyticProfile::new(h100, Precision::Bf16).unwrap();
+    let e = p.efficiency;
+    let work = 0.5 * 4.0 * 32.0 * 8192.0 * 8192.0 * 128.0;
+    let sat = 8192.0 / (8192.0 + 2.0 * e.gemm_half_dim);
+    let native = work / (989e12 * e.attention_fused * sat);
+    let t = p.op_time_s(&attn(AttentionKernel::Native)) - e.kernel_overhead_s;
+    assert!((t - native).abs() < 1e-12, "{t} vs {native}");
+    let fa2 = p.op_time_s(&attn(AttentionKernel::Fa2)) - e.kernel_overhead_s;
+    assert_eq!(ATTENTION_FA2_ON_HOPPER, 0.5);
+    assert!((fa2 - native / 0.5).abs() < 1e-12, "{fa2}");
+    let a100 = profile();
+    assert_eq!(
+        a100.op_time_s(&attn(AttentionKernel::Fa2)),
+        a100.op_time_s(&attn(AttentionKernel::Native))
+    );
+}

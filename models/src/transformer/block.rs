@@ -233,6 +233,7 @@ impl TransformerSpec {
             causal,
             backward,
             fused: shard.flash_attention,
+            kernel: shard.attention_kernel,
         };
         // Element-wise traffic (bytes read + written): two norms, two bias-dropout-adds, the
         // activation function; unfused softmax traffic when the attention core is not fused.
@@ -246,7 +247,17 @@ impl TransformerSpec {
             // read scores, write probabilities, dropout mask and output
             (b * a / t) * s * s_k * (2 * e + 1 + e)
         };
-        let elementwise_fwd = norm_bytes + residual_bytes + act_bytes + softmax_bytes;
+        let eager_bytes = if shard.fused_elementwise {
+            0
+        } else {
+            let gated_f = if self.gated_mlp && p.expert_params == 0 {
+                self.ffn()
+            } else {
+                0
+            };
+            self.eager_extra_bytes(rows, tok, t, gated_f)
+        };
+        let elementwise_fwd = norm_bytes + residual_bytes + act_bytes + softmax_bytes + eager_bytes;
         let attn_in: Vec<Op> = p.attn_in.iter().map(gemm).collect();
         let router = p.router.iter().map(|&(m, n, k, count)| Op::Gemm {
             m,

@@ -160,6 +160,8 @@ pub fn shard_spec(c: &ParallelConfig) -> ShardSpec {
         dtype_bytes: c.settings.precision.bytes(),
         flash_attention: c.settings.flash_attention,
         vocab_pad_multiple: c.settings.runtime.vocab_pad_multiple,
+        attention_kernel: c.settings.runtime.attention_kernel,
+        fused_elementwise: c.settings.runtime.fused_elementwise,
         ep: c.experts.ep,
         etp: c.experts.etp,
         moe_imbalance_milli: c.experts.imbalance_milli(),
