@@ -197,12 +197,12 @@ fn estimate_prints_its_uncertainty() {
     assert!(text.contains("on a100-80g"), "{text}");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("no published run"));
     let mut args = base.to_vec();
-    args.push("h200");
+    args.push("b200");
     let out = autopp(&args);
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("warning: no published run on h200"),
+        stderr.contains("warning: no published run on b200"),
         "{stderr}"
     );
 }

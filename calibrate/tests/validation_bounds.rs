@@ -53,15 +53,20 @@ fn shipped_calibration_meets_the_acceptance_bounds() {
 /// MosaicML-MPT 13.0% (31.8% before ring collectives used the node's rails), every row 10.2%;
 /// 10.6% and 8.9% once llm-foundry's FlashAttention-2 runs at half the Hopper-native rate on
 /// H100 (`Efficiency::attention_fa2_on_hopper`).
-/// (The NeMo, torchtitan and MegaScale rows of the shared calibration file are not in the
-/// project's copy yet: their peak-memory errors would widen the memory band `plan` keeps as a
-/// margin on GPU kinds without memory rows, H100 included.)
+/// With the shared file's NeMo, torchtitan and MegaScale rows (MegaScale skipped: no
+/// micro-batch size): NeMo 6.7%, torchtitan 15.8% (FlashAttention-2 on Hopper and eager
+/// PyTorch; the 10% is not met), every row 9.5%.
 #[test]
 fn todays_stacks_keep_their_iteration_time_errors() {
     let rows = prepared();
     let results = autopp_calibrate::evaluate_all(&rows, &Calibration::default());
     let summary = autopp_calibrate::summarize(&results);
-    for (group, rows, bound) in [("MosaicML-MPT", 77, 0.12), ("all", 140, 0.10)] {
+    for (group, rows, bound) in [
+        ("MosaicML-MPT", 77, 0.12),
+        ("NeMo", 12, 0.08),
+        ("torchtitan", 18, 0.17),
+        ("all", 170, 0.105),
+    ] {
         let g = summary
             .get(group, Metric::IterationTime)
             .unwrap_or_else(|| panic!("{group} has iteration-time rows"));
@@ -82,7 +87,7 @@ fn bundled_bands_match_the_model() {
         "validation/bands.json is stale: run `bash validation/regenerate.sh`"
     );
     assert!(shipped.for_gpu("a100-80g", Metric::IterationTime).is_some());
-    assert!(shipped.for_gpu("h200", Metric::IterationTime).is_none());
+    assert!(shipped.for_gpu("b200", Metric::IterationTime).is_none());
 }
 
 /// The fit is deterministic, and it improves on its starting point (a small subset, few steps).

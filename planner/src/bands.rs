@@ -124,7 +124,8 @@ pub fn memory_band(gpu: &str) -> Option<(f64, String)> {
 
 /// [`memory_band`] over `bands`.
 pub fn memory_band_in(bands: &Bands, gpu: &str) -> Option<(f64, String)> {
-    if let Some(b) = bands.for_gpu(gpu, Metric::PeakMemory) {
+    let own = bands.for_gpu(gpu, Metric::PeakMemory);
+    if let Some(b) = own.filter(|b| b.rows >= MIN_BAND_ROWS) {
         return Some((
             b.p90_abs_error,
             format!("the memory band on {gpu}, {} published runs", b.rows),
@@ -133,14 +134,24 @@ pub fn memory_band_in(bands: &Bands, gpu: &str) -> Option<(f64, String)> {
     let widest = bands
         .bands
         .iter()
-        .filter(|b| b.metric == Metric::PeakMemory)
+        .filter(|b| b.metric == Metric::PeakMemory && b.rows >= MIN_BAND_ROWS)
         .map(|b| b.p90_abs_error)
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))?;
-    Some((
-        widest,
-        format!("no published run on {gpu} measured memory: the widest memory band"),
-    ))
+    let why = match own {
+        Some(b) => format!(
+            "{} published runs on {gpu} measured memory, fewer than {MIN_BAND_ROWS}: the widest memory band",
+            b.rows
+        ),
+        None => format!("no published run on {gpu} measured memory: the widest memory band"),
+    };
+    Some((widest, why))
 }
+
+/// Rows a GPU kind's memory band needs before `plan` keeps it as the margin: the 90th
+/// percentile of fewer runs is their largest error, one odd run (two H200 rows whose published
+/// peak reads 48% under every prediction) would then set the margin for the kind — and, as the
+/// widest band, for every kind without rows.
+pub const MIN_BAND_ROWS: usize = 10;
 
 /// Bytes of margin for a band `fraction` on a GPU of `capacity_bytes`: `fraction · capacity`.
 /// A peak `p` with `p + fraction·capacity ≤ capacity` also has `p·(1 + fraction) ≤ capacity`
@@ -201,7 +212,7 @@ mod tests {
         let band = |gpu: &str, p90: f64| Band {
             gpu: gpu.into(),
             metric: Metric::PeakMemory,
-            rows: 3,
+            rows: MIN_BAND_ROWS,
             mape: 0.04,
             p90_abs_error: p90,
             max_abs_error: 0.3,
@@ -218,5 +229,15 @@ mod tests {
         let (widest, why) = memory_band_in(&bands, "b200").unwrap();
         assert_eq!(widest, 0.12);
         assert!(why.contains("widest"));
+        // two rows 48% off on h200: neither h200's margin nor the widest band
+        let mut bands = bands;
+        bands.bands.push(Band {
+            rows: 2,
+            ..band("h200", 0.487)
+        });
+        let (f, why) = memory_band_in(&bands, "h200").unwrap();
+        assert_eq!(f, 0.12, "{why}");
+        assert!(why.contains("2 published runs on h200"), "{why}");
+        assert_eq!(memory_band_in(&bands, "h100-sxm").unwrap().0, 0.12);
     }
 }
