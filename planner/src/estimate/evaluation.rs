@@ -7,10 +7,12 @@ use autopp_models::{CollectiveKind, LayerCost, LayerKind, Model, Recompute};
 
 use super::{cp_kv_bytes, dp_comm_time_s, optimizer_time_s, Detail};
 use crate::config::{ParallelConfig, PlanError};
-use crate::memory::{self, MemoryContext, RankMemory};
+use crate::memory::{self, RankMemory};
 use crate::plan::{Breakdown, Plan, Predicted, RankPlan, RankRecompute, FORMAT_VERSION};
 use crate::schedule::{self, split, Schedule, SimCosts, SimResult};
 use crate::stages::{self, StageContext, StageCost};
+
+mod fits;
 
 /// One configuration being evaluated: its inputs and its stage layout.
 pub(super) struct Evaluation<'a> {
@@ -298,50 +300,6 @@ impl<'a> Evaluation<'a> {
                 per_microbatch * self.m as f64
             })
             .fold(0.0, f64::max)
-    }
-
-    /// Everything besides the stages that decides a rank's memory.
-    fn memory_context(&self) -> MemoryContext {
-        let (c, d) = (self.c, &self.c.degrees);
-        MemoryContext {
-            zero_stage: c.zero_stage,
-            zero_shard: d.data_parallel_gpus(),
-            expert_zero_shard: c.experts.expert_dp(d),
-            comm_groups: d.num_comm_groups(),
-            reserve_bytes: c.settings.memory_reserve_bytes,
-            fp32_main_grads: c.settings.runtime.fp32_main_grads,
-            fp8_copy_bytes_per_param: c.settings.precision.fp8_weight_copy_bytes_per_param(),
-            stack: memory::StackMemory::of(c.settings.runtime.stack),
-        }
-    }
-
-    /// Each rank's peak activation bytes, walked along its list of the schedule
-    /// ([`Schedule::peak_activation_bytes`]): the simulation's figure, without simulating.
-    pub fn peak_activation_bytes(&self, costs: &[StageCost]) -> Vec<u64> {
-        let bytes: Vec<(u64, u64)> = costs
-            .iter()
-            .map(|s| (s.activation_bytes, s.weight_grad_bytes))
-            .collect();
-        self.sched.peak_activation_bytes(&bytes)
-    }
-
-    /// Whether the configuration fits with its safety margin (`estimate`'s `fits`), from the
-    /// walked activation peaks: what the simulation would say, at a fraction of its cost.
-    pub fn fits_unsimulated(&self, costs: &[StageCost]) -> bool {
-        let mem_ctx = self.memory_context();
-        let peaks = self.peak_activation_bytes(costs);
-        let peak_memory_bytes = self
-            .rank_stages
-            .iter()
-            .zip(&peaks)
-            .map(|(ks, &peak)| {
-                let st: Vec<&StageCost> = ks.iter().map(|&k| &costs[k]).collect();
-                memory::rank_memory(&st, peak, &mem_ctx).total_bytes()
-            })
-            .max()
-            .unwrap_or(0);
-        peak_memory_bytes + self.c.settings.memory_margin_bytes
-            <= self.profile.cluster.gpu.memory_bytes
     }
 
     /// Each rank's memory (with its simulated activation peak), exposed data-parallel
