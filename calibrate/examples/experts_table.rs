@@ -1,8 +1,11 @@
-//! Prints the planner-versus-published table of `docs/planner.md` (markdown) for the Narayanan
-//! et al. 2021 rows of `validation/published-runs.json`. Run by `scripts/planner-docs.sh`.
+//! Prints a planner-versus-published table of `docs/planner.md` (markdown) for the rows of
+//! `validation/published-runs.json` of one source group: `Narayanan2021` (the default; plans
+//! of `--framework any`) or `NeMo` (plans with Megatron's rules, the GPU's memory raised to what
+//! a published configuration predicted over capacity needs). Run by `scripts/planner-docs.sh`.
 
-use autopp_calibrate::experts::compare;
+use autopp_calibrate::experts::{compare, compare_with_room};
 use autopp_calibrate::rows::parse_rows;
+use autopp_planner::framework::Framework;
 
 fn main() {
     let text = include_str!("../../validation/published-runs.json");
@@ -15,16 +18,24 @@ fn main() {
     };
     println!("| row | published configuration | its predicted time | fits | plan | plan's time | ratio |");
     println!("|---|---|---:|---|---|---:|---:|");
-    for row in rows.iter().filter(|r| r.source_group == "Narayanan2021") {
-        match compare(row) {
+    let group = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "Narayanan2021".to_string());
+    for row in rows.iter().filter(|r| r.source_group == group) {
+        let compared = match group.as_str() {
+            "NeMo" => compare_with_room(row, Framework::Megatron),
+            _ => compare(row),
+        };
+        match compared {
             Ok(c) => {
                 let d = |e: &autopp_planner::Estimate| {
                     let p = &e.result.plan;
                     format!(
-                        "tp {} · pp {} · dp {}, v {}, mbs {}, {}, recompute {}",
+                        "tp {} · pp {} · dp {} · cp {}, v {}, mbs {}, {}, recompute {}",
                         p.degrees.tp,
                         p.degrees.pp,
                         p.degrees.dp,
+                        p.degrees.cp,
                         p.degrees.virtual_stages,
                         p.micro_batch_size,
                         p.schedule,

@@ -1,9 +1,11 @@
 //! "Never worse than the experts": for every Narayanan et al. 2021 row of the validation data,
 //! the published configuration is predicted to fit (it ran), and the planner's plan for the
-//! same model, GPU kind and count and global batch is predicted no slower than it.
+//! same model, GPU kind and count and global batch is predicted no slower than it. The same
+//! holds for NVIDIA's NeMo 24.07 runs (issue 15), with plans Megatron-Core can run.
 
-use autopp_calibrate::experts::{compare, Comparison};
+use autopp_calibrate::experts::{compare, compare_with_room, Comparison};
 use autopp_calibrate::rows::parse_rows;
+use autopp_planner::framework::Framework;
 
 /// Published runs the memory model predicts slightly over capacity, with why. Each must stay
 /// within [`MEMORY_BAND`] of capacity, and the test fails once one fits (remove it then).
@@ -62,4 +64,94 @@ fn planner_is_never_worse_than_the_published_configurations() {
             100.0 * (r.ratio() - 1.0)
         );
     }
+}
+
+/// NeMo runs whose published configuration the memory model predicts over capacity (they ran),
+/// with why. For these the search is given the memory that configuration needs in autopp's
+/// model (`compare_with_room`), so that the test still checks the search; the test fails once
+/// one fits (remove it then). These are three of `validate`'s wrong fit verdicts (issue 15),
+/// not explained yet.
+const KNOWN_NEMO_MEMORY_MISSES: &[(&str, &str)] = &[
+    (
+        "nemo2407_GPT3-20B_64gpu",
+        "80.0 of 79.6 GiB: TE's cached FP8 weight and transpose (2 B/param) beside bf16 weights \
+         and gradients at tp 2, dp 32",
+    ),
+    (
+        "nemo2407_GPT3-175B_512gpu",
+        "81.7 of 79.6 GiB at micro-batch 2 with 6 stages per rank",
+    ),
+    (
+        "nemo2407_Nemotron-340B_128gpu",
+        "90.7 of 79.6 GiB: dp 2 leaves 6 B/param of optimizer state beside TE's 2 B/param FP8 \
+         caches; whether NeMo 24.07 kept FP8 parameters only (`fp8_params`) is not known",
+    ),
+];
+
+/// NeMo 24.07's published H100 configurations (Megatron-Core, FP8 and bf16): the fastest plan
+/// searched with Megatron's rules and NeMo's runtime, on the same GPUs and global batch, is
+/// predicted no slower than `estimate` of what NVIDIA ran (issue 15). Every NeMo row of the file
+/// is compared; a row that cannot be compared fails the test.
+#[test]
+fn nemo_plans_are_never_slower_than_the_published_configurations() {
+    let text = include_str!("../../validation/published-runs.json");
+    let rows = parse_rows(text, "validation/published-runs.json").expect("rows parse");
+    let nemo: Vec<_> = rows.iter().filter(|r| r.source_group == "NeMo").collect();
+    assert!(nemo.len() >= 12, "only {} NeMo rows", nemo.len());
+    let mut failures = Vec::new();
+    for row in nemo {
+        let r = compare_with_room(row, Framework::Megatron)
+            .unwrap_or_else(|e| panic!("{}: not compared: {e}", row.id));
+        let (plan, published) = (&r.planned.result, &r.published.result);
+        let d = |p: &autopp_planner::plan::Plan| {
+            format!(
+                "tp {} pp {} dp {} cp {} v {} mbs {} {} {:?}",
+                p.degrees.tp,
+                p.degrees.pp,
+                p.degrees.dp,
+                p.degrees.cp,
+                p.degrees.virtual_stages,
+                p.micro_batch_size,
+                p.schedule,
+                p.recompute
+            )
+        };
+        eprintln!(
+            "{}: published {} {:.3} s (fits {}, {:.1} GiB), plan {} {:.3} s, ratio {:.3}",
+            r.id,
+            d(&published.plan),
+            published.predicted.iteration_time_s,
+            published.predicted.fits,
+            published.predicted.peak_memory_bytes as f64 / (1u64 << 30) as f64,
+            d(&plan.plan),
+            plan.predicted.iteration_time_s,
+            r.ratio()
+        );
+        let known = KNOWN_NEMO_MEMORY_MISSES.iter().any(|(id, _)| *id == r.id);
+        if published.predicted.fits == known {
+            failures.push(match known {
+                true => format!(
+                    "{}: fits now: remove it from KNOWN_NEMO_MEMORY_MISSES",
+                    r.id
+                ),
+                false => format!(
+                    "{}: the published configuration ran but is predicted not to fit",
+                    r.id
+                ),
+            });
+        }
+        if !plan.predicted.fits {
+            failures.push(format!("{}: the plan does not fit", r.id));
+        }
+        if r.ratio() > 1.0 + 1e-9 {
+            failures.push(format!(
+                "{}: the plan ({}) is predicted {:.1}% slower than the published configuration ({})",
+                r.id,
+                d(&plan.plan),
+                100.0 * (r.ratio() - 1.0),
+                d(&published.plan)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -465,20 +465,43 @@ impl Schedule {
             .map(|list| {
                 let (mut alive, mut peak) = (0u64, 0u64);
                 for step in list {
-                    for x in step.actions().filter(|x| x.kind == ActionKind::F) {
-                        alive += bytes[x.stage as usize].0;
-                    }
-                    peak = peak.max(alive);
-                    for x in step.actions() {
-                        let (act, wgb) = bytes[x.stage as usize];
-                        match x.kind {
-                            ActionKind::F => {}
-                            ActionKind::B => alive = alive.saturating_sub(act),
-                            ActionKind::I => {
-                                alive = (alive + wgb).saturating_sub(act);
-                                peak = peak.max(alive);
+                    match *step {
+                        // The common case, one action, without the iterator of a pair. `alive`
+                        // never exceeds `peak` between steps (only an `F` or an `I` raises it,
+                        // and both update the peak), so checking the peak after those two is
+                        // the general case's check before and after each step.
+                        Step::One(x) => {
+                            let (act, wgb) = bytes[x.stage as usize];
+                            match x.kind {
+                                ActionKind::F => {
+                                    alive += act;
+                                    peak = peak.max(alive);
+                                }
+                                ActionKind::B => alive = alive.saturating_sub(act),
+                                ActionKind::I => {
+                                    alive = (alive + wgb).saturating_sub(act);
+                                    peak = peak.max(alive);
+                                }
+                                ActionKind::W => alive = alive.saturating_sub(wgb),
                             }
-                            ActionKind::W => alive = alive.saturating_sub(wgb),
+                        }
+                        Step::Overlapped(..) => {
+                            for x in step.actions().filter(|x| x.kind == ActionKind::F) {
+                                alive += bytes[x.stage as usize].0;
+                            }
+                            peak = peak.max(alive);
+                            for x in step.actions() {
+                                let (act, wgb) = bytes[x.stage as usize];
+                                match x.kind {
+                                    ActionKind::F => {}
+                                    ActionKind::B => alive = alive.saturating_sub(act),
+                                    ActionKind::I => {
+                                        alive = (alive + wgb).saturating_sub(act);
+                                        peak = peak.max(alive);
+                                    }
+                                    ActionKind::W => alive = alive.saturating_sub(wgb),
+                                }
+                            }
                         }
                     }
                 }
