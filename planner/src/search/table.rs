@@ -172,10 +172,30 @@ fn layer_table(
     let d = key.degrees;
     let layout = d.layout();
     let cluster = &profile.cluster;
-    let singles: Vec<[usize; 2]> = (0..layers.len()).map(|i| [i, i]).collect();
     let cp_kv_bytes = cp_kv_bytes(model, &c);
-    // compute times do not depend on the recompute mode: each layer is timed once
-    let timed: Vec<_> = layers.iter().map(|l| profile.layer_times(l)).collect();
+    // compute times do not depend on the recompute mode: each layer is timed once, and a
+    // layer equal to the one before it (a dense model's blocks) takes that one's times and
+    // costs, which are functions of the layer alone
+    let rep = repeats(&layers);
+    let mut timed: Vec<LayerTimes> = Vec::with_capacity(layers.len());
+    for (i, l) in layers.iter().enumerate() {
+        let t = match rep[i] == i {
+            true => profile.layer_times(l),
+            false => timed[rep[i]],
+        };
+        timed.push(t);
+    }
+    let firsts: Vec<[usize; 2]> = (0..layers.len())
+        .filter(|&i| rep[i] == i)
+        .map(|i| [i, i])
+        .collect();
+    let slot: Vec<usize> = {
+        let mut at = vec![0; layers.len()];
+        for (j, &[i, _]) in firsts.iter().enumerate() {
+            at[i] = j;
+        }
+        rep.iter().map(|&r| at[r]).collect()
+    };
     let per_mode: Vec<Vec<StageCost>> = Recompute::ALL
         .iter()
         .map(|&mode| {
@@ -204,7 +224,13 @@ fn layer_table(
                 ),
                 torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
             };
-            stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[])
+            let distinct = stages::stage_costs_timed(&layers, &timed, &firsts, &ctx, &[]);
+            (0..layers.len())
+                .map(|i| StageCost {
+                    layers: [i, i],
+                    ..distinct[slot[i]]
+                })
+                .collect()
         })
         .collect();
     let sums_with = |held: fn(&StageCost) -> u64| -> Vec<LayerSums> {
@@ -276,4 +302,58 @@ fn layer_table(
         expert_params,
         timed,
     })
+}
+
+/// For each layer, the first of the run of equal layers it belongs to (itself when it differs
+/// from the layer before it). Equal: every field but the name ([`same_but_name`]).
+fn repeats(layers: &[LayerCost]) -> Vec<usize> {
+    let mut rep = Vec::with_capacity(layers.len());
+    for i in 0..layers.len() {
+        let r = match i > 0 && same_but_name(&layers[i], &layers[i - 1]) {
+            true => rep[i - 1],
+            false => i,
+        };
+        rep.push(r);
+    }
+    rep
+}
+
+/// Whether two layers cost the same: every field but the name equal. The destructuring lists
+/// every field, so a field added to [`LayerCost`] must be added here.
+fn same_but_name(a: &LayerCost, b: &LayerCost) -> bool {
+    let LayerCost {
+        name: _,
+        kind,
+        params_total,
+        params,
+        tied_params,
+        forward_ops,
+        backward_input_ops,
+        backward_weight_ops,
+        selective_recompute_ops,
+        tp_forward,
+        tp_backward,
+        activation_bytes,
+        weight_grad_bytes,
+        output_bytes,
+        recomputable,
+        expert_params,
+        ep_a2a_bytes,
+    } = a;
+    *kind == b.kind
+        && *params_total == b.params_total
+        && *params == b.params
+        && *tied_params == b.tied_params
+        && *forward_ops == b.forward_ops
+        && *backward_input_ops == b.backward_input_ops
+        && *backward_weight_ops == b.backward_weight_ops
+        && *selective_recompute_ops == b.selective_recompute_ops
+        && *tp_forward == b.tp_forward
+        && *tp_backward == b.tp_backward
+        && *activation_bytes == b.activation_bytes
+        && *weight_grad_bytes == b.weight_grad_bytes
+        && *output_bytes == b.output_bytes
+        && *recomputable == b.recomputable
+        && *expert_params == b.expert_params
+        && *ep_a2a_bytes == b.ep_a2a_bytes
 }

@@ -17,6 +17,11 @@ pub(super) fn step_chunk_microbatch(k: usize, v: usize, g: usize) -> (usize, usi
     (within / g, (k / (g * v)) * g + k % g)
 }
 
+/// [`step_chunk_microbatch`] of every step `k < v·m`, computed once for all ranks.
+pub(super) fn chunk_order(v: usize, m: usize, g: usize) -> Vec<(usize, usize)> {
+    (0..v * m).map(|k| step_chunk_microbatch(k, v, g)).collect()
+}
+
 /// Interleaved 1F1B: every rank holds `v` looped stages (rank `r` holds `c·p + r`,
 /// `c = 0..v−1`) and runs `v·m` forward steps and `v·m` backward steps. Micro-batches enter
 /// the chunks in groups of `G` (default `p`): the `G` micro-batches of a group pass through
@@ -42,14 +47,15 @@ pub(super) fn step_chunk_microbatch(k: usize, v: usize, g: usize) -> (usize, usi
 pub(crate) fn interleaved_1f1b(pp: usize, v: usize, m: usize, g: usize) -> Schedule {
     let placement = Placement::Looped;
     let total = v * m;
+    let order = chunk_order(v, m, g);
     let ranks = (0..pp)
         .map(|r| {
             let forward = |k: usize| {
-                let (c, i) = step_chunk_microbatch(k, v, g);
+                let (c, i) = order[k];
                 Step::One(Action::new(placement.stage_of(r, c, pp), ActionKind::F, i))
             };
             let backward = |k: usize| {
-                let (c, i) = step_chunk_microbatch(k, v, g);
+                let (c, i) = order[k];
                 Step::One(Action::new(
                     placement.stage_of(r, v - 1 - c, pp),
                     ActionKind::B,

@@ -1,7 +1,7 @@
 //! Interleaved zero bubble, in the order of PyTorch's `ScheduleInterleavedZeroBubble` (the
 //! ZB-1P schedule of Qi, Wan, Huang and Lin, 2023, on interleaved 1F1B's looped stages).
 
-use super::interleaved::step_chunk_microbatch;
+use super::interleaved::chunk_order;
 use super::zero_bubble::split_backward_rank;
 use crate::ir::{Action, ActionKind, Placement, Schedule, ScheduleKind};
 
@@ -30,14 +30,15 @@ use crate::ir::{Action, ActionKind, Placement, Schedule, ScheduleKind};
 /// [`rounds_group_size`](super::rounds_group_size).
 pub(crate) fn interleaved_zb(pp: usize, v: usize, m: usize, g: usize) -> Schedule {
     let placement = Placement::Looped;
+    let order = chunk_order(v, m, g);
     let ranks = (0..pp)
         .map(|r| {
             let forward = |k: usize| {
-                let (c, i) = step_chunk_microbatch(k, v, g);
+                let (c, i) = order[k];
                 Action::new(placement.stage_of(r, c, pp), ActionKind::F, i)
             };
             let backward = |k: usize, kind: ActionKind| {
-                let (c, i) = step_chunk_microbatch(k, v, g);
+                let (c, i) = order[k];
                 Action::new(placement.stage_of(r, v - 1 - c, pp), kind, i)
             };
             let warmup = ((v - 1) * g + (pp - r - 1)).min(v * m);
