@@ -172,6 +172,8 @@ fn from_keys(row: &PublishedRow, assumptions: &mut Vec<String>) -> Result<Model,
         first_k_dense_layers: row.first_k_dense_layers.unwrap_or(0),
         expert_bias: false,
         router_bias: false,
+        router_num_groups: 0,
+        router_group_topk: 0,
     });
     assumptions
         .push("no preset: gated experts, RMSNorm, rotary positions, no biases assumed".to_string());

@@ -6,10 +6,11 @@
 //! | `qwen3_moe` | as `qwen3` | `num_experts` × `moe_intermediate_size`, top `num_experts_per_tok` | `decoder_sparse_step` 1, `mlp_only_layers` empty |
 //! | `mixtral` | GQA | `num_local_experts` × `intermediate_size`, top `num_experts_per_tok` | — |
 //! | `gpt_oss` | GQA, `head_dim`, biases (`attention_bias`), sinks | `num_local_experts` × `intermediate_size` with biases, router bias, top `num_experts_per_tok` (`experts_per_token`) | `sliding_window`, `layer_types` |
-//! | `deepseek_v2`, `deepseek_v3` | MLA: `q_lora_rank` (null: full), `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim` | `n_routed_experts` × `moe_intermediate_size`, top `num_experts_per_tok`, `n_shared_experts`, `first_k_dense_replace` dense layers of `intermediate_size` (`moe_layer_freq` 1) | V3: `num_nextn_predict_layers` MTP modules, router bias (`e_score_correction_bias`) |
+//! | `deepseek_v2`, `deepseek_v3` | MLA: `q_lora_rank` (null: full), `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim` | `n_routed_experts` × `moe_intermediate_size`, top `num_experts_per_tok`, `n_shared_experts`, `first_k_dense_replace` dense layers of `intermediate_size` (`moe_layer_freq` 1), group-limited routing `n_group`/`topk_group` (not with `topk_method` `greedy`) | V3: `num_nextn_predict_layers` MTP modules, router bias (`e_score_correction_bias`) |
 //!
-//! Not modelled: Qwen3-MoE's `norm_topk_prob`, DeepSeek's group-limited routing (`n_group`,
-//! `topk_group`) and gpt-oss's clamped SwiGLU change no parameter or FLOP count.
+//! Not modelled: Qwen3-MoE's `norm_topk_prob` and gpt-oss's clamped SwiGLU change no parameter
+//! or FLOP count. DeepSeek's group-limited routing changes none either; it is kept
+//! (`MoeSpec::router_num_groups`) for the nodes a token's all-to-all reaches.
 
 use serde_json::Value;
 
@@ -121,6 +122,8 @@ fn moe(
         first_k_dense_layers: 0,
         expert_bias: false,
         router_bias: false,
+        router_num_groups: 0,
+        router_group_topk: 0,
     })
 }
 
@@ -147,6 +150,17 @@ pub(crate) fn deepseek(c: &Config, name: &str) -> Result<TransformerSpec, ModelE
     m.num_shared_experts = count(c, "n_shared_experts");
     m.first_k_dense_layers = c.uint(&["first_k_dense_replace"])?.unwrap_or(0);
     m.router_bias = c.family == HfFamily::DeepseekV3;
+    // group-limited routing (`modeling_deepseek.py`'s MoEGate: `group_limited_greedy` in V2,
+    // `noaux_tc` in V3; `greedy` ignores the groups, as DeepSeek-V2-Lite's config says)
+    let greedy = c
+        .get(&["topk_method"])
+        .is_some_and(|(_, v)| v.as_str() == Some("greedy"));
+    if let (Some(g), Some(t), false) = (c.uint(&["n_group"])?, c.uint(&["topk_group"])?, greedy) {
+        if g > 1 && t < g {
+            m.router_num_groups = g;
+            m.router_group_topk = t;
+        }
+    }
     spec.moe = Some(m);
     spec.mla = Some(MlaSpec {
         q_lora_rank: c.uint(&["q_lora_rank"])?,

@@ -101,6 +101,48 @@ fn deepseek_v3() {
     assert_eq!(t.attention_params_per_gpu(1), 187_107_328);
 }
 
+/// DeepSeek-V3's node-limited routing from its config (`n_group` 8, `topk_group` 4: "each token
+/// will be sent to at most 4 nodes", arXiv 2412.19437 §2.1.2), equal to the preset's; the
+/// checks of the two counts; and `topk_method` `greedy` (DeepSeek-V2-Lite) ignoring the groups.
+#[test]
+fn deepseek_v3_group_limited_routing() {
+    let t = spec("deepseek-v3.json");
+    let m = t.moe.clone().unwrap();
+    assert_eq!((m.router_num_groups, m.router_group_topk), (8, 4));
+    assert_eq!(m.group_limit(), Some((8, 4)));
+    let Model::Transformer(preset) = autopp_models::load("deepseek-v3").unwrap() else {
+        panic!("deepseek-v3 is a transformer")
+    };
+    assert_eq!(preset.moe.unwrap().group_limit(), Some((8, 4)));
+    // 3 groups do not divide 256 experts; topk_group 0 or above n_group
+    let bad = |g: u64, k: u64| {
+        let mut t = t.clone();
+        let mut m = m.clone();
+        m.router_num_groups = g;
+        m.router_group_topk = k;
+        t.moe = Some(m);
+        t.validate().unwrap_err().to_string()
+    };
+    assert!(bad(3, 1).contains("moe.router_num_groups"), "{}", bad(3, 1));
+    assert!(bad(8, 9).contains("moe.router_group_topk"));
+    assert!(bad(8, 0).contains("moe.router_group_topk"));
+    // 128 groups of 2 experts: one group cannot hold the 8 experts of a token
+    assert!(bad(128, 1).contains("moe.router_group_topk"));
+    // `greedy` routing ignores the groups
+    let path = format!(
+        "{}/../tests/fixtures/hf-configs/deepseek-v3.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    json["topk_method"] = "greedy".into();
+    let Model::Transformer(g) = autopp_models::load_str(&json.to_string(), "greedy").unwrap()
+    else {
+        panic!("a transformer")
+    };
+    assert_eq!(g.moe.unwrap().group_limit(), None);
+}
+
 /// Mixtral (arXiv 2401.04088, §2): 46.7B / 12.9B (8x7B); mistral.ai's 8x22B announcement:
 /// 141B / 39B.
 #[test]

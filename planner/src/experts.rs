@@ -140,10 +140,14 @@ pub fn a2a_hidden_share(c: &crate::ParallelConfig, mtp_layers: u64) -> f64 {
 /// across nodes on average when the ep group spans `N` nodes of `E/N` experts each. DeepEP
 /// sends it once to each node that holds one of its experts (`deepseek-ai/DeepEP` README:
 /// internode dispatch over RDMA, then NVLink forwarding; DeepSeek-V3 report, arXiv
-/// 2412.19437, §3.2.2): with the experts drawn uniformly (forced balance draws them at random)
-/// a given other node is missed with probability `q = C(E − E/N, k) / C(E, k)`, so
-/// `(N−1)·(1 − q)` copies cross, a share `N·(1 − q)/k` of the per-pair volume. DeepSeek-V3's
-/// node-limited routing (at most 4 nodes a token) sends less still; not modelled.
+/// 2412.19437, §3.2.2). If `p` is the chance that a given node holds one of a token's experts
+/// (the same for every node, the token's own included, as forced balance draws the experts at
+/// random), `(N−1)·p` copies cross, a share `N·p/k` of the per-pair volume
+/// ([`node_hit_chance`] says what `p` is, with and without group-limited routing).
+///
+/// A dispatcher that sends every (token, expert) pair (NCCL's all-to-all) sends `(N−1)/N` of
+/// the pairs across on average with or without a group limit, so the limit changes nothing
+/// there.
 pub fn node_dedup_share(model: &Model, c: &crate::ParallelConfig, gpus_per_node: u64) -> f64 {
     let Model::Transformer(t) = model else {
         return 1.0;
@@ -153,21 +157,64 @@ pub fn node_dedup_share(model: &Model, c: &crate::ParallelConfig, gpus_per_node:
     };
     let ep = c.experts.ep.max(1);
     let nodes = ep.div_ceil(gpus_per_node.clamp(1, ep));
-    dedup_share(m.num_experts, m.num_experts_per_tok, nodes)
+    dedup_share(m.num_experts, m.num_experts_per_tok, nodes, m.group_limit())
 }
 
-/// `N·(1 − q)/k` of [`node_dedup_share`] for `experts` experts, top-`k`, over `nodes` nodes
-/// (at most 1.0; 1.0 for one node).
-fn dedup_share(experts: u64, k: u64, nodes: u64) -> f64 {
+/// `N·p/k` of [`node_dedup_share`] for `experts` experts, top-`k`, over `nodes` nodes, with
+/// the group limit `(groups, groups per token)` if any (at most 1.0; 1.0 for one node).
+fn dedup_share(experts: u64, k: u64, nodes: u64, groups: Option<(u64, u64)>) -> f64 {
     if nodes <= 1 || k == 0 || k > experts || experts < nodes {
         return 1.0;
     }
-    let elsewhere = experts - experts / nodes;
-    // q = C(elsewhere, k) / C(experts, k) as a product of k ratios
-    let q: f64 = (0..k)
-        .map(|i| elsewhere.saturating_sub(i) as f64 / (experts - i) as f64)
-        .product();
-    (nodes as f64 * (1.0 - q) / k as f64).min(1.0)
+    (nodes as f64 * node_hit_chance(experts, k, nodes, groups) / k as f64).min(1.0)
+}
+
+/// The chance `p` that a given one of `nodes` nodes (each holding `E/N` consecutive experts)
+/// holds at least one of a token's top-`k` experts.
+///
+/// Unlimited routing, the `k` experts drawn uniformly: `p = 1 − C(E − E/N, k)/C(E, k)`.
+///
+/// Group-limited routing (DeepSeek-V3, arXiv 2412.19437 §2.1.2: the experts in `G` groups,
+/// each token restricted to `M` of them, "each token will be sent to at most M nodes" with one
+/// group a node, §3.2.2): the router ranks a group by the sum of its best `k/M` affinities
+/// (Megatron-Core's `group_limited_topk`; the report's "sum of the highest K_r/M affinity
+/// scores") and so picks groups for their strong experts, each chosen group gets at least one
+/// of the token's experts, and the token reaches exactly the nodes that hold its `M` groups
+/// (a simulation of the router on random logits, as forced balance runs it, reaches 3.97 of the
+/// 4 nodes at 8 groups on 8 nodes). With the groups drawn uniformly:
+/// - a node holding `g = G/N` whole groups (`N` divides `G`) is reached unless none of its
+///   groups is chosen: `p = 1 − C(G − g, M)/C(G, M)`;
+/// - a group spread over `r = N/G` nodes (`G` divides `N`) reaches a node of it when the group
+///   is chosen and one of the experts drawn from the `M·E/G` experts of the chosen groups is
+///   among the node's `E/N`: `p = M/G · (1 − C(M·E/G − E/N, k)/C(M·E/G, k))`;
+/// - other layouts: unlimited.
+///
+/// Never above the unlimited chance.
+fn node_hit_chance(experts: u64, k: u64, nodes: u64, groups: Option<(u64, u64)>) -> f64 {
+    let per_node = experts / nodes;
+    let unlimited = 1.0 - miss_chance(experts, per_node, k);
+    let Some((g, m)) = groups else {
+        return unlimited;
+    };
+    let limited = if g.is_multiple_of(nodes) {
+        1.0 - miss_chance(g, g / nodes, m)
+    } else if nodes.is_multiple_of(g) && experts.is_multiple_of(g) {
+        let chosen = m * (experts / g);
+        m as f64 / g as f64 * (1.0 - miss_chance(chosen, per_node, k))
+    } else {
+        unlimited
+    };
+    limited.min(unlimited)
+}
+
+/// `C(n − held, draws)/C(n, draws)`: the chance that `draws` picks without replacement from `n`
+/// miss all `held` marked ones, as a product of `draws` ratios.
+fn miss_chance(n: u64, held: u64, draws: u64) -> f64 {
+    (0..draws)
+        .map(|i| {
+            n.saturating_sub(held).saturating_sub(i) as f64 / n.saturating_sub(i).max(1) as f64
+        })
+        .product()
 }
 
 /// `--moe-imbalance`: the busiest expert rank's tokens over the balanced share, from 1.0
@@ -219,14 +266,50 @@ mod tests {
     fn dedup_share_hand_worked() {
         let q: f64 = (0..8).map(|i| (96 - i) as f64 / (128 - i) as f64).product();
         assert!((q - 0.09275).abs() < 1e-5, "{q}");
-        assert!((dedup_share(128, 8, 4) - 0.45363).abs() < 1e-5);
+        assert!((dedup_share(128, 8, 4, None) - 0.45363).abs() < 1e-5);
         let q: f64 = (0..8)
             .map(|i| (224 - i) as f64 / (256 - i) as f64)
             .product();
         assert!((q - 0.33817).abs() < 1e-5, "{q}");
-        assert!((dedup_share(256, 8, 8) - 0.66183).abs() < 1e-5);
-        assert_eq!(dedup_share(256, 8, 1), 1.0);
-        assert_eq!(dedup_share(8, 1, 2), 1.0);
+        assert!((dedup_share(256, 8, 8, None) - 0.66183).abs() < 1e-5);
+        assert_eq!(dedup_share(256, 8, 1, None), 1.0);
+        assert_eq!(dedup_share(8, 1, 2, None), 1.0);
+    }
+
+    /// Hand-worked group-limited routing, DeepSeek-V3 (arXiv 2412.19437 §2.1.2, §3.2.2; HF
+    /// config `n_group` 8, `topk_group` 4; 256 experts, top 8):
+    /// - ep 64 over 8 nodes: one group a node, p = 1 − C(7, 4)/C(8, 4) = 1 − 35/70 = 0.5, a
+    ///   token reaches 8 · 0.5 = 4 nodes ("at most 4 nodes"); share = 8 · 0.5/8 = 0.5, against
+    ///   0.66183 unlimited.
+    /// - ep 32 over 4 nodes: two groups a node, p = 1 − C(6, 4)/C(8, 4) = 1 − 15/70 = 0.78571;
+    ///   share = 4 · 0.78571/8 = 0.39286. Unlimited: q = C(192, 8)/C(256, 8) = 0.09645,
+    ///   share 4 · 0.90355/8 = 0.45178.
+    /// - ep 128 over 16 nodes: a group over 2 nodes of 16 experts, the 8 experts drawn from the
+    ///   128 of the 4 chosen groups: p = 4/8 · (1 − C(112, 8)/C(128, 8)) = 0.5 · (1 − 0.33258)
+    ///   = 0.33371; share = 16 · 0.33371/8 = 0.66742 (unlimited: 16 · (1 − 0.59230)/8 = 0.81541).
+    /// - 3 groups over 8 nodes divide neither way: unlimited.
+    #[test]
+    fn group_limited_share_hand_worked() {
+        let limit = Some((8, 4));
+        assert!((dedup_share(256, 8, 8, limit) - 0.5).abs() < 1e-12);
+        assert!((dedup_share(256, 8, 4, limit) - 0.392857).abs() < 1e-6);
+        let q: f64 = (0..8)
+            .map(|i| (192 - i) as f64 / (256 - i) as f64)
+            .product();
+        assert!((q - 0.09645).abs() < 1e-5, "{q}");
+        assert!((dedup_share(256, 8, 4, None) - 0.45178).abs() < 1e-5);
+        let q: f64 = (0..8)
+            .map(|i| (112 - i) as f64 / (128 - i) as f64)
+            .product();
+        assert!((q - 0.33258).abs() < 1e-5, "{q}");
+        assert!((dedup_share(256, 8, 16, limit) - 0.66742).abs() < 1e-5);
+        assert!((dedup_share(256, 8, 16, None) - 0.81541).abs() < 1e-5);
+        assert_eq!(
+            dedup_share(240, 8, 8, Some((3, 2))),
+            dedup_share(240, 8, 8, None)
+        );
+        // one node: nothing crosses, limited or not
+        assert_eq!(dedup_share(256, 8, 1, limit), 1.0);
     }
 
     /// The steady-1F1B share of `a2a_hidden_share`, by hand: DeepSeek-V3's layout in

@@ -38,6 +38,23 @@ pub struct MoeSpec {
     /// The router carries a bias (gpt-oss; DeepSeek-V3's `e_score_correction_bias`).
     #[serde(default)]
     pub router_bias: bool,
+    /// Group-limited ("node-limited") routing: the routed experts form this many equal groups
+    /// of consecutive experts, and each token's experts come from its best
+    /// [`MoeSpec::router_group_topk`] groups (Hugging Face `n_group`; Megatron-Core
+    /// `--moe-router-num-groups`); 0: unlimited. It changes no parameter or FLOP count, only
+    /// how many nodes a token's all-to-all reaches.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub router_num_groups: u64,
+    /// Groups each token's experts are drawn from (Hugging Face `topk_group`; Megatron-Core
+    /// `--moe-router-group-topk`): DeepSeek-V3's 4 of 8, "each token will be sent to at most 4
+    /// nodes" (arXiv 2412.19437, §2.1.2 and §3.2.2). 0 with `router_num_groups` 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub router_group_topk: u64,
+}
+
+/// serde's `skip_serializing_if` for the optional counts.
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl MoeSpec {
@@ -116,6 +133,7 @@ impl MoeSpec {
                 "is too large: shared experts may total at most 4194304 FFN columns",
             ));
         }
+        self.validate_groups()?;
         if self.first_k_dense_layers > num_layers {
             return Err(ModelError::invalid(
                 "moe.first_k_dense_layers",
@@ -126,6 +144,44 @@ impl MoeSpec {
             ));
         }
         Ok(())
+    }
+}
+
+impl MoeSpec {
+    /// Checks group-limited routing: both counts 0 (unlimited), or groups that divide the
+    /// experts, `1 ≤ router_group_topk ≤ router_num_groups`, and enough experts in the chosen
+    /// groups for the top-`k` (`topk_group · E/n_group ≥ k`, as Megatron-Core's router needs).
+    fn validate_groups(&self) -> Result<(), ModelError> {
+        let (g, m) = (self.router_num_groups, self.router_group_topk);
+        if g == 0 && m == 0 {
+            return Ok(());
+        }
+        if g == 0 || !self.num_experts.is_multiple_of(g) {
+            return Err(ModelError::invalid(
+                "moe.router_num_groups",
+                &format!(
+                    "= {g} must divide num_experts = {} into equal groups (0 with router_group_topk 0: unlimited routing)",
+                    self.num_experts
+                ),
+            ));
+        }
+        if m == 0 || m > g || m * (self.num_experts / g) < self.num_experts_per_tok {
+            return Err(ModelError::invalid(
+                "moe.router_group_topk",
+                &format!(
+                    "= {m} must be from 1 to router_num_groups = {g} and its groups must hold the num_experts_per_tok = {} experts",
+                    self.num_experts_per_tok
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The group limit as `(groups, groups per token)` when it limits anything (fewer groups
+    /// per token than groups), else `None`.
+    pub fn group_limit(&self) -> Option<(u64, u64)> {
+        let (g, m) = (self.router_num_groups, self.router_group_topk);
+        (g > 1 && m >= 1 && m < g).then_some((g, m))
     }
 }
 
