@@ -202,6 +202,8 @@ fn layer_table(
                     &c.settings.runtime,
                     model,
                 ),
+                dtensor_tp: c.settings.runtime.tp_collectives
+                    == crate::runtime::TpCollectives::Dtensor,
                 torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
             };
             stages::stage_costs_timed(&layers, &timed, &singles, &ctx, &[])
