@@ -37,6 +37,7 @@ pub const PRIOR: Efficiency = Efficiency {
     attention_fa2_on_hopper: autopp_hardware::analytic::ATTENTION_FA2_ON_HOPPER,
     hopper_compute: 0.75,
     fp8_gemm: autopp_hardware::analytic::FP8_GEMM,
+    fp8_rowwise_half_dim: autopp_hardware::analytic::FP8_ROWWISE_HALF_DIM,
     grouped_gemm_half_dim: autopp_hardware::analytic::GROUPED_GEMM_HALF_DIM,
     moe_layer_overhead_s: autopp_hardware::analytic::MOE_LAYER_OVERHEAD_S,
     hbm: 0.70,

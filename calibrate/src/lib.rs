@@ -369,6 +369,7 @@ fn layer(lc: &LayerCase, cal: &Calibration) -> Result<Vec<Comparison>, String> {
         ep_hidden_share: 0.0,
         ep_across_share: 1.0,
         selective_linear_share: StageContext::selective_share_of(&c.settings.runtime, &lc.model),
+        dtensor_tp: false,
         torch_native: false,
     };
     let cost = stages::stage_costs(&layers, &[[index, index]], &ctx);

@@ -49,6 +49,13 @@ pub struct Efficiency {
     /// their (doubled) peak. One global knob, set from the FP8 runs of the calibration file.
     #[serde(default = "default_fp8_gemm")]
     pub fp8_gemm: f64,
+    /// Size, in elements, at which a linear GEMM run in FP8 with rowwise scaling
+    /// ([`Precision::Fp8Rowwise`]) reaches half the efficiency of the same GEMM with
+    /// tensorwise scaling, along its narrower operand dimension: the factor is
+    /// `x / (x + fp8_rowwise_half_dim)` with `x = min(n, k)`. Not fitted:
+    /// [`FP8_ROWWISE_HALF_DIM`].
+    #[serde(default = "default_fp8_rowwise_half_dim")]
+    pub fp8_rowwise_half_dim: f64,
     /// Size, in elements, at which a grouped GEMM — a linear op run `count > 1` times, the
     /// routed experts one GPU holds — reaches half the efficiency of one GEMM of the same
     /// shape along its smaller weight dimension: the factor is `x / (x + grouped_gemm_half_dim)`
@@ -88,6 +95,28 @@ pub const FP8_GEMM: f64 = 0.85;
 
 fn default_fp8_gemm() -> f64 {
     FP8_GEMM
+}
+
+/// The default [`Efficiency::fp8_rowwise_half_dim`], elements. PyTorch's rowwise-scaled
+/// `_scaled_mm` is a CUTLASS kernel of its own, not cuBLAS: "most shapes are within 90-100%
+/// of tensor-wise efficiency, but there's a long tail going down to 50%" with fast
+/// accumulation, and without it (the backward's GEMMs) so slow that torchao runs cuBLAS with
+/// unit scales and rescales the output afterwards (pytorch/pytorch#147971; pytorch/ao PR
+/// #1325). The loss grows as a GEMM narrows: torchao's auto filter leaves a linear in bf16
+/// under rowwise when `N <= 2048`, `K <= 1024`, or `N <= 4096 and K <= 2048`
+/// (`torchao/float8/float8_linear_utils.py`, `_auto_filter_for_rowwise`, from the rowwise
+/// speedup table of its README), and torchtitan#1207 found Llama 3's narrow `wk` and `wv`
+/// about 40% slower in rowwise float8 than in bf16. Set from one measurement outside the
+/// validation file: torchao's float8 README, Llama 3 8B on 8 H100 with FSDP2, batch 1 of
+/// 8192 tokens, per-op SAC, compiled — bf16 6150 tokens/s, tensorwise 7689.5 (+25.0%),
+/// rowwise 6768 (+10.05%). autopp predicts +27.4% for tensorwise there, and +9.9% for
+/// rowwise with 1024 (+27.4% without the factor). Every linear of that run has `min(n, k)`
+/// of 4096 or more (factor 0.8 or more); sharded 8 ways Llama 3 8B's forward GEMMs have 512
+/// to 3584 (factors 0.33 to 0.78).
+pub const FP8_ROWWISE_HALF_DIM: f64 = 1024.0;
+
+fn default_fp8_rowwise_half_dim() -> f64 {
+    FP8_ROWWISE_HALF_DIM
 }
 
 /// The default [`Efficiency::attention_fa2_on_hopper`]: FlashAttention-2 on an H100 against a
@@ -141,6 +170,7 @@ impl Default for Efficiency {
             attention_fa2_on_hopper: ATTENTION_FA2_ON_HOPPER,
             hopper_compute: 1.0,
             fp8_gemm: FP8_GEMM,
+            fp8_rowwise_half_dim: FP8_ROWWISE_HALF_DIM,
             grouped_gemm_half_dim: GROUPED_GEMM_HALF_DIM,
             moe_layer_overhead_s: MOE_LAYER_OVERHEAD_S,
             hbm: 0.95,
@@ -258,9 +288,13 @@ impl AnalyticProfile {
                     // to FP8 is a separate memory-bound kernel (weights: cached or cast
                     // alongside, a k·n that is small next to m·k over a micro-batch's tokens)
                     let peak8 = self.linear_peak_flops * self.generation_factor();
-                    let compute = flops / (peak8 * eff.gemm(m, n, k) * eff.fp8_gemm * grouped);
+                    let rowwise = self.rowwise_factor(n, k);
+                    let compute =
+                        flops / (peak8 * eff.gemm(m, n, k) * eff.fp8_gemm * grouped * rowwise);
                     let bytes = ((m * k + k * n) as f64 + e * (m * n) as f64) * count as f64;
-                    let cast = (self.precision.cast_bytes_per_element() * m * k * count) as f64;
+                    let cast = (self.precision.cast_bytes_per_element()
+                        * self.precision.cast_elements(m, n, k)
+                        * count) as f64;
                     return compute.max(bytes / hbm) + cast / hbm + 2.0 * eff.kernel_overhead_s;
                 }
                 let compute = flops / (peak * eff.gemm(m, n, k) * grouped);
@@ -321,6 +355,17 @@ impl AnalyticProfile {
             }
             _ => 1.0,
         }
+    }
+
+    /// [`Efficiency::fp8_rowwise_half_dim`]'s factor on an `[m × k]·[k × n]` linear GEMM
+    /// under [`Precision::Fp8Rowwise`], `x / (x + half)` with `x = min(n, k)`; 1 under every
+    /// other precision.
+    pub fn rowwise_factor(&self, n: u64, k: u64) -> f64 {
+        if self.precision != Precision::Fp8Rowwise {
+            return 1.0;
+        }
+        let x = n.min(k) as f64;
+        x / (x + self.efficiency.fp8_rowwise_half_dim)
     }
 
     /// [`Efficiency::hopper_compute`] on a GPU with FP8 tensor cores, else 1.

@@ -95,6 +95,20 @@ impl Precision {
             Precision::Fp8Tensorwise | Precision::Fp8Rowwise => 5,
         }
     }
+    /// Elements an `[m × k]·[k × n]` linear GEMM casts to FP8: the `[m × k]` operand (the
+    /// activation or output gradient over a micro-batch's tokens; a weight, `k·n`, is small
+    /// beside it). Rowwise scaling casts the `[k × n]` operand too: its scales run along the
+    /// contraction dimension, so the weight gradient's `Xᵀ·dY` needs the output gradient
+    /// scaled per column, a second cast from bf16 beside the per-row one of `dY·W` (torchao's
+    /// training docs, "shown for fp8_rowwise": `grad_weight = to_fp8(input.t()) @
+    /// to_fp8(grad_output)`), where a tensorwise FP8 copy is reused transposed.
+    pub fn cast_elements(self, m: u64, n: u64, k: u64) -> u64 {
+        match self {
+            Precision::Bf16 | Precision::Fp16 => 0,
+            Precision::Fp8Rowwise => m * k + k * n,
+            _ => m * k,
+        }
+    }
     /// Bytes per linear-layer parameter of the FP8 weight copies kept between micro-batches:
     /// the FP8 weight and its transpose (delayed scaling, MXFP8's row- and column-wise copies);
     /// 0 where weights are cast on the fly.

@@ -168,6 +168,11 @@ pub struct Runtime {
     /// reading and writing the whole tensor ([`autopp_models::ShardSpec::fused_elementwise`]).
     /// Plan files written before this field read Megatron-Core's `true`.
     pub fused_elementwise: bool,
+    /// How the stack's tensor-parallel layers run their collectives
+    /// ([`crate::runtime::TpCollectives`]). Plan files written before this field read
+    /// Megatron's.
+    #[serde(default)]
+    pub tp_collectives: crate::runtime::TpCollectives,
 }
 
 impl Default for Runtime {

@@ -127,6 +127,7 @@ impl Stack {
             selective: SelectiveRecompute::AttentionCore,
             attention_kernel: AttentionKernel::Native,
             fused_elementwise: true,
+            tp_collectives: TpCollectives::Megatron,
         };
         match self {
             // every overlap any framework offers, but the expert all-to-all overlap (opt-in in
@@ -179,7 +180,11 @@ impl Stack {
             // scaled_dot_product_attention"), not a Hopper kernel. Element-wise ops are
             // fused: torchtitan's published benchmarks run `--training.compile` (the
             // mapping of a published row turns it off where the source ran eager).
+            // Its tensor parallelism is PyTorch DTensor's parallel styles
+            // (`ColwiseParallel`, `RowwiseParallel`, `SequenceParallel`; torchtitan
+            // `models/llama3/infra/parallelize.py`, `apply_tp`).
             Stack::Torchtitan => Runtime {
+                tp_collectives: TpCollectives::Dtensor,
                 pp_scatter_gather: false,
                 vocab_pad_multiple: 1,
                 selective: SelectiveRecompute::EveryOtherMatmul,
@@ -245,6 +250,43 @@ pub enum SelectiveRecompute {
     /// mm", counted per block in forward order, so the 2nd, 4th and 6th matmuls are re-run
     /// (with the cheap element-wise ops between) and the attention core is not.
     EveryOtherMatmul,
+}
+
+/// How a stack's tensor-parallel layers run their collectives: what overlaps them and what
+/// they cost besides the transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TpCollectives {
+    /// Megatron's layers (`tensor_parallel/layers.py`,
+    /// `LinearWithGradAccumulationAndAsyncCommunication`): the backward launches the
+    /// input-gradient all-reduce (with sequence parallelism the all-gather and reduce-scatter)
+    /// asynchronously and runs the weight-gradient GEMM meanwhile; sequence-parallel
+    /// collectives run on the leading (sequence) dimension of `[s, b, h]`, in place.
+    #[default]
+    Megatron,
+    /// PyTorch DTensor's parallel styles (torchtitan's tensor parallelism). Three facts:
+    /// - each collective is waited on where its output is first used (functional
+    ///   collectives), and in the backward that is the very next op: the reduce-scatter of
+    ///   the input gradient follows the sum of the block's input-gradient GEMMs, which run
+    ///   after their weight gradients, and the all-gather of an output gradient feeds the
+    ///   GEMM that needs it. Nothing hides them unless async TP is on.
+    ///   Async TP (`enable_async_tensor_parallel`, Inductor's micro-pipeline pass) fuses
+    ///   the forward's all-gather→matmul and matmul→reduce-scatter pairs and leaves the
+    ///   backward as it was: there the reduce-scatters take the sum of several matmuls, a
+    ///   pattern it does not match (PyTorch PR #149946: valid matmul-reduce-scatter
+    ///   patterns "only ... in the forward graph, but not in the backward graph"), and its
+    ///   announcement measured "~29% forward pass speedup and ~8% E2E speedup" on Llama3
+    ///   8B (PyTorch forum, "Introducing Async Tensor Parallelism in PyTorch", 2024).
+    /// - activations are `[b, s, h]` and sequence parallelism shards dimension 1, so every
+    ///   all-gather and reduce-scatter, which work on dimension 0, adds an `aten.cat` that
+    ///   copies the whole tensor (torchtitan PR #437, "incurs an extra `aten.cat` after each
+    ///   collective"; on H100 at sequence 8192 the two cats of an FFN take 6% of its compute).
+    /// - torchtitan's per-op selective checkpointing saves the reduce-scatters' outputs but
+    ///   not the all-gathers' (`_op_sac_save_list` lists
+    ///   `_c10d_functional.reduce_scatter_tensor`, no all-gather), and the backward needs the
+    ///   gathered inputs of the column-parallel GEMMs for their weight gradients: both
+    ///   all-gathers of a block run again in the backward.
+    Dtensor,
 }
 
 /// The share of a transformer block's forward linear FLOPs that

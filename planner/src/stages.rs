@@ -1,8 +1,8 @@
 //! Per-stage costs: the times of one stage's F, B, I and W for one micro-batch and the bytes it
 //! holds, summed from its layers' costs and the profile.
 
-use autopp_hardware::{AnalyticProfile, LayerTimes, Link};
-use autopp_models::{LayerCost, LayerKind, Recompute};
+use autopp_hardware::{AnalyticProfile, LayerTimes, Link, Precision};
+use autopp_models::{Collective, CollectiveKind, LayerCost, LayerKind, Recompute};
 use serde::Serialize;
 
 /// What one stage costs for one micro-batch on one GPU of its rank.
@@ -117,6 +117,12 @@ pub struct StageContext<'a> {
     /// the backward in place of the attention core (torchtitan's per-op checkpointing,
     /// [`crate::runtime::every_other_matmul_share`]); 0: Megatron's attention-core recompute.
     pub selective_linear_share: f64,
+    /// The tensor-parallel layers are DTensor's
+    /// ([`crate::runtime::TpCollectives::Dtensor`]): backward collectives exposed (unless
+    /// `tp_comm_overlap`), a copy of the whole tensor beside each sequence-parallel
+    /// collective ([`layout_copies_s`]), and the all-gathers run again under op-level
+    /// selective recompute.
+    pub dtensor_tp: bool,
     /// The stack is torchtitan: selective recompute is its op-level selective activation
     /// checkpointing ([`op_sac_bytes`]) rather than Megatron's (attention core only), and its
     /// loss is PyTorch's unfused cross-entropy ([`unfused_loss_bytes`]).
@@ -195,6 +201,52 @@ pub fn op_sac_bytes(layer: &LayerCost) -> u64 {
         }
     }
     layer.activation_bytes.full + gemm_out + attention
+}
+
+/// Seconds of the copies DTensor adds beside the all-gathers and reduce-scatters of `list`
+/// ([`crate::runtime::TpCollectives::Dtensor`]): sequence parallelism shards dimension 1 of
+/// `[b, s, h]` while the collectives gather and scatter dimension 0, so each one is paired
+/// with an `aten.cat` that reads and writes the whole (gathered) tensor, `2·S` bytes of HBM
+/// traffic (torchtitan PR #437). All-reduces need no copy.
+pub fn layout_copies_s(profile: &AnalyticProfile, list: &[Collective]) -> f64 {
+    list.iter()
+        .filter(|c| {
+            matches!(
+                c.kind,
+                CollectiveKind::AllGather | CollectiveKind::ReduceScatter
+            )
+        })
+        .map(|c| profile.memory_bound_time_s(2.0 * c.bytes as f64))
+        .sum()
+}
+
+/// A layer's forward tensor-parallel collectives as DTensor runs them (`dtensor`: a
+/// transformer block under [`crate::runtime::TpCollectives::Dtensor`]): under float8 with
+/// tensorwise scaling torchtitan's blocks use torchao's `Float8ColwiseParallel` and
+/// `PrepareFloat8ModuleInput`, which cast the sequence shard to float8 before gathering it,
+/// so each forward all-gather moves 1 byte per element instead of 2; rowwise scaling keeps
+/// DTensor's plain styles and gathers in bf16 (torchtitan `models/llama3/infra/parallelize.py`:
+/// "float8 all-gather with TP is only supported for tensorwise float8 scaling recipes. For
+/// rowwise recipes, we use regular TP and all-gather happens in high precision"). The
+/// reduce-scatters (bf16 outputs) and the backward's collectives (bf16 gradients) are
+/// unchanged.
+pub fn dtensor_forward_collectives(
+    layer: &LayerCost,
+    precision: Precision,
+    dtensor: bool,
+) -> std::borrow::Cow<'_, [Collective]> {
+    if !(dtensor && precision == Precision::Fp8Tensorwise) {
+        return std::borrow::Cow::Borrowed(&layer.tp_forward);
+    }
+    let fp8 = |c: &Collective| Collective {
+        bytes: if c.kind == CollectiveKind::AllGather {
+            c.bytes / precision.bytes()
+        } else {
+            c.bytes
+        },
+        ..*c
+    };
+    std::borrow::Cow::Owned(layer.tp_forward.iter().map(fp8).collect())
 }
 
 /// Sums the costs of `layers[first..=last]` for each stage range.
@@ -292,10 +344,21 @@ fn add_layer(
     } else {
         0.0
     };
-    let tp_f = profile.collectives_time_s(&layer.tp_forward, ctx.tp, &ctx.tp_link)
-        + if is_block { cp_fwd } else { 0.0 };
-    let tp_b = profile.collectives_time_s(&layer.tp_backward, ctx.tp, &ctx.tp_link)
-        + if is_block { cp_fwd } else { 0.0 };
+    // DTensor's collectives come with a copy of the whole tensor each
+    let dtensor = ctx.dtensor_tp && ctx.tp > 1;
+    let tp_time = |list: &[Collective]| {
+        profile.collectives_time_s(list, ctx.tp, &ctx.tp_link)
+            + if dtensor {
+                layout_copies_s(profile, list)
+            } else {
+                0.0
+            }
+    };
+    let cp_block = if is_block { cp_fwd } else { 0.0 };
+    let forward = dtensor_forward_collectives(layer, profile.precision, dtensor && is_block);
+    let tp_f = tp_time(&forward) + cp_block;
+    let tp_b_tp = tp_time(&layer.tp_backward);
+    let tp_b = tp_b_tp + cp_block;
     let eff = &profile.efficiency;
     st.forward_compute_s += times.forward_s;
     // With the overlap on (userbuffers, async TP), a block's collectives run
@@ -322,7 +385,13 @@ fn add_layer(
     // the all-gather and reduce-scatter) asynchronously and runs the weight-gradient
     // GEMMs meanwhile: only what they cannot hide is exposed.
     // With the overlap on, the whole backward hides them.
-    st.backward_comm_s += if is_block && ctx.tp_comm_overlap {
+    // DTensor's backward collectives wait where they are used, right after they are
+    // launched: exposed (the context-parallel exchange keeps its overlap), with async TP
+    // too, whose fused all-gather-matmul and matmul-reduce-scatter ops replace the
+    // forward's ([`crate::runtime::TpCollectives::Dtensor`]).
+    st.backward_comm_s += if is_block && dtensor {
+        tp_b_tp + eff.exposed_comm_s(cp_block, times.backward_weight_s)
+    } else if is_block && ctx.tp_comm_overlap {
         eff.exposed_comm_s(tp_b, times.backward_input_s + times.backward_weight_s)
     } else if is_block {
         eff.exposed_comm_s(tp_b, times.backward_weight_s)
@@ -338,7 +407,20 @@ fn add_layer(
                 .filter(|op| matches!(op, autopp_models::Op::Gemm { linear: true, .. }))
                 .map(|op| profile.op_time_s(op))
                 .sum();
-            ctx.selective_linear_share * linear
+            let rerun = ctx.selective_linear_share * linear;
+            // per-op checkpointing saves no all-gather: DTensor runs them again
+            let regather = if dtensor {
+                let gathers: Vec<Collective> = forward
+                    .iter()
+                    .filter(|c| c.kind == CollectiveKind::AllGather)
+                    .cloned()
+                    .collect();
+                tp_time(&gathers)
+            } else {
+                0.0
+            };
+            st.recompute_comm_s += regather;
+            rerun + regather
         }
         Recompute::Selective => times.selective_recompute_s,
         Recompute::Full => times.forward_s + tp_f + a2a,

@@ -121,6 +121,7 @@ fn hidden_all_to_all_hand_worked() {
         ep_hidden_share: share,
         ep_across_share: 1.0,
         selective_linear_share: 0.0,
+        dtensor_tp: false,
         torch_native: false,
     };
     let t = p.layer_times(&layers[i]);

@@ -204,6 +204,50 @@ fn fp8_linear_gemm_hand_worked() {
     assert!((tw.op_time_s(&op(true)) - p.op_time_s(&op(true)) - extra).abs() < 1e-12);
 }
 
+/// Hand-worked rowwise FP8 (`FP8_ROWWISE_HALF_DIM` 1024, its source torchao's float8 README
+/// and pytorch/pytorch#147971): the weight gradient of a Llama 3 8B `w2` sharded 8 ways,
+/// `Xᵀ·dY` = `[1792 × 98304]·[98304 × 4096]` (k the 98,304 tokens of 12 sequences of 8192),
+/// on an H100. `min(n, k)` = 4096: the GEMM runs at 4096 / 5120 = 0.8 of tensorwise's
+/// efficiency, and both operands are cast (`dY` scaled per column cannot reuse the per-row
+/// copy): 5 bytes of HBM traffic per element of 1792·98304 + 98304·4096 = 578,813,952
+/// elements, 2.894 GB at 0.95 · 3.35 TB/s = 0.9094 ms, against tensorwise's 1792·98304
+/// (0.2768 ms). A narrow shard, `min(n, k)` = 512 (the `wo` forward, `k` 512), runs at
+/// 512 / 1536 = 1/3.
+#[test]
+fn fp8_rowwise_gemm_hand_worked() {
+    let c = Cluster::new(hardware::gpu("h100-sxm").unwrap(), 8, 8, None).unwrap();
+    let rw = AnalyticProfile::new(c.clone(), Precision::Fp8Rowwise).unwrap();
+    let tw = AnalyticProfile::new(c, Precision::Fp8Tensorwise).unwrap();
+    assert_eq!(rw.efficiency.fp8_rowwise_half_dim, 1024.0);
+    let (m, n, k) = (1792u64, 4096u64, 98_304u64);
+    assert!((rw.rowwise_factor(n, k) - 0.8).abs() < 1e-12);
+    assert_eq!(tw.rowwise_factor(n, k), 1.0);
+    assert!((rw.rowwise_factor(4096, 512) - 1.0 / 3.0).abs() < 1e-12);
+    assert_eq!(Precision::Fp8Rowwise.cast_elements(m, n, k), 578_813_952);
+    assert_eq!(Precision::Fp8Tensorwise.cast_elements(m, n, k), m * k);
+    assert_eq!(Precision::Bf16.cast_elements(m, n, k), 0);
+    let op = Op::Gemm {
+        m,
+        n,
+        k,
+        count: 1,
+        linear: true,
+    };
+    let eff = rw.efficiency;
+    let hbm = 3.35e12 * eff.hbm;
+    let cast_rw = 5.0 * 578_813_952.0 / hbm;
+    assert!((cast_rw - 0.9094e-3).abs() < 0.1e-6, "{cast_rw}");
+    let cast_tw = 5.0 * (m * k) as f64 / hbm;
+    assert!((cast_tw - 0.2768e-3).abs() < 0.1e-6, "{cast_tw}");
+    let compute = 2.0 * (m * n * k) as f64 / (1979e12 * eff.gemm(m, n, k) * eff.fp8_gemm);
+    let bytes = ((m * k + k * n) as f64 + 2.0 * (m * n) as f64) / hbm;
+    let launch = 2.0 * eff.kernel_overhead_s;
+    let want_rw = (compute / 0.8).max(bytes) + cast_rw + launch;
+    let want_tw = compute.max(bytes) + cast_tw + launch;
+    assert!((rw.op_time_s(&op) - want_rw).abs() / want_rw < 1e-12);
+    assert!((tw.op_time_s(&op) - want_tw).abs() / want_tw < 1e-12);
+}
+
 #[test]
 fn fp8_needs_fp8_tensor_cores_and_mxfp8_blackwell() {
     let a100 = Cluster::new(hardware::gpu("a100-80g").unwrap(), 8, 8, None).unwrap();

@@ -174,6 +174,7 @@ impl<'a> Evaluation<'a> {
                 &c.settings.runtime,
                 self.model,
             ),
+            dtensor_tp: c.settings.runtime.tp_collectives == crate::runtime::TpCollectives::Dtensor,
             torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
         };
         let full_layers = partial_recompute(c, self.layers, &self.ranges)?;

@@ -222,6 +222,8 @@ fn layer_table(
                     &c.settings.runtime,
                     model,
                 ),
+                dtensor_tp: c.settings.runtime.tp_collectives
+                    == crate::runtime::TpCollectives::Dtensor,
                 torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
             };
             let distinct = stages::stage_costs_timed(&layers, &timed, &firsts, &ctx, &[]);
