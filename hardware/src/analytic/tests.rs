@@ -172,7 +172,7 @@ fn large_gemm_is_compute_bound_hand_worked() {
 
 /// Hand-worked FP8 linear GEMM on an H100 (1,979 TFLOP/s dense FP8, 3.35 TB/s):
 /// `[8192 × 8192]·[8192 × 28672]` is 2·8192·8192·28672 = 3.848e15 FLOP at
-/// 1,979e12 · gemm(·) · fp8_gemm; the delayed-scaling cast reads 2 and writes 1 byte of
+/// 1,979e12 · gemm(·) · fp8_gemm · hopper_compute; the delayed-scaling cast reads 2 and writes 1 byte of
 /// each of the 8192·8192 input elements: 201 MB at 0.95 · 3.35 TB/s = 63.2 µs; two kernels.
 /// The LM head's GEMM (not a linear layer's) keeps the bf16 peak.
 #[test]
@@ -192,8 +192,8 @@ fn fp8_linear_gemm_hand_worked() {
     let flops = 2.0 * (m * n * k) as f64;
     let cast = 3.0 * (m * k) as f64 / (3.35e12 * eff.hbm);
     assert!((cast - 63.25e-6).abs() < 0.1e-6, "{cast}");
-    let expect =
-        flops / (1979e12 * eff.gemm(m, n, k) * eff.fp8_gemm) + cast + 2.0 * eff.kernel_overhead_s;
+    let rate = 1979e12 * eff.gemm(m, n, k) * eff.fp8_gemm * eff.hopper_compute;
+    let expect = flops / rate + cast + 2.0 * eff.kernel_overhead_s;
     assert!((p.op_time_s(&op(true)) - expect).abs() / expect < 1e-12);
     let bf16 = AnalyticProfile::new(c, Precision::Bf16).unwrap();
     assert_eq!(p.op_time_s(&op(false)), bf16.op_time_s(&op(false)));
@@ -239,7 +239,8 @@ fn fp8_rowwise_gemm_hand_worked() {
     assert!((cast_rw - 0.9094e-3).abs() < 0.1e-6, "{cast_rw}");
     let cast_tw = 5.0 * (m * k) as f64 / hbm;
     assert!((cast_tw - 0.2768e-3).abs() < 0.1e-6, "{cast_tw}");
-    let compute = 2.0 * (m * n * k) as f64 / (1979e12 * eff.gemm(m, n, k) * eff.fp8_gemm);
+    let rate = 1979e12 * eff.gemm(m, n, k) * eff.fp8_gemm * eff.hopper_compute;
+    let compute = 2.0 * (m * n * k) as f64 / rate;
     let bytes = ((m * k + k * n) as f64 + 2.0 * (m * n) as f64) / hbm;
     let launch = 2.0 * eff.kernel_overhead_s;
     let want_rw = (compute / 0.8).max(bytes) + cast_rw + launch;
@@ -282,7 +283,7 @@ fn skinny_gemm_is_memory_bound() {
 /// FlashAttention-3 paper's 35% utilization of FA2 on H100 against 75% for FA3, and its
 /// "1.5-2.0×" speedup): the causal forward of 32 heads of 128 over 8192 × 8192 is
 /// `0.5 · 4 · 32 · 8192² · 128` = 5.50e11 FLOPs; on an H100 SXM (989 TFLOP/s) a native
-/// kernel takes `work / (989e12 · attention_fused · sat)` and FA2 twice that, over the
+/// kernel takes `work / (989e12 · attention_fused · hopper_compute · sat)` and FA2 twice that, over the
 /// kernel overhead; on an A100 FA2 is the native kernel and takes the same time.
 #[test]
 fn flash_attention_2_on_hopper_runs_at_half_the_native_rate() {
@@ -301,7 +302,7 @@ fn flash_attention_2_on_hopper_runs_at_half_the_native_rate() {
     let e = p.efficiency;
     let work = 0.5 * 4.0 * 32.0 * 8192.0 * 8192.0 * 128.0;
     let sat = 8192.0 / (8192.0 + 2.0 * e.gemm_half_dim);
-    let native = work / (989e12 * e.attention_fused * sat);
+    let native = work / (989e12 * e.attention_fused * e.hopper_compute * sat);
     let t = p.op_time_s(&attn(AttentionKernel::Native)) - e.kernel_overhead_s;
     assert!((t - native).abs() < 1e-12, "{t} vs {native}");
     let fa2 = p.op_time_s(&attn(AttentionKernel::Fa2)) - e.kernel_overhead_s;
