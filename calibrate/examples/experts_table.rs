@@ -3,7 +3,7 @@
 //! of `--framework any`) or `NeMo` (plans with Megatron's rules, the GPU's memory raised to what
 //! a published configuration predicted over capacity needs). Run by `scripts/planner-docs.sh`.
 
-use autopp_calibrate::experts::{compare, compare_with_room};
+use autopp_calibrate::experts::{compare, compare_with_room, describe};
 use autopp_calibrate::rows::parse_rows;
 use autopp_planner::framework::Framework;
 
@@ -28,20 +28,7 @@ fn main() {
         };
         match compared {
             Ok(c) => {
-                let d = |e: &autopp_planner::Estimate| {
-                    let p = &e.result.plan;
-                    format!(
-                        "tp {} · pp {} · dp {} · cp {}, v {}, mbs {}, {}, recompute {}",
-                        p.degrees.tp,
-                        p.degrees.pp,
-                        p.degrees.dp,
-                        p.degrees.cp,
-                        p.degrees.virtual_stages,
-                        p.micro_batch_size,
-                        p.schedule,
-                        p.recompute
-                    )
-                };
+                let d = |e: &autopp_planner::Estimate| describe(&e.result.plan);
                 println!(
                     "| {} | {} | {:.2} s | {} | {} | {:.2} s | {:.3} |",
                     c.id,

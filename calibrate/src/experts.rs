@@ -30,6 +30,22 @@ impl Comparison {
     }
 }
 
+/// A plan's layout in one line, as `docs/planner.md`'s tables print it: degrees, stages per
+/// rank, micro-batch size, schedule and recompute.
+pub fn describe(p: &autopp_planner::plan::Plan) -> String {
+    format!(
+        "tp {} · pp {} · dp {} · cp {}, v {}, mbs {}, {}, recompute {}",
+        p.degrees.tp,
+        p.degrees.pp,
+        p.degrees.dp,
+        p.degrees.cp,
+        p.degrees.virtual_stages,
+        p.micro_batch_size,
+        p.schedule,
+        p.recompute
+    )
+}
+
 /// Compares the planner (`--framework any`) with one published end-to-end run; `Err` says why
 /// the row cannot be compared.
 pub fn compare(row: &PublishedRow) -> Result<Comparison, String> {

@@ -3,7 +3,7 @@
 //! same model, GPU kind and count and global batch is predicted no slower than it. The same
 //! holds for NVIDIA's NeMo 24.07 runs (issue 15), with plans Megatron-Core can run.
 
-use autopp_calibrate::experts::{compare, compare_with_room, Comparison};
+use autopp_calibrate::experts::{compare, compare_with_room, describe, Comparison};
 use autopp_calibrate::rows::parse_rows;
 use autopp_planner::framework::Framework;
 
@@ -103,19 +103,7 @@ fn nemo_plans_are_never_slower_than_the_published_configurations() {
         let r = compare_with_room(row, Framework::Megatron)
             .unwrap_or_else(|e| panic!("{}: not compared: {e}", row.id));
         let (plan, published) = (&r.planned.result, &r.published.result);
-        let d = |p: &autopp_planner::plan::Plan| {
-            format!(
-                "tp {} pp {} dp {} cp {} v {} mbs {} {} {:?}",
-                p.degrees.tp,
-                p.degrees.pp,
-                p.degrees.dp,
-                p.degrees.cp,
-                p.degrees.virtual_stages,
-                p.micro_batch_size,
-                p.schedule,
-                p.recompute
-            )
-        };
+        let d = describe;
         eprintln!(
             "{}: published {} {:.3} s (fits {}, {:.1} GiB), plan {} {:.3} s, ratio {:.3}",
             r.id,
