@@ -108,6 +108,15 @@ pub struct PublishedRow {
     /// Recompute as the source names it (`full`, `selective`, `none`, or a longer phrase).
     #[serde(default)]
     pub activation_recomputation: Option<String>,
+    /// Megatron-Core's `recompute_modules` as the run's recipe sets them (`["layernorm",
+    /// "moe_act"]`; `[]`: no recompute), with `recipe_source` naming the recipe. Read by
+    /// `mapping::fields::recompute_modules_of`; wins over `activation_recomputation`.
+    #[serde(default)]
+    pub recompute_modules: Option<Vec<String>>,
+    /// Where the row's recipe settings (`recompute_modules`) are stated: file, preset and the
+    /// release they match. Kept for people; not read.
+    #[serde(default)]
+    pub recipe_source: Option<serde_json::Value>,
     /// Megatron sequence parallelism.
     #[serde(default)]
     pub sequence_parallel: Option<bool>,

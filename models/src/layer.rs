@@ -68,6 +68,112 @@ impl std::str::FromStr for Recompute {
     }
 }
 
+/// What [`Recompute::Selective`] recomputes in a transformer block: Megatron-Core's
+/// `--recompute-modules` under `--recompute-granularity selective`
+/// (`TransformerConfig.recompute_modules`, Megatron-Core 0.13+: "choices: core_attn, moe_act,
+/// layernorm, mla_up_proj, mlp, moe, shared_experts; default: [core_attn]"). The default is
+/// Megatron's `[core_attn]`, the selective recompute of Korthikanti et al. 2022.
+///
+/// `moe_act`, `layernorm` and `mla_up_proj` use Megatron-Core's output-discarding checkpoint
+/// (`tensor_parallel.CheckpointWithoutOutput`): the module's output is freed once its consumer
+/// has saved it, and recomputed from the module's kept input before the consumer's backward.
+/// `core_attn` and `mlp` use the ordinary checkpoint (input kept, the module re-run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecomputeModules {
+    /// `core_attn`: the attention core (its stored scores, or with a fused kernel its
+    /// statistics) is dropped and its forward re-run.
+    pub core_attn: bool,
+    /// `layernorm`: the outputs of the block's stand-alone norms are dropped and recomputed
+    /// (`transformer_layer.py`: `input_layernorm` and `pre_mlp_layernorm` when they are not
+    /// `IdentityOp`, i.e. not fused into Transformer Engine's `LayerNormLinear`/`LayerNormMLP`):
+    /// the MoE layer's pre-MLP norm (its router and dispatcher need the normed tokens) and
+    /// MLA's input norm (its down projections are plain linears).
+    pub layernorm: bool,
+    /// `moe_act`: the routed experts' activation output (the input of their second grouped
+    /// GEMM) is dropped and recomputed from the first GEMM's output (`experts.py`,
+    /// `TEGroupedMLP`).
+    pub moe_act: bool,
+    /// `mla_up_proj`: MLA's query and key/value up projections and the rotary embedding are
+    /// re-run from the latents, the Q, K and V the attention core keeps dropped
+    /// (`multi_latent_attention.py`, `qkv_up_proj_and_rope_apply`).
+    pub mla_up_proj: bool,
+    /// `mlp`: a dense block's MLP (not a MoE layer's: "recompute the dense MLP submodule") is
+    /// checkpointed: its input kept, its activations dropped and its forward re-run.
+    pub mlp: bool,
+}
+
+impl Default for RecomputeModules {
+    /// Megatron-Core's default `recompute_modules = ["core_attn"]`.
+    fn default() -> Self {
+        RecomputeModules {
+            core_attn: true,
+            layernorm: false,
+            moe_act: false,
+            mla_up_proj: false,
+            mlp: false,
+        }
+    }
+}
+
+impl RecomputeModules {
+    /// Megatron-Core's module names, in its order.
+    pub const NAMES: [&'static str; 5] =
+        ["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp"];
+
+    /// Whether these are Megatron-Core's default modules (serde's `skip_serializing_if`).
+    pub fn is_default(&self) -> bool {
+        *self == RecomputeModules::default()
+    }
+
+    /// No module: what a list without any of Megatron's names starts from.
+    pub fn none() -> Self {
+        RecomputeModules {
+            core_attn: false,
+            ..RecomputeModules::default()
+        }
+    }
+
+    /// The modules of a list of Megatron-Core names (`["layernorm", "moe_act"]`); an unknown
+    /// name (or `moe`, `shared_experts`, which autopp does not model) is an error naming it.
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> Result<Self, String> {
+        let mut m = RecomputeModules::none();
+        for n in names {
+            match n.as_ref().trim() {
+                "core_attn" => m.core_attn = true,
+                "layernorm" => m.layernorm = true,
+                "moe_act" => m.moe_act = true,
+                "mla_up_proj" => m.mla_up_proj = true,
+                "mlp" => m.mlp = true,
+                other => {
+                    return Err(format!(
+                        "recompute module '{other}' is not one autopp models: use {}",
+                        Self::NAMES.join(", ")
+                    ))
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// The names of the modules on, in Megatron-Core's order.
+    pub fn names(&self) -> Vec<&'static str> {
+        let on = [
+            self.core_attn,
+            self.layernorm,
+            self.moe_act,
+            self.mla_up_proj,
+            self.mlp,
+        ];
+        Self::NAMES
+            .iter()
+            .zip(on)
+            .filter(|(_, on)| *on)
+            .map(|(n, _)| *n)
+            .collect()
+    }
+}
+
 /// The class of fused attention kernel a stack runs: what fraction of the tensor-core peak
 /// it can reach depends on whether it was written for the GPU's generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -130,6 +236,9 @@ pub struct ShardSpec {
     /// weight-gradient GEMM reads). False for bf16 and for FP8 cast per use (torchao).
     #[serde(default)]
     pub fp8_saved_inputs: bool,
+    /// What [`Recompute::Selective`] recomputes (default: the attention core).
+    #[serde(default, skip_serializing_if = "RecomputeModules::is_default")]
+    pub recompute_modules: RecomputeModules,
 }
 
 fn thousand() -> u64 {
@@ -160,6 +269,7 @@ impl Default for ShardSpec {
             etp: 1,
             moe_imbalance_milli: 1000,
             fp8_saved_inputs: false,
+            recompute_modules: RecomputeModules::default(),
         }
     }
 }

@@ -51,7 +51,7 @@ pub use custom::{CustomLayer, LayerListSpec};
 pub use defaults::Defaulted;
 pub use layer::{
     ActivationBytes, AttentionKernel, Collective, CollectiveKind, LayerCost, LayerKind, Op,
-    Recompute, ShardSpec,
+    Recompute, RecomputeModules, ShardSpec,
 };
 pub use load::{load, load_file, load_str};
 pub use presets::{presets, Preset};

@@ -157,6 +157,15 @@ pub struct Runtime {
     /// What `selective` recompute re-runs in the backward.
     #[serde(default)]
     pub selective: crate::runtime::SelectiveRecompute,
+    /// Under Megatron's selective recompute ([`crate::runtime::SelectiveRecompute::AttentionCore`]),
+    /// the modules recomputed: Megatron-Core's `--recompute-modules`
+    /// ([`autopp_models::RecomputeModules`]; default `core_attn`, the attention core). Plan
+    /// files written before this field read the default.
+    #[serde(
+        default,
+        skip_serializing_if = "autopp_models::RecomputeModules::is_default"
+    )]
+    pub recompute_modules: autopp_models::RecomputeModules,
     /// The class of fused attention kernel the stack runs
     /// ([`autopp_models::AttentionKernel`]): on Hopper, FlashAttention-2 (PyTorch SDPA's flash
     /// backend) is slower than Transformer Engine's cuDNN kernel. Plan files written before

@@ -125,6 +125,7 @@ impl Stack {
             vocab_pad_multiple: 128,
             multi_rail_rings: true,
             selective: SelectiveRecompute::AttentionCore,
+            recompute_modules: autopp_models::RecomputeModules::default(),
             attention_kernel: AttentionKernel::Native,
             fused_elementwise: true,
             tp_collectives: TpCollectives::Megatron,

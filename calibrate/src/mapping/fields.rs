@@ -3,7 +3,7 @@
 //! silent.
 
 use autopp_hardware::{hardware, Cluster, Precision};
-use autopp_models::Recompute;
+use autopp_models::{Recompute, RecomputeModules};
 
 use super::super::network::nic_gbps_per_gpu;
 use super::super::rows::{parse_gib, PublishedRow};
@@ -227,13 +227,58 @@ pub(super) fn units_gib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1u64 << 30) as f64)
 }
 
+/// Megatron-Core's recompute modules a row names: its `recompute_modules` list (a recipe's
+/// `recompute_modules`), else the modules its `activation_recomputation` phrase lists —
+/// `norm` (RMSNorm, layernorm) → `layernorm`, `act` → `moe_act`, `up_proj` or
+/// `up-projection` → `mla_up_proj`, `mlp` → `mlp`, `core_attn` → `core_attn` (the
+/// Megatron-MoE-ModelZoo's "norm, act", the Megatron-Core GB200 blog's "selective: mlp
+/// moe_act", the DeepSeek-V3 report's "RMSNorm and MLA up-projection recomputed in
+/// backward"). `None`: no module named (plain `selective` keeps the attention core).
+pub fn recompute_modules_of(row: &PublishedRow) -> Result<Option<RecomputeModules>, String> {
+    if let Some(list) = &row.recompute_modules {
+        return RecomputeModules::from_names(list)
+            .map(Some)
+            .map_err(|e| format!("recompute_modules: {e}"));
+    }
+    let Some(text) = row.activation_recomputation.as_deref() else {
+        return Ok(None);
+    };
+    let t = text.to_ascii_lowercase();
+    let words: Vec<&str> = t
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let has = |w: &str| words.contains(&w);
+    let mut m = RecomputeModules::none();
+    m.layernorm = words.iter().any(|w| w.ends_with("norm"));
+    m.moe_act = has("act") || has("moe_act");
+    m.mla_up_proj = has("up_proj") || has("up-projection") || has("mla_up_proj");
+    m.mlp = has("mlp");
+    m.core_attn = has("core_attn");
+    Ok((m != RecomputeModules::none()).then_some(m))
+}
+
 /// The row's recompute mode; unstated, Megatron-Core's and NeMo's default (none, the mode
-/// their performance recipes use), else an error naming the field.
+/// their performance recipes use), else an error naming the field. A row's
+/// `recompute_modules` list is Megatron-Core's selective recompute of those modules (an empty
+/// list: none).
 pub(super) fn recompute_or_default(
     row: &PublishedRow,
     stack: Stack,
     assumptions: &mut Vec<String>,
 ) -> Result<Recompute, String> {
+    if let Some(list) = &row.recompute_modules {
+        let modules = recompute_modules_of(row)?.unwrap_or_else(RecomputeModules::none);
+        if list.is_empty() {
+            assumptions.push("recompute_modules [] (the recipe's): no recompute".into());
+            return Ok(Recompute::None);
+        }
+        assumptions.push(format!(
+            "recompute_modules {} (the recipe's): selective recompute of those modules",
+            modules.names().join(", ")
+        ));
+        return Ok(Recompute::Selective);
+    }
     match (row.activation_recomputation.as_deref(), stack) {
         (Some(text), _) => recompute_of(Some(text))
             .ok_or_else(|| format!("activation_recomputation '{text}' is not one autopp knows")),

@@ -14,12 +14,13 @@ pub use fields::{gpu_kind, ran_out_of_memory};
 mod fields;
 use super::rows::{ms_after, parse_gib, PublishedRow, RowKind};
 use super::stacks::{flash_attention, preset_model, runtime_of, stack_of};
-use autopp_planner::config::{EvalSettings, ParallelConfig};
+use autopp_planner::config::{EvalSettings, ParallelConfig, Runtime};
 use autopp_planner::schedule::ScheduleKind;
 use autopp_planner::Degrees;
 use autopp_planner::Stack;
 use fields::{
-    named_model, need, precision_of, recompute_of, recompute_or_default, row_cluster, zero_stage_of,
+    named_model, need, precision_of, recompute_modules_of, recompute_of, recompute_or_default,
+    row_cluster, zero_stage_of,
 };
 
 /// A whole iteration to evaluate with [`autopp_planner::estimate::evaluate`].
@@ -245,7 +246,10 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
             memory_reserve_bytes: 0,
             memory_margin_bytes: 0,
             flash_attention: flash_attention(stack),
-            runtime: runtime_of(row, stack),
+            runtime: Runtime {
+                recompute_modules: recompute_modules_of(row)?.unwrap_or_default(),
+                ..runtime_of(row, stack)
+            },
         });
     let oom = ran_out_of_memory(row);
     let (time_s, time_skip) = if oom {
@@ -404,5 +408,70 @@ mod tests {
         let mut failed = row.clone();
         failed.result_status = Some("diverged".into());
         assert!(map_row(&failed).unwrap_err().contains("did not succeed"));
+    }
+
+    /// Megatron-Core's recompute modules, from a recipe's list or from the phrases the MoE
+    /// sources print; a row's list wins and maps to selective recompute (an empty list: none)
+    /// with those modules in the runtime.
+    #[test]
+    fn recompute_modules_of_lists_and_phrases() {
+        use autopp_models::{Recompute, RecomputeModules};
+        let text = r#"[{"id": "m", "kind": "end_to_end_training_throughput",
+            "source_group": "g", "framework": "NeMo 26.02 container (Megatron-Bridge)",
+            "model_name": "Qwen3-30B-A3B", "num_experts": 128, "ep": 8,
+            "seq_length": 4096, "global_batch_size": 512, "micro_batch_size": 1,
+            "tp": 1, "pp": 1, "dp": 8, "num_gpus": 8, "gpu_type": "B200",
+            "precision": "bf16", "seconds_per_iteration": 1.0}]"#;
+        let base = crate::rows::parse_rows(text, "test").unwrap().remove(0);
+        let phrase = |p: &str| {
+            let mut r = base.clone();
+            r.activation_recomputation = Some(p.into());
+            recompute_modules_of(&r).unwrap().map(|m| m.names())
+        };
+        assert_eq!(phrase("norm, act"), Some(vec!["layernorm", "moe_act"]));
+        assert_eq!(
+            phrase("selective: mlp up_proj"),
+            Some(vec!["mla_up_proj", "mlp"])
+        );
+        assert_eq!(
+            phrase("selective: mlp moe_act"),
+            Some(vec!["moe_act", "mlp"])
+        );
+        assert_eq!(
+            phrase("RMSNorm and MLA up-projection recomputed in backward"),
+            Some(vec!["layernorm", "mla_up_proj"])
+        );
+        for plain in ["selective", "full", "none", "selective (per-op SAC)"] {
+            assert_eq!(phrase(plain), None, "{plain}");
+        }
+        let listed = |list: &[&str]| {
+            let mut r = base.clone();
+            r.activation_recomputation = Some("full".into());
+            r.recompute_modules = Some(list.iter().map(|s| s.to_string()).collect());
+            r
+        };
+        let row = listed(&["layernorm", "moe_act"]);
+        let Case::Iteration(it) = map_row(&row).unwrap().case else {
+            panic!("an iteration case")
+        };
+        assert_eq!(it.config.recompute, Recompute::Selective);
+        assert_eq!(
+            it.config.settings.runtime.recompute_modules,
+            RecomputeModules::from_names(&["layernorm", "moe_act"]).unwrap()
+        );
+        let Case::Iteration(it) = map_row(&listed(&[])).unwrap().case else {
+            panic!("an iteration case")
+        };
+        assert_eq!(it.config.recompute, Recompute::None);
+        let err = map_row(&listed(&["moe"])).unwrap_err();
+        assert!(
+            err.contains("recompute_modules") && err.contains("'moe'"),
+            "{err}"
+        );
+        // no module named: Megatron's default, the attention core
+        let Case::Iteration(it) = map_row(&base).unwrap().case else {
+            panic!("an iteration case")
+        };
+        assert!(it.config.settings.runtime.recompute_modules.is_default());
     }
 }

@@ -29,6 +29,9 @@ type Gemm = (u64, u64, u64, u64);
 struct Parts {
     /// GEMMs before the attention core (QKV, or MLA's down and up projections).
     attn_in: Vec<Gemm>,
+    /// MLA's up projections (queries from their latent, keys and values from theirs): what
+    /// `mla_up_proj` recompute re-runs. Empty without MLA.
+    mla_up: Vec<Gemm>,
     /// The output projection.
     attn_out: Gemm,
     /// FFN GEMMs: dense up and down, or routed experts and shared experts.
@@ -52,6 +55,10 @@ struct Parts {
     ffn_outputs: u64,
     /// FFN activation-function and permutation traffic per micro-batch, in elements.
     ffn_traffic: u64,
+    /// The routed experts' activation function per micro-batch, in elements: its input
+    /// (the first grouped GEMM's output) and its output (the second's input). `(0, 0)` for a
+    /// dense FFN.
+    moe_act: (u64, u64),
     /// Head size the attention core's FLOPs use.
     core_head_dim: u64,
     /// Keys each query sees, and whether the mask is causal.
@@ -106,6 +113,7 @@ impl TransformerSpec {
         let a = self.num_attention_heads;
         let mut p = Parts {
             attn_in: Vec::new(),
+            mla_up: Vec::new(),
             attn_out: (tok, h, self.q_width() / t, 1),
             ffn: Vec::new(),
             router: None,
@@ -116,6 +124,7 @@ impl TransformerSpec {
             fp8_extra_copies: tok * self.q_width() / t,
             ffn_outputs: 0,
             ffn_traffic: 0,
+            moe_act: (0, 0),
             core_head_dim: self.head_dim(),
             keys: (self.seq_length, true),
             a2a_bytes: 0,
@@ -129,13 +138,18 @@ impl TransformerSpec {
                 Some(rq) => {
                     p.attn_in.push((tok, rq, h, 1));
                     p.attn_in.push((tok, heads * dqk, rq, 1));
+                    p.mla_up.push((tok, heads * dqk, rq, 1));
                     p.attn_stored += rq;
                 }
-                None => p.attn_in.push((tok, heads * dqk, h, 1)),
+                None => {
+                    p.attn_in.push((tok, heads * dqk, h, 1));
+                    p.mla_up.push((tok, heads * dqk, h, 1));
+                }
             }
             p.attn_in.push((tok, rkv + dr, h, 1));
-            p.attn_in
-                .push((tok, heads * (mla.qk_nope_head_dim + dv), rkv, 1));
+            let kv_up = (tok, heads * (mla.qk_nope_head_dim + dv), rkv, 1);
+            p.attn_in.push(kv_up);
+            p.mla_up.push(kv_up);
             p.attn_out = (tok, h, heads * dv, 1);
             p.fp8_extra_copies = tok * heads * dv;
             p.attn_stored += rkv + dr + heads * (2 * dqk + dv) + heads * dv;
@@ -205,6 +219,7 @@ impl TransformerSpec {
             + tok * (sh_in / t + h / d.sp_div);
         // activation function, and permute + unpermute (read and write) of every pair
         p.ffn_traffic = rows_total * (fe_in + fe) / etp + tok * (sh_in + sh) / t + 4 * pairs * h;
+        p.moe_act = (rows_total * fe_in / etp, rows_total * fe / etp);
         p.a2a_bytes = 2 * pairs * h * e;
         p.expert_params =
             local_experts * super::MoeSpec::expert_params(h, fe, gated, m.expert_bias, etp);
@@ -279,11 +294,37 @@ impl TransformerSpec {
             ops.push(Op::Elementwise { bytes });
             ops
         };
-        let mut selective_recompute = vec![attn(false)];
-        if softmax_bytes > 0 {
-            selective_recompute.push(Op::Elementwise {
-                bytes: softmax_bytes,
-            });
+        // what selective recompute re-runs, module by module (`ShardSpec::recompute_modules`)
+        let modules = shard.recompute_modules;
+        let mut selective_recompute = Vec::new();
+        if modules.core_attn {
+            selective_recompute.push(attn(false));
+            if softmax_bytes > 0 {
+                selective_recompute.push(Op::Elementwise {
+                    bytes: softmax_bytes,
+                });
+            }
+        }
+        let mut rerun_bytes = 0;
+        if modules.layernorm {
+            // each stand-alone norm reads its input and writes its output again
+            rerun_bytes += self.standalone_norms(p) * 2 * rows * h * e;
+        }
+        if modules.moe_act {
+            rerun_bytes += (p.moe_act.0 + p.moe_act.1) * e;
+        }
+        if modules.mla_up_proj && !p.mla_up.is_empty() {
+            selective_recompute.extend(p.mla_up.iter().map(gemm));
+            // the rotary embedding and the assembly of Q and K: written again
+            rerun_bytes += tok * self.mla_qkv_width(t) * e;
+        }
+        if modules.mlp && p.router.is_none() {
+            // the dense MLP's forward: its GEMMs, activation and (fused) norm
+            selective_recompute.extend(p.ffn.iter().map(gemm));
+            rerun_bytes += p.ffn_traffic * e + 2 * rows * h * e;
+        }
+        if rerun_bytes > 0 {
+            selective_recompute.push(Op::Elementwise { bytes: rerun_bytes });
         }
         BlockOps {
             forward: pass(false, elementwise_fwd),
@@ -348,9 +389,10 @@ impl TransformerSpec {
             scores * e
         };
         let replicated_local = replicated / d.sp_div;
+        let none = replicated_local + sharded + core;
         let activations = ActivationBytes {
-            none: replicated_local + sharded + core,
-            selective: replicated_local + sharded,
+            none,
+            selective: none - self.selective_dropped(shard, p, core, mlp_in),
             full: sbh * e / d.sp_div,
         };
         // Weight-gradient working set (split backward): GEMM inputs and output gradients.
@@ -361,6 +403,67 @@ impl TransformerSpec {
         let gemm_inputs = (sbh / d.sp_div + latents + out_in + p.ffn_inputs) * e;
         let out_grads = (attn_in_outputs + sbh / d.sp_div + p.ffn_outputs) * e;
         (activations, gemm_inputs + out_grads)
+    }
+}
+
+impl TransformerSpec {
+    /// The block's stand-alone norms, whose outputs Megatron-Core's `layernorm` recompute
+    /// drops: a MoE layer's pre-MLP norm (the router and the dispatcher take the normed
+    /// tokens) and MLA's input norm (its down projections are plain linears). A dense MLP's
+    /// and a grouped-query attention's norms are fused into Transformer Engine's
+    /// `LayerNormMLP` and `LayerNormLinear` (`IdentityOp` norms, not recomputed).
+    fn standalone_norms(&self, p: &Parts) -> u64 {
+        u64::from(self.mla.is_some()) + u64::from(p.router.is_some())
+    }
+
+    /// MLA's Q, K and V per token on one GPU, elements: `(a/t)·(2·d_qk + d_v)`; 0 without MLA.
+    fn mla_qkv_width(&self, t: u64) -> u64 {
+        self.mla.as_ref().map_or(0, |m| {
+            self.num_attention_heads / t * (2 * m.qk_head_dim() + m.v_head_dim)
+        })
+    }
+
+    /// The bytes [`crate::Recompute::Selective`] does not keep, module by module
+    /// ([`crate::RecomputeModules`]), of the recompute-none bytes: `core` the attention
+    /// core's, `mlp_in` the bytes per element of the MLP input as kept.
+    /// - `core_attn`: the attention core's stored tensors (`core`);
+    /// - `layernorm`: each stand-alone norm's 16-bit output, `s·b·h·e` (`/t` with sequence
+    ///   parallelism) — under an FP8 recipe MLA's down projections keep their own FP8 copies,
+    ///   so only the MoE norm's (kept by the 16-bit router) goes;
+    /// - `moe_act`: the routed experts' activation output as kept (`R·f_e/etp` elements, in
+    ///   `e` bytes, or the 1-byte FP8 copy the second grouped GEMM saves under FP8);
+    /// - `mla_up_proj`: MLA's Q, K and V, `s·b·(a/t)·(2·d_qk + d_v)·e`;
+    /// - `mlp` (dense blocks): the MLP's input and activations, its checkpoint keeping the
+    ///   block's residual stream (the fused norm's input, already counted).
+    fn selective_dropped(&self, shard: &ShardSpec, p: &Parts, core: u64, mlp_in: u64) -> u64 {
+        let d = self.dims(shard);
+        let (sb, h, t, e) = (d.s * d.b, d.h, d.t, d.e);
+        let m = shard.recompute_modules;
+        let fp8 = shard.fp8_saved_inputs;
+        let mut dropped = 0;
+        if m.core_attn {
+            dropped += core;
+        }
+        if m.layernorm {
+            let norms = u64::from(p.router.is_some()) + u64::from(self.mla.is_some() && !fp8);
+            dropped += norms * sb * h * e / d.sp_div;
+        }
+        if m.moe_act {
+            dropped += p.moe_act.1 * if fp8 { 1 } else { e };
+        }
+        if m.mla_up_proj {
+            dropped += sb * self.mla_qkv_width(t) * e;
+        }
+        if m.mlp && p.router.is_none() && p.expert_params == 0 {
+            let stored = p.ffn_stored * e;
+            let stored = if fp8 {
+                stored - p.ffn_stored_linear_inputs * (e - 1)
+            } else {
+                stored
+            };
+            dropped += sb * h * mlp_in / d.sp_div + stored;
+        }
+        dropped
     }
 }
 

@@ -167,6 +167,7 @@ pub fn shard_spec(c: &ParallelConfig) -> ShardSpec {
         moe_imbalance_milli: c.experts.imbalance_milli(),
         fp8_saved_inputs: c.settings.precision.is_fp8()
             && !crate::memory::StackMemory::of(c.settings.runtime.stack).fp8_cast_per_use,
+        recompute_modules: c.settings.runtime.recompute_modules,
     }
 }
 
