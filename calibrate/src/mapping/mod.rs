@@ -205,6 +205,13 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
     let mbs = need(row.micro_batch_size, "micro_batch_size")?;
     let gbs = need(row.global_batch_size, "global_batch_size")?;
     let recompute = recompute_or_default(row, stack, &mut assumptions)?;
+    let modules = recompute_modules_of(row)?;
+    if let (Some(m), None) = (modules, &row.recompute_modules) {
+        assumptions.push(format!(
+            "recompute modules as the source names them: {} (Megatron-Core's --recompute-modules)",
+            m.names().join(", ")
+        ));
+    }
     let virtual_stages = row.virtual_pipeline_stages.unwrap_or(1).max(1);
     let schedule = if virtual_stages > 1 {
         ScheduleKind::Interleaved1F1B
@@ -247,7 +254,7 @@ fn map_iteration(row: &PublishedRow) -> Result<Mapped, String> {
             memory_margin_bytes: 0,
             flash_attention: flash_attention(stack),
             runtime: Runtime {
-                recompute_modules: recompute_modules_of(row)?.unwrap_or_default(),
+                recompute_modules: modules.unwrap_or_default(),
                 ..runtime_of(row, stack)
             },
         });
