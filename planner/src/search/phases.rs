@@ -152,17 +152,31 @@ impl<'a> Search<'a> {
         if !self.opts.exhaustive && limit_s.is_finite() && self.keys.iter().all(hopeless) {
             return Vec::new();
         }
-        let mut bounded: Vec<(f64, Key)> = self
-            .keys
-            .iter()
-            .filter_map(|k| {
-                let table = self.tables.get(&group_of(k))?;
-                Some((lower_bound_s(k, table, self.opts), *k))
-            })
-            .collect();
-        // keys are distinct, so the order is total and the same on every run
-        bounded.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        bounded
+        // sorted as (bound, index) pairs, a fifth of a key's size to move; keys are distinct,
+        // so the order is total and the same on every run
+        let mut order: Vec<(f64, usize)> = Vec::with_capacity(self.keys.len());
+        let mut table: Option<(GroupKey, &LayerTable)> = None;
+        for (i, k) in self.keys.iter().enumerate() {
+            let g = group_of(k);
+            // keys come grouped by their sharding: the last table found is usually the one
+            let t = match table {
+                Some((tg, t)) if tg == g => t,
+                _ => match self.tables.get(&g) {
+                    Some(t) => {
+                        table = Some((g, t));
+                        t
+                    }
+                    None => continue,
+                },
+            };
+            order.push((lower_bound_s(k, t, self.opts), i));
+        }
+        let keys = &self.keys;
+        order.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then_with(|| keys[a.1].cmp(&keys[b.1])));
+        order
+            .into_iter()
+            .map(|(bound, i)| (bound, keys[i]))
+            .collect()
     }
 
     /// Scores `bounded` keys by the split DP and closed form, in that order, until no later
