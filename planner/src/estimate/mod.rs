@@ -258,6 +258,21 @@ pub fn busiest_rank_s(
     Ok(evaluation.busiest_rank_s(&stages.costs))
 }
 
+/// The busiest rank's peak memory of `c`, bytes — [`Predicted`](crate::plan::Predicted)'s
+/// `peak_memory_bytes` of [`evaluate_layers`] — without simulating: each rank's activation
+/// peak walked along its list of the schedule.
+pub fn peak_memory_bytes(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: &[LayerCost],
+) -> Result<u64, PlanError> {
+    let sched = schedule_for(c)?;
+    let evaluation = Evaluation::new(model, profile, c, layers, &sched)?;
+    let stages = evaluation.stage_costs()?;
+    Ok(evaluation.peak_memory_unsimulated(&stages.costs))
+}
+
 /// [`evaluate_layers_with`] given the configuration's schedule, [`schedule_for`]`(c)`, and the
 /// model's FLOPs per sequence, [`Model::model_flops_per_sequence`] (the planner computes both
 /// once per search and shares them).
