@@ -168,34 +168,23 @@ fn layer_table(
     key: &Key,
 ) -> Result<LayerTable, PlanError> {
     let c = config_of(key, opts, None);
-    let layers = model.layers(&shard_spec(&c))?;
+    // each run of equal layers (a dense model's blocks) is timed and costed once: the times
+    // and costs are functions of the layer alone
+    let (mut distinct, counts): (Vec<LayerCost>, Vec<usize>) =
+        model.layer_runs(&shard_spec(&c))?.into_iter().unzip();
+    let slot: Vec<usize> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(j, &n)| std::iter::repeat_n(j, n))
+        .collect();
     let d = key.degrees;
     let layout = d.layout();
     let cluster = &profile.cluster;
     let cp_kv_bytes = cp_kv_bytes(model, &c);
-    // compute times do not depend on the recompute mode: each layer is timed once, and a
-    // layer equal to the one before it (a dense model's blocks) takes that one's times and
-    // costs, which are functions of the layer alone
-    let rep = repeats(&layers);
-    let mut timed: Vec<LayerTimes> = Vec::with_capacity(layers.len());
-    for (i, l) in layers.iter().enumerate() {
-        let t = match rep[i] == i {
-            true => profile.layer_times(l),
-            false => timed[rep[i]],
-        };
-        timed.push(t);
-    }
-    let firsts: Vec<[usize; 2]> = (0..layers.len())
-        .filter(|&i| rep[i] == i)
-        .map(|i| [i, i])
-        .collect();
-    let slot: Vec<usize> = {
-        let mut at = vec![0; layers.len()];
-        for (j, &[i, _]) in firsts.iter().enumerate() {
-            at[i] = j;
-        }
-        rep.iter().map(|&r| at[r]).collect()
-    };
+    // compute times do not depend on the recompute mode: each distinct layer is timed once
+    let distinct_timed: Vec<LayerTimes> = distinct.iter().map(|l| profile.layer_times(l)).collect();
+    let timed: Vec<LayerTimes> = slot.iter().map(|&j| distinct_timed[j]).collect();
+    let firsts: Vec<[usize; 2]> = (0..distinct.len()).map(|j| [j, j]).collect();
     let per_mode: Vec<Vec<StageCost>> = Recompute::ALL
         .iter()
         .map(|&mode| {
@@ -226,11 +215,12 @@ fn layer_table(
                     == crate::runtime::TpCollectives::Dtensor,
                 torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
             };
-            let distinct = stages::stage_costs_timed(&layers, &timed, &firsts, &ctx, &[]);
-            (0..layers.len())
-                .map(|i| StageCost {
+            let costs = stages::stage_costs_timed(&distinct, &distinct_timed, &firsts, &ctx, &[]);
+            slot.iter()
+                .enumerate()
+                .map(|(i, &j)| StageCost {
                     layers: [i, i],
-                    ..distinct[slot[i]]
+                    ..costs[j]
                 })
                 .collect()
         })
@@ -251,6 +241,28 @@ fn layer_table(
     };
     let sums = sums_with(|c| c.activation_bytes);
     let split_sums = sums_with(|c| c.activation_bytes.max(c.weight_grad_bytes));
+    // Every evaluation of the table's layers passes their times (`list`), so the operation
+    // lists they were timed from are not read again: dropped, they no longer hold memory for
+    // every sharding of the space (thousands of tables on 1,024 GPUs), and the copies of each
+    // run's layer below are cheap. torchtitan's op-level checkpointing and unfused loss size a
+    // layer's activations from its forward operations ([`stages::op_sac_bytes`],
+    // [`stages::unfused_loss_bytes`]): kept there. Names are left empty: no evaluation reads
+    // them.
+    let keep_forward = c.settings.runtime.stack == crate::Stack::Torchtitan;
+    for l in &mut distinct {
+        if !keep_forward {
+            l.forward_ops = Vec::new();
+        }
+        for ops in [
+            &mut l.backward_input_ops,
+            &mut l.backward_weight_ops,
+            &mut l.selective_recompute_ops,
+        ] {
+            *ops = Vec::new();
+        }
+        l.name = String::new();
+    }
+    let layers: Vec<LayerCost> = slot.iter().map(|&j| distinct[j].clone()).collect();
     let full = mode_index(Recompute::Full);
     let partial = Recompute::ALL
         .iter()
@@ -263,25 +275,6 @@ fn layer_table(
             }
         })
         .collect();
-    // Every evaluation of the table's layers passes their times (`list`), so the operation
-    // lists they were timed from are not read again: dropped, they no longer hold memory for
-    // every sharding of the space (thousands of tables on 1,024 GPUs).
-    // torchtitan's op-level checkpointing and unfused loss size a layer's activations from its
-    // forward operations ([`stages::op_sac_bytes`], [`stages::unfused_loss_bytes`]): kept there.
-    let keep_forward = c.settings.runtime.stack == crate::Stack::Torchtitan;
-    let mut layers = layers;
-    for l in &mut layers {
-        if !keep_forward {
-            l.forward_ops = Vec::new();
-        }
-        for ops in [
-            &mut l.backward_input_ops,
-            &mut l.backward_weight_ops,
-            &mut l.selective_recompute_ops,
-        ] {
-            *ops = Vec::new();
-        }
-    }
     let total_s = per_mode
         .iter()
         .map(|costs| {
@@ -304,58 +297,4 @@ fn layer_table(
         expert_params,
         timed,
     })
-}
-
-/// For each layer, the first of the run of equal layers it belongs to (itself when it differs
-/// from the layer before it). Equal: every field but the name ([`same_but_name`]).
-fn repeats(layers: &[LayerCost]) -> Vec<usize> {
-    let mut rep = Vec::with_capacity(layers.len());
-    for i in 0..layers.len() {
-        let r = match i > 0 && same_but_name(&layers[i], &layers[i - 1]) {
-            true => rep[i - 1],
-            false => i,
-        };
-        rep.push(r);
-    }
-    rep
-}
-
-/// Whether two layers cost the same: every field but the name equal. The destructuring lists
-/// every field, so a field added to [`LayerCost`] must be added here.
-fn same_but_name(a: &LayerCost, b: &LayerCost) -> bool {
-    let LayerCost {
-        name: _,
-        kind,
-        params_total,
-        params,
-        tied_params,
-        forward_ops,
-        backward_input_ops,
-        backward_weight_ops,
-        selective_recompute_ops,
-        tp_forward,
-        tp_backward,
-        activation_bytes,
-        weight_grad_bytes,
-        output_bytes,
-        recomputable,
-        expert_params,
-        ep_a2a_bytes,
-    } = a;
-    *kind == b.kind
-        && *params_total == b.params_total
-        && *params == b.params
-        && *tied_params == b.tied_params
-        && *forward_ops == b.forward_ops
-        && *backward_input_ops == b.backward_input_ops
-        && *backward_weight_ops == b.backward_weight_ops
-        && *selective_recompute_ops == b.selective_recompute_ops
-        && *tp_forward == b.tp_forward
-        && *tp_backward == b.tp_backward
-        && *activation_bytes == b.activation_bytes
-        && *weight_grad_bytes == b.weight_grad_bytes
-        && *output_bytes == b.output_bytes
-        && *recomputable == b.recomputable
-        && *expert_params == b.expert_params
-        && *ep_a2a_bytes == b.ep_a2a_bytes
 }
