@@ -409,7 +409,7 @@ impl<'a> Search<'a> {
         }
         let even = split::default_split(&table.kinds(), s.split.len()).ok();
         let mut others: Vec<Vec<usize>> = even.into_iter().collect();
-        if let Some(isolated) = refine::isolate_ends(&table.layers, &s.split) {
+        if let Some(isolated) = refine::isolate_ends(table.layers(), &s.split) {
             others.push(isolated);
         }
         others.retain(|o| *o != s.split);

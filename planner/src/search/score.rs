@@ -112,7 +112,7 @@ impl<'a> KeyScorer<'a> {
         m: u64,
     ) -> Option<Self> {
         let mode = mode_index(key.recompute);
-        let costs = &table.per_mode[mode];
+        let costs = table.per_mode(mode);
         let (pp, v) = (key.degrees.pp as usize, key.degrees.virtual_stages as usize);
         let s = pp * v;
         if costs.len() < s {
@@ -268,7 +268,7 @@ impl<'a> KeyScorer<'a> {
             .contains(&key.recompute)
             && self.opts.fixed.recompute.is_none()
             && !key.schedule.splits_backward();
-        self.table.partial[self.mode].as_ref().filter(|_| allowed)
+        self.table.partial(self.mode).filter(|_| allowed)
     }
 
     /// A lower bound on the closed form of the key with partial recompute, or `None` when that
@@ -316,7 +316,7 @@ impl<'a> KeyScorer<'a> {
         let budgets = &self.budgets;
         let (n, s) = (self.costs.len(), budgets.len());
         // every layer fully recomputed is the leanest a partial plan gets
-        let full = &self.table.sums[mode_index(Recompute::Full)];
+        let full = self.table.sums(mode_index(Recompute::Full));
         if !split_dp::any_split_fits(full, budgets) {
             return None;
         }
@@ -454,8 +454,8 @@ pub(super) fn solve_partial(
     inflight: &[u32],
 ) -> Option<(Vec<usize>, Vec<u64>)> {
     let mode = mode_index(key.recompute);
-    let part = table.partial[mode].as_ref()?;
-    let costs = &table.per_mode[mode];
+    let part = table.partial(mode)?;
+    let costs = table.per_mode(mode);
     let budget = rank_budget_bytes(profile, opts, key, costs)?;
     let (per_param, per_expert_param) = state_bytes_per_param_of(opts, key);
     // a layer's model states, the routed experts' at their own bytes per parameter

@@ -3,6 +3,7 @@
 //! expanding the model again.
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -61,42 +62,92 @@ pub(super) fn layer_tables(
         .collect()
 }
 
-/// Per-layer costs for one layer sharding, under each recompute mode.
+/// Per-layer costs for one layer sharding, under each recompute mode. What ranks the keys of
+/// the sharding (their lower bounds, their weights) is computed up front; the per-layer
+/// table only when a key of the sharding is first scored or evaluated, which many never are.
 pub(crate) struct LayerTable {
-    /// The layers under this sharding.
-    pub(super) layers: Vec<LayerCost>,
-    /// Per recompute mode (index as in `Recompute::ALL`): per-layer stage costs.
-    pub(super) per_mode: Vec<Vec<StageCost>>,
-    /// Per recompute mode: what fully recomputing one layer changes from that mode (`None` for
-    /// full recompute, and for layer lists that are not embedding, alike layers, head).
-    pub(super) partial: Vec<Option<partial::PartialModel>>,
-    /// Per recompute mode: prefix sums of per-layer F+B seconds, parameters (the fixed part,
-    /// in parameters: [`score`] scales the budgets by the bytes per parameter instead) and
-    /// activation bytes per in-flight micro-batch.
-    pub(super) sums: Vec<LayerSums>,
-    /// [`LayerTable::sums`] for schedules that split the backward: per in-flight pair the
-    /// larger of the activation bytes (F to I) and the weight-gradient bytes (I to W).
-    pub(super) split_sums: Vec<LayerSums>,
-    /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
-    /// unlimited, computed on first use.
-    pub(super) free_bottleneck: Memo<(usize, usize), Option<f64>>,
     /// Per recompute mode: seconds of all layers for one micro-batch, F+B and F alone.
     pub(super) total_s: Vec<(f64, f64)>,
-    /// Parameters of all layers.
-    pub(super) params: u64,
+    /// Parameters of all layers, and the routed experts' among them.
+    weights: WeightParams,
+    /// The runs of equal layers the table expands.
+    runs: Runs,
+    /// The per-layer table, expanded from `runs` on first use.
+    expanded: OnceLock<Expanded>,
+    /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
+    /// unlimited, computed on first use.
+    free_bottleneck: Memo<(usize, usize), Option<f64>>,
+}
+
+/// A layer list as runs of equal layers ([`Model::layer_runs`]), each run's layer timed and
+/// costed once.
+struct Runs {
+    /// Each run's layer, its operation lists dropped (see [`layer_table`]).
+    layers: Vec<LayerCost>,
+    /// Per layer of the list, its run.
+    slot: Vec<usize>,
+    /// Each run's layer's compute times.
+    timed: Vec<LayerTimes>,
+    /// Per recompute mode (index as in `Recompute::ALL`): each run's layer's stage cost.
+    per_mode: Vec<Vec<StageCost>>,
+}
+
+/// The per-layer table of one sharding.
+struct Expanded {
+    /// The layers under this sharding.
+    layers: Vec<LayerCost>,
+    /// Per recompute mode (index as in `Recompute::ALL`): per-layer stage costs.
+    per_mode: Vec<Vec<StageCost>>,
+    /// Per recompute mode: what fully recomputing one layer changes from that mode (`None` for
+    /// full recompute, and for layer lists that are not embedding, alike layers, head).
+    partial: Vec<Option<partial::PartialModel>>,
+    /// Per recompute mode: prefix sums of per-layer F+B seconds, parameters (the fixed part,
+    /// in parameters: [`super::score`] scales the budgets by the bytes per parameter instead)
+    /// and activation bytes per in-flight micro-batch.
+    sums: Vec<LayerSums>,
+    /// `sums` for schedules that split the backward: per in-flight pair the larger of the
+    /// activation bytes (F to I) and the weight-gradient bytes (I to W).
+    split_sums: Vec<LayerSums>,
     /// Each layer's routed-expert parameters (the same under every recompute mode), which
     /// [`LayerTable::sums_for`] weighs by their own bytes per parameter.
-    pub(super) expert_params: Vec<f64>,
+    expert_params: Vec<f64>,
     /// Each layer's compute times (the same under every recompute mode).
-    pub(super) timed: Vec<LayerTimes>,
+    timed: Vec<LayerTimes>,
 }
 
 impl LayerTable {
+    /// The per-layer table, expanded on first use.
+    fn expanded(&self) -> &Expanded {
+        self.expanded.get_or_init(|| self.runs.expand())
+    }
+
+    /// The layers under this sharding.
+    pub(super) fn layers(&self) -> &[LayerCost] {
+        &self.expanded().layers
+    }
+
+    /// Per-layer stage costs under `mode` (index as in `Recompute::ALL`).
+    pub(super) fn per_mode(&self, mode: usize) -> &[StageCost] {
+        &self.expanded().per_mode[mode]
+    }
+
+    /// What fully recomputing one layer changes from `mode` (`None` for full recompute, and
+    /// for layer lists that are not embedding, alike layers, head).
+    pub(super) fn partial(&self, mode: usize) -> Option<&partial::PartialModel> {
+        self.expanded().partial[mode].as_ref()
+    }
+
+    /// Prefix sums of per-layer F+B seconds, parameters and activation bytes under `mode`.
+    pub(super) fn sums(&self, mode: usize) -> &LayerSums {
+        &self.expanded().sums[mode]
+    }
+
     /// The layers with their compute times, for an evaluation.
     pub(super) fn list(&self) -> LayerList<'_> {
+        let e = self.expanded();
         LayerList {
-            layers: &self.layers,
-            timed: Some(&self.timed),
+            layers: &e.layers,
+            timed: Some(&e.timed),
         }
     }
 
@@ -111,39 +162,38 @@ impl LayerTable {
         splits_backward: bool,
         expert_weight: f64,
     ) -> Cow<'_, LayerSums> {
+        let e = self.expanded();
         let sums = match splits_backward {
-            true => &self.split_sums[mode],
-            false => &self.sums[mode],
+            true => &e.split_sums[mode],
+            false => &e.sums[mode],
         };
-        if expert_weight == 1.0 || self.expert_params.iter().all(|&e| e == 0.0) {
+        if expert_weight == 1.0 || e.expert_params.iter().all(|&x| x == 0.0) {
             return Cow::Borrowed(sums);
         }
-        let extra: Vec<f64> = self
+        let extra: Vec<f64> = e
             .expert_params
             .iter()
-            .map(|e| e * (expert_weight - 1.0))
+            .map(|x| x * (expert_weight - 1.0))
             .collect();
         Cow::Owned(sums.with_extra_fixed(&extra))
     }
 
     /// Parameters of all layers, and the routed experts' among them.
     pub(super) fn weight_params(&self) -> WeightParams {
-        WeightParams {
-            all: self.params,
-            experts: self.expert_params.iter().sum::<f64>() as u64,
-        }
+        self.weights
     }
 
     /// The kinds of the layer list.
     pub(super) fn kinds(&self) -> Vec<LayerKind> {
-        self.layers.iter().map(|l| l.kind).collect()
+        let kinds = &self.runs.layers;
+        self.runs.slot.iter().map(|&j| kinds[j].kind).collect()
     }
 
     /// The smallest per-micro-batch bottleneck of any split of the layers into `stages`
     /// stages under `mode` (index into `Recompute::ALL`), memory unlimited.
     pub(super) fn free_bottleneck_s(&self, mode: usize, stages: usize) -> Option<f64> {
         self.free_bottleneck.get_or((mode, stages), || {
-            let sums = &self.sums[mode];
+            let sums = self.sums(mode);
             split_dp::best_split_with(
                 sums.len(),
                 stages,
@@ -152,6 +202,65 @@ impl LayerTable {
             )
             .map(|b| b.1)
         })
+    }
+}
+
+impl Runs {
+    /// The per-layer table: each layer takes its run's layer, times and costs.
+    fn expand(&self) -> Expanded {
+        let slot = &self.slot;
+        let per_mode: Vec<Vec<StageCost>> = self
+            .per_mode
+            .iter()
+            .map(|costs| {
+                slot.iter()
+                    .enumerate()
+                    .map(|(i, &j)| StageCost {
+                        layers: [i, i],
+                        ..costs[j]
+                    })
+                    .collect()
+            })
+            .collect();
+        let sums_with = |held: fn(&StageCost) -> u64| -> Vec<LayerSums> {
+            per_mode
+                .iter()
+                .map(|costs: &Vec<StageCost>| {
+                    let time: Vec<f64> = costs
+                        .iter()
+                        .map(|c| c.forward_s() + c.backward_s())
+                        .collect();
+                    let params: Vec<f64> = costs.iter().map(|c| c.params as f64).collect();
+                    let act: Vec<f64> = costs.iter().map(|c| held(c) as f64).collect();
+                    LayerSums::new(&time, &params, &act)
+                })
+                .collect()
+        };
+        let sums = sums_with(|c| c.activation_bytes);
+        let split_sums = sums_with(|c| c.activation_bytes.max(c.weight_grad_bytes));
+        let layers: Vec<LayerCost> = slot.iter().map(|&j| self.layers[j].clone()).collect();
+        let full = mode_index(Recompute::Full);
+        let partial = Recompute::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, &mode)| {
+                if mode == Recompute::Full {
+                    None
+                } else {
+                    partial::PartialModel::new(&layers, &per_mode[i], &per_mode[full])
+                }
+            })
+            .collect();
+        let expert_params: Vec<f64> = per_mode[0].iter().map(|c| c.expert_params as f64).collect();
+        Expanded {
+            layers,
+            partial,
+            sums,
+            split_sums,
+            expert_params,
+            timed: slot.iter().map(|&j| self.timed[j]).collect(),
+            per_mode,
+        }
     }
 }
 
@@ -183,7 +292,6 @@ fn layer_table(
     let cp_kv_bytes = cp_kv_bytes(model, &c);
     // compute times do not depend on the recompute mode: each distinct layer is timed once
     let distinct_timed: Vec<LayerTimes> = distinct.iter().map(|l| profile.layer_times(l)).collect();
-    let timed: Vec<LayerTimes> = slot.iter().map(|&j| distinct_timed[j]).collect();
     let firsts: Vec<[usize; 2]> = (0..distinct.len()).map(|j| [j, j]).collect();
     let per_mode: Vec<Vec<StageCost>> = Recompute::ALL
         .iter()
@@ -215,32 +323,9 @@ fn layer_table(
                     == crate::runtime::TpCollectives::Dtensor,
                 torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
             };
-            let costs = stages::stage_costs_timed(&distinct, &distinct_timed, &firsts, &ctx, &[]);
-            slot.iter()
-                .enumerate()
-                .map(|(i, &j)| StageCost {
-                    layers: [i, i],
-                    ..costs[j]
-                })
-                .collect()
+            stages::stage_costs_timed(&distinct, &distinct_timed, &firsts, &ctx, &[])
         })
         .collect();
-    let sums_with = |held: fn(&StageCost) -> u64| -> Vec<LayerSums> {
-        per_mode
-            .iter()
-            .map(|costs: &Vec<StageCost>| {
-                let time: Vec<f64> = costs
-                    .iter()
-                    .map(|c| c.forward_s() + c.backward_s())
-                    .collect();
-                let params: Vec<f64> = costs.iter().map(|c| c.params as f64).collect();
-                let act: Vec<f64> = costs.iter().map(|c| held(c) as f64).collect();
-                LayerSums::new(&time, &params, &act)
-            })
-            .collect()
-    };
-    let sums = sums_with(|c| c.activation_bytes);
-    let split_sums = sums_with(|c| c.activation_bytes.max(c.weight_grad_bytes));
     // Every evaluation of the table's layers passes their times (`list`), so the operation
     // lists they were timed from are not read again: dropped, they no longer hold memory for
     // every sharding of the space (thousands of tables on 1,024 GPUs), and the copies of each
@@ -262,39 +347,33 @@ fn layer_table(
         }
         l.name = String::new();
     }
-    let layers: Vec<LayerCost> = slot.iter().map(|&j| distinct[j].clone()).collect();
-    let full = mode_index(Recompute::Full);
-    let partial = Recompute::ALL
-        .iter()
-        .enumerate()
-        .map(|(i, &mode)| {
-            if mode == Recompute::Full {
-                None
-            } else {
-                partial::PartialModel::new(&layers, &per_mode[i], &per_mode[full])
-            }
-        })
-        .collect();
+    // the figures that rank the keys, summed layer by layer as the expanded table would
     let total_s = per_mode
         .iter()
         .map(|costs| {
-            costs.iter().fold((0.0, 0.0), |(fb, f), c| {
+            slot.iter().fold((0.0, 0.0), |(fb, f), &j| {
+                let c = &costs[j];
                 (fb + c.forward_s() + c.backward_s(), f + c.forward_s())
             })
         })
         .collect();
-    let params = per_mode[0].iter().map(|c| c.params).sum();
-    let expert_params: Vec<f64> = per_mode[0].iter().map(|c| c.expert_params as f64).collect();
+    let weights = WeightParams {
+        all: slot.iter().map(|&j| per_mode[0][j].params).sum(),
+        experts: slot
+            .iter()
+            .map(|&j| per_mode[0][j].expert_params as f64)
+            .sum::<f64>() as u64,
+    };
     Ok(LayerTable {
-        layers,
-        per_mode,
-        partial,
-        sums,
-        split_sums,
-        free_bottleneck: Default::default(),
         total_s,
-        params,
-        expert_params,
-        timed,
+        weights,
+        runs: Runs {
+            layers: distinct,
+            slot,
+            timed: distinct_timed,
+            per_mode,
+        },
+        expanded: OnceLock::new(),
+        free_bottleneck: Default::default(),
     })
 }
