@@ -17,6 +17,7 @@
 //!
 //! The result is deterministic for any thread count: candidates are ranked by (time, [`Key`]).
 
+mod bounded;
 mod ceiling;
 mod errors;
 mod evaluator;

@@ -8,6 +8,7 @@ use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 use rayon::prelude::*;
 
+use super::bounded::Bounded;
 use super::ceiling::{exact_lower_bound_s, same_run, Ceiling};
 use super::errors::{no_candidates, nothing_fits};
 use super::evaluator::{Evaluator, ScheduleShape};
@@ -146,44 +147,34 @@ impl<'a> Search<'a> {
     /// no key can beat the other frameworks' answers (see [`Ceiling`]). (Leaving out only the
     /// keys that cannot would hand their places in the shortlist to others, and change which
     /// plans are found.)
-    fn bounded(&self) -> Vec<(f64, Key)> {
+    fn bounded(&self) -> Bounded {
         let limit_s = self.shared.limit_s();
         let hopeless = |k: &Key| exact_lower_bound_s(k, self.table(k), self.opts) > limit_s;
         if !self.opts.exhaustive && limit_s.is_finite() && self.keys.iter().all(hopeless) {
-            return Vec::new();
+            return Bounded::default();
         }
-        // sorted as (bound, index) pairs, a fifth of a key's size to move; keys are distinct,
-        // so the order is total and the same on every run
-        let mut order: Vec<(f64, usize)> = Vec::with_capacity(self.keys.len());
         let mut table: Option<(GroupKey, &LayerTable)> = None;
-        for (i, k) in self.keys.iter().enumerate() {
+        let bounded = self.keys.iter().filter_map(|k| {
             let g = group_of(k);
-            // keys come grouped by their sharding: the last table found is usually the one
+            // keys come in runs of one sharding: the last table found is usually the one
             let t = match table {
                 Some((tg, t)) if tg == g => t,
-                _ => match self.tables.get(&g) {
-                    Some(t) => {
-                        table = Some((g, t));
-                        t
-                    }
-                    None => continue,
-                },
+                _ => {
+                    let t = self.tables.get(&g)?;
+                    table = Some((g, t));
+                    t
+                }
             };
-            order.push((lower_bound_s(k, t, self.opts), i));
-        }
-        let keys = &self.keys;
-        order.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then_with(|| keys[a.1].cmp(&keys[b.1])));
-        order
-            .into_iter()
-            .map(|(bound, i)| (bound, keys[i]))
-            .collect()
+            Some((lower_bound_s(k, t, self.opts), *k))
+        });
+        Bounded::new(bounded)
     }
 
     /// Scores `bounded` keys by the split DP and closed form, in that order, until no later
     /// key can enter the shortlist.
     pub fn scan(
         &self,
-        bounded: &[(f64, Key)],
+        bounded: &mut Bounded,
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Vec<Scored> {
         scan::Scan {
@@ -207,9 +198,9 @@ impl<'a> Search<'a> {
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<(Vec<Scored>, Vec<Estimate>), PlanError> {
         let mut round = 0;
-        let bounded = self.bounded();
+        let mut bounded = self.bounded();
         loop {
-            let scored = self.scan(&bounded, progress);
+            let scored = self.scan(&mut bounded, progress);
             let chosen = self.shortlist(&scored)?;
             let keys: Vec<Key> = chosen.iter().map(|s| s.key).collect();
             let before = self.simulated;
