@@ -3,7 +3,7 @@
 //! same configuration with partial recompute (its DP here, its integer program in
 //! [`super::partial`]).
 
-use std::borrow::Cow;
+use std::sync::Arc;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Recompute;
@@ -92,7 +92,7 @@ pub(super) struct KeyScorer<'a> {
     costs: &'a [StageCost],
     /// What the DP sums: for split-backward schedules, per in-flight pair the larger of the
     /// activation and weight-gradient bytes.
-    sums: Cow<'a, LayerSums>,
+    sums: Arc<LayerSums>,
     /// Per stage, in parameters (every term of a stage's memory inequality is divided by the
     /// bytes per parameter).
     budgets: Vec<StageBudget>,

@@ -2,8 +2,7 @@
 //! micro-batch size, sequence parallelism): what every phase of the search reads instead of
 //! expanding the model again.
 
-use std::borrow::Cow;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -77,6 +76,9 @@ pub(crate) struct LayerTable {
     /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
     /// unlimited, computed on first use.
     free_bottleneck: Memo<(usize, usize), Option<f64>>,
+    /// [`LayerTable::sums_for`] with the routed experts weighed, per (recompute mode, split
+    /// backward, weight's bits), computed on first use.
+    weighted_sums: Memo<(usize, bool, u64), Arc<LayerSums>>,
 }
 
 /// A layer list as runs of equal layers ([`Model::layer_runs`]), each run's layer timed and
@@ -104,10 +106,10 @@ struct Expanded {
     /// Per recompute mode: prefix sums of per-layer F+B seconds, parameters (the fixed part,
     /// in parameters: [`super::score`] scales the budgets by the bytes per parameter instead)
     /// and activation bytes per in-flight micro-batch.
-    sums: Vec<LayerSums>,
+    sums: Vec<Arc<LayerSums>>,
     /// `sums` for schedules that split the backward: per in-flight pair the larger of the
     /// activation bytes (F to I) and the weight-gradient bytes (I to W).
-    split_sums: Vec<LayerSums>,
+    split_sums: Vec<Arc<LayerSums>>,
     /// Each layer's routed-expert parameters (the same under every recompute mode), which
     /// [`LayerTable::sums_for`] weighs by their own bytes per parameter.
     expert_params: Vec<f64>,
@@ -156,26 +158,30 @@ impl LayerTable {
     /// counted `expert_weight` times (their bytes per parameter over the dense parameters',
     /// see [`super::state_bytes_per_param_of`]), so that the fixed part in parameters times
     /// the dense bytes per parameter is the stage's model states exactly.
+    /// Computed once per (mode, split backward, weight): the keys of a sharding share a few.
     pub(super) fn sums_for(
         &self,
         mode: usize,
         splits_backward: bool,
         expert_weight: f64,
-    ) -> Cow<'_, LayerSums> {
+    ) -> Arc<LayerSums> {
         let e = self.expanded();
         let sums = match splits_backward {
             true => &e.split_sums[mode],
             false => &e.sums[mode],
         };
         if expert_weight == 1.0 || e.expert_params.iter().all(|&x| x == 0.0) {
-            return Cow::Borrowed(sums);
+            return Arc::clone(sums);
         }
-        let extra: Vec<f64> = e
-            .expert_params
-            .iter()
-            .map(|x| x * (expert_weight - 1.0))
-            .collect();
-        Cow::Owned(sums.with_extra_fixed(&extra))
+        let weighted = (mode, splits_backward, expert_weight.to_bits());
+        self.weighted_sums.get_or(weighted, || {
+            let extra: Vec<f64> = e
+                .expert_params
+                .iter()
+                .map(|x| x * (expert_weight - 1.0))
+                .collect();
+            Arc::new(sums.with_extra_fixed(&extra))
+        })
     }
 
     /// Parameters of all layers, and the routed experts' among them.
@@ -222,7 +228,7 @@ impl Runs {
                     .collect()
             })
             .collect();
-        let sums_with = |held: fn(&StageCost) -> u64| -> Vec<LayerSums> {
+        let sums_with = |held: fn(&StageCost) -> u64| -> Vec<Arc<LayerSums>> {
             per_mode
                 .iter()
                 .map(|costs: &Vec<StageCost>| {
@@ -232,7 +238,7 @@ impl Runs {
                         .collect();
                     let params: Vec<f64> = costs.iter().map(|c| c.params as f64).collect();
                     let act: Vec<f64> = costs.iter().map(|c| held(c) as f64).collect();
-                    LayerSums::new(&time, &params, &act)
+                    Arc::new(LayerSums::new(&time, &params, &act))
                 })
                 .collect()
         };
@@ -375,5 +381,6 @@ fn layer_table(
         },
         expanded: OnceLock::new(),
         free_bottleneck: Default::default(),
+        weighted_sums: Default::default(),
     })
 }
