@@ -134,7 +134,7 @@ fn united(
     let total: Vec<AtomicUsize> = per.iter().map(|_| AtomicUsize::new(0)).collect();
     let sum = |v: &[AtomicUsize]| v.iter().map(|a| a.load(Ordering::Relaxed)).sum::<usize>();
     let shared = Ceiling::new(opts);
-    let mut results: Vec<Result<SearchResult, PlanError>> = Vec::with_capacity(per.len());
+    let mut results: Vec<Result<Found, PlanError>> = Vec::with_capacity(per.len());
     for (i, o) in per.iter().enumerate() {
         let progress = |d, t| {
             done[i].store(d, Ordering::Relaxed);
@@ -142,17 +142,20 @@ fn united(
             progress(sum(&done), sum(&total));
         };
         // the answers are detailed after the ranking, only those shown
-        let found = search_under(model, profile, o, &progress, &shared, None);
-        if let Ok(r) = &found {
-            offer_runnable(model, profile, o, r, &shared)?;
-        }
+        let found = match search_under(model, profile, o, &progress, &shared, None) {
+            Ok(r) => {
+                let answers = offer_runnable(model, profile, o, &r, &shared)?;
+                Ok((r, o, answers))
+            }
+            Err(e) => Err(e),
+        };
         results.push(found);
     }
     let mut first_error = None;
-    let mut found: Vec<(SearchResult, &SearchOptions)> = Vec::new();
-    for (r, o) in results.into_iter().zip(per) {
+    let mut found: Vec<Found> = Vec::new();
+    for r in results {
         match r {
-            Ok(r) => found.push((r, o)),
+            Ok(r) => found.push(r),
             Err(e) => {
                 first_error.get_or_insert(e);
             }
@@ -172,33 +175,29 @@ fn merge(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
-    found: Vec<(SearchResult, &SearchOptions)>,
+    found: Vec<Found>,
     start: Instant,
 ) -> Result<Plans, PlanError> {
-    let (candidates, simulated) = found
-        .iter()
-        .fold((0, 0), |(c, s), (r, _)| (c + r.candidates, s + r.simulated));
-    let mut pool: Vec<(Estimate, &SearchOptions)> = Vec::new();
+    let (candidates, simulated) = found.iter().fold((0, 0), |(c, s), (r, _, _)| {
+        (c + r.candidates, s + r.simulated)
+    });
+    let mut pool: Vec<(Estimate, Answer)> = Vec::new();
     let mut unfit: Vec<Estimate> = Vec::new();
-    for (r, o) in found {
+    for (r, _, answers) in found {
         let all = std::iter::once(r.best)
             .chain(r.alternatives)
             .chain(r.passed_over);
-        pool.extend(all.map(|e| (e, o)));
+        pool.extend(all.zip(answers));
         unfit.extend(r.fastest_unfit);
     }
     pool.sort_by(|a, b| rank_cmp(&a.0, &b.0));
     // the same plan found by two frameworks: the faster prediction stands for it
-    let mut kept: Vec<(Estimate, &SearchOptions)> = Vec::new();
-    for (e, o) in pool {
-        if !kept.iter().any(|(k, _)| k.result.plan == e.result.plan) {
-            kept.push((e, o));
+    let mut answered: Vec<(Estimate, Answer)> = Vec::new();
+    for (e, a) in pool {
+        if !answered.iter().any(|(k, _)| k.result.plan == e.result.plan) {
+            answered.push((e, a));
         }
     }
-    let mut answered: Vec<(Estimate, Answer)> = kept
-        .into_iter()
-        .map(|(e, o)| answer(model, profile, o, &e).map(|a| (e, a)))
-        .collect::<Result<_, _>>()?;
     if answered.iter().any(|(_, a)| !a.runs_on.is_empty()) {
         answered.retain(|(_, a)| !a.runs_on.is_empty());
     }
@@ -241,24 +240,32 @@ fn merge(
     Ok(Plans { result, answers })
 }
 
+/// A framework's search: its result, its options, and the [`Answer`]s of its best, its
+/// alternatives and the plan it passed over, in that order.
+type Found<'o> = (SearchResult, &'o SearchOptions, Vec<Answer>);
+
 /// Records in `shared` the answers of `r` (found under `opts`) that some framework runs: only
-/// those are ranked by [`merge`].
+/// those are ranked by [`merge`]. Returns the answers of its best, its alternatives and the
+/// plan it passed over, in that order.
 fn offer_runnable(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     r: &SearchResult,
     shared: &Ceiling,
-) -> Result<(), PlanError> {
+) -> Result<Vec<Answer>, PlanError> {
     let all = std::iter::once(&r.best)
         .chain(&r.alternatives)
         .chain(&r.passed_over);
+    let mut answers = Vec::new();
     for e in all {
-        if !answer(model, profile, opts, e)?.runs_on.is_empty() {
+        let a = answer(model, profile, opts, e)?;
+        if !a.runs_on.is_empty() {
             shared.offer(e);
         }
+        answers.push(a);
     }
-    Ok(())
+    Ok(answers)
 }
 
 /// `config` evaluated with the breakdown (pipeline sends apart from the bubble): what the
