@@ -301,6 +301,40 @@ pub fn evaluate_scheduled_when(
     (detail, sched, model_flops_per_sequence): (Detail, Arc<Schedule>, f64),
     only_fitting: bool,
 ) -> Result<Option<Estimate>, PlanError> {
+    let args = (detail, sched, model_flops_per_sequence);
+    evaluate_scheduled_with(model, profile, c, layers, args, only_fitting, None)
+}
+
+/// [`evaluate_scheduled`] of a configuration evaluated before at any [`Detail`] but
+/// [`Detail::Full`] (`before`, its [`Estimate::simulation`]): the pipeline is not simulated
+/// again with its sends, the simulation whose answer that is. `detail` [`Detail::Full`]
+/// simulates everything (the timeline was not recorded before).
+pub(crate) fn evaluate_scheduled_again(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: LayerList<'_>,
+    args: (Detail, Arc<Schedule>, f64),
+    before: &SimResult,
+) -> Result<Estimate, PlanError> {
+    // a Full evaluation recorded a timeline, which the other details leave out
+    let recorded = !before.timeline.is_empty() || !before.memory.is_empty();
+    let known = (args.0 != Detail::Full && !recorded).then_some(before);
+    evaluate_scheduled_with(model, profile, c, layers, args, false, known)
+        .map(|e| e.expect("evaluated unconditionally"))
+}
+
+/// [`evaluate_scheduled_when`], with the simulation with sends given (`known`) where the
+/// caller has it.
+fn evaluate_scheduled_with(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: LayerList<'_>,
+    (detail, sched, model_flops_per_sequence): (Detail, Arc<Schedule>, f64),
+    only_fitting: bool,
+    known: Option<&SimResult>,
+) -> Result<Option<Estimate>, PlanError> {
     let evaluation =
         Evaluation::new(model, profile, c, layers.layers, &sched)?.with_timed(layers.timed);
     let warnings = evaluation.warnings();
@@ -308,7 +342,7 @@ pub fn evaluate_scheduled_when(
     if only_fitting && !evaluation.fits_unsimulated(&stages.costs) {
         return Ok(None);
     }
-    let pipeline = evaluation.simulate(&stages.costs, detail)?;
+    let pipeline = evaluation.simulate(&stages.costs, detail, known)?;
     debug_assert_eq!(
         pipeline.sim.peak_activation_bytes,
         evaluation.peak_activation_bytes(&stages.costs),

@@ -10,7 +10,10 @@ use super::memo::Memo;
 use super::table::LayerTable;
 use super::{config_with, key_of, Key, SearchOptions};
 use crate::config::ParallelConfig;
-use crate::estimate::{busiest_rank_s, evaluate_scheduled_when, schedule_for, Detail, Estimate};
+use crate::estimate::{
+    busiest_rank_s, evaluate_scheduled_again, evaluate_scheduled_when, schedule_for, Detail,
+    Estimate,
+};
 use crate::schedule::{Schedule, ScheduleKind};
 
 /// A schedule's shape: kind, pipeline ranks, stages per rank, micro-batches.
@@ -124,10 +127,16 @@ impl<'a> Evaluator<'a> {
         self.evaluate_when(key, table, choice, Detail::TimeAndMemory, true)
     }
 
-    /// Evaluates an estimate's configuration again, with its exact split and recompute.
+    /// Evaluates an estimate's configuration again, with its exact split and recompute; its
+    /// pipeline simulation with sends is not run again (see [`evaluate_scheduled_again`]).
     pub fn again(&self, e: &Estimate, table: &LayerTable, detail: Detail) -> Option<Estimate> {
         let (split, recompute_layers) = choice_of(e);
-        self.evaluate(&key_of(e), table, Some(split), recompute_layers, detail)
+        let c = config_with(&key_of(e), self.opts, Some(split), recompute_layers);
+        let sched = self.schedule(&c)?;
+        let flops = self.model_flops_per_sequence?;
+        let args = (detail, sched, flops);
+        let list = table.list();
+        evaluate_scheduled_again(self.model, self.profile, &c, list, args, &e.simulation).ok()
     }
 }
 
