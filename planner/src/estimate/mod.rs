@@ -305,27 +305,29 @@ pub fn evaluate_scheduled_when(
     evaluate_scheduled_with(model, profile, c, layers, args, only_fitting, None)
 }
 
-/// [`evaluate_scheduled`] of a configuration evaluated before at any [`Detail`] but
-/// [`Detail::Full`] (`before`, its [`Estimate::simulation`]): the pipeline is not simulated
-/// again with its sends, the simulation whose answer that is. `detail` [`Detail::Full`]
-/// simulates everything (the timeline was not recorded before).
+/// [`evaluate_scheduled`] of a configuration evaluated before (`before`): where its stages
+/// cost the same as then and it was not evaluated at [`Detail::Full`], the pipeline is not
+/// simulated again with its sends (the same inputs: the same simulation). `detail`
+/// [`Detail::Full`] simulates everything (the timeline was not recorded before).
 pub(crate) fn evaluate_scheduled_again(
     model: &Model,
     profile: &AnalyticProfile,
     c: &ParallelConfig,
     layers: LayerList<'_>,
     args: (Detail, Arc<Schedule>, f64),
-    before: &SimResult,
+    before: &Estimate,
 ) -> Result<Estimate, PlanError> {
+    let sim = &before.simulation;
     // a Full evaluation recorded a timeline, which the other details leave out
-    let recorded = !before.timeline.is_empty() || !before.memory.is_empty();
-    let known = (args.0 != Detail::Full && !recorded).then_some(before);
+    let recorded = !sim.timeline.is_empty() || !sim.memory.is_empty();
+    let known = (args.0 != Detail::Full && !recorded).then_some((before.stages.as_slice(), sim));
     evaluate_scheduled_with(model, profile, c, layers, args, false, known)
         .map(|e| e.expect("evaluated unconditionally"))
 }
 
-/// [`evaluate_scheduled_when`], with the simulation with sends given (`known`) where the
-/// caller has it.
+/// [`evaluate_scheduled_when`], with the simulation with sends of the same configuration with
+/// the stage costs given (`known`) where the caller has it: used where the stages cost the
+/// same.
 fn evaluate_scheduled_with(
     model: &Model,
     profile: &AnalyticProfile,
@@ -333,7 +335,7 @@ fn evaluate_scheduled_with(
     layers: LayerList<'_>,
     (detail, sched, model_flops_per_sequence): (Detail, Arc<Schedule>, f64),
     only_fitting: bool,
-    known: Option<&SimResult>,
+    known: Option<(&[StageCost], &SimResult)>,
 ) -> Result<Option<Estimate>, PlanError> {
     let evaluation =
         Evaluation::new(model, profile, c, layers.layers, &sched)?.with_timed(layers.timed);
@@ -342,6 +344,9 @@ fn evaluate_scheduled_with(
     if only_fitting && !evaluation.fits_unsimulated(&stages.costs) {
         return Ok(None);
     }
+    let known = known
+        .filter(|&(costs, _)| costs == stages.costs.as_slice())
+        .map(|(_, sim)| sim);
     let pipeline = evaluation.simulate(&stages.costs, detail, known)?;
     debug_assert_eq!(
         pipeline.sim.peak_activation_bytes,

@@ -136,7 +136,7 @@ impl<'a> Evaluator<'a> {
         let flops = self.model_flops_per_sequence?;
         let args = (detail, sched, flops);
         let list = table.list();
-        evaluate_scheduled_again(self.model, self.profile, &c, list, args, &e.simulation).ok()
+        evaluate_scheduled_again(self.model, self.profile, &c, list, args, e).ok()
     }
 }
 

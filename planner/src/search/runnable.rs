@@ -8,6 +8,7 @@
 //! `any-mix` space, which is a single search.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use autopp_hardware::AnalyticProfile;
@@ -20,7 +21,9 @@ use super::{
     SearchResult,
 };
 use crate::config::{ParallelConfig, PlanError};
-use crate::estimate::{evaluate_layers_with, shard_spec, Detail, Estimate};
+use crate::estimate::{
+    evaluate_scheduled_again, schedule_for, shard_spec, Detail, Estimate, LayerList,
+};
 use crate::framework::Framework;
 use crate::launch;
 use crate::planfile::PlanFile;
@@ -210,18 +213,21 @@ fn merge(
     })?;
     let alternatives: Vec<Estimate> = ranked.collect();
     // plans are distinct (see above): each answer is found again by its plan
-    let answers: Vec<Answer> = std::iter::once(&best)
+    let found: Vec<(&Estimate, Answer)> = std::iter::once(&best)
         .chain(&alternatives)
-        .filter_map(|e| plans.iter().position(|p| *p == e.result.plan))
-        .map(|i| answers[i].clone())
+        .filter_map(|e| {
+            let i = plans.iter().position(|p| *p == e.result.plan)?;
+            Some((e, answers[i].clone()))
+        })
         .collect();
     // the shown plans in full detail (the searches left them as simulated)
-    let mut shown = answers
+    let shown = found
         .par_iter()
         .with_max_len(1)
-        .map(|a| detailed(model, profile, &a.config))
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter();
+        .map(|(e, a)| detailed(model, profile, &a.config, e))
+        .collect::<Result<Vec<_>, _>>()?;
+    let answers: Vec<Answer> = found.into_iter().map(|(_, a)| a).collect();
+    let mut shown = shown.into_iter();
     let best = shown.next().unwrap_or(best);
     let alternatives: Vec<Estimate> = shown.collect();
     let fastest_unfit = unfit
@@ -269,14 +275,36 @@ fn offer_runnable(
 }
 
 /// `config` evaluated with the breakdown (pipeline sends apart from the bubble): what the
-/// search's own answers get, for a plan of a framework's search.
+/// search's own answers get, for a plan of a framework's search. `before` is the search's
+/// evaluation of it: its schedule is not generated again, nor its simulation with sends run
+/// again when the stages cost the same ([`evaluate_scheduled_again`]).
 fn detailed(
     model: &Model,
     profile: &AnalyticProfile,
     config: &ParallelConfig,
+    before: &Estimate,
 ) -> Result<Estimate, PlanError> {
     let layers = model.layers(&shard_spec(config))?;
-    evaluate_layers_with(model, profile, config, &layers, Detail::Breakdown)
+    let s = &before.schedule;
+    let d = &config.degrees;
+    let same_shape = config.group_size.is_none()
+        && (s.kind, s.pp, s.virtual_stages, s.num_microbatches)
+            == (
+                config.schedule,
+                d.pp as usize,
+                d.virtual_stages as usize,
+                config.num_microbatches() as usize,
+            );
+    let sched = match same_shape {
+        true => Arc::clone(s),
+        false => Arc::new(schedule_for(config)?),
+    };
+    let args = (Detail::Breakdown, sched, model.model_flops_per_sequence()?);
+    let layers = LayerList {
+        layers: &layers,
+        timed: None,
+    };
+    evaluate_scheduled_again(model, profile, config, layers, args, before)
 }
 
 /// The answer of `e`, found under `opts`: its configuration and the frameworks that run it.
