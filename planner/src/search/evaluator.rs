@@ -19,25 +19,34 @@ use crate::schedule::{Schedule, ScheduleKind};
 /// A schedule's shape: kind, pipeline ranks, stages per rank, micro-batches.
 pub(crate) type ScheduleShape = (ScheduleKind, u64, u64, u64);
 
+/// Generated schedules by shape (`None`: the generator rejects the shape), shared by the
+/// searches of one plan (a shape's schedule is the same for every framework).
+pub(crate) type Schedules = Memo<ScheduleShape, Option<Arc<Schedule>>>;
+
 /// Evaluates candidates of one search.
 pub(crate) struct Evaluator<'a> {
     pub model: &'a Model,
     pub profile: &'a AnalyticProfile,
     pub opts: &'a SearchOptions,
-    /// Generated schedules by shape (`None`: the generator rejects the shape).
-    schedules: Memo<ScheduleShape, Option<Arc<Schedule>>>,
+    /// Generated schedules by shape, generated on first use.
+    schedules: &'a Schedules,
     /// The model's FLOPs per sequence (`None`: the model cannot say).
     model_flops_per_sequence: Option<f64>,
 }
 
 impl<'a> Evaluator<'a> {
-    /// An evaluator with an empty schedule cache.
-    pub fn new(model: &'a Model, profile: &'a AnalyticProfile, opts: &'a SearchOptions) -> Self {
+    /// An evaluator that generates schedules into `schedules`.
+    pub fn new(
+        model: &'a Model,
+        profile: &'a AnalyticProfile,
+        opts: &'a SearchOptions,
+        schedules: &'a Schedules,
+    ) -> Self {
         Evaluator {
             model,
             profile,
             opts,
-            schedules: Memo::default(),
+            schedules,
             model_flops_per_sequence: model.model_flops_per_sequence().ok(),
         }
     }

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use super::bounded::Bounded;
 use super::ceiling::{exact_lower_bound_s, same_run, Ceiling};
 use super::errors::{no_candidates, nothing_fits};
-use super::evaluator::{Evaluator, ScheduleShape};
+use super::evaluator::{Evaluator, ScheduleShape, Schedules};
 use super::memo::Memo;
 use super::score::{lower_bound_s, solve_partial};
 use super::table::{group_of, layer_tables, GroupKey, LayerTable};
@@ -76,9 +76,10 @@ impl<'a> Search<'a> {
         profile: &'a AnalyticProfile,
         opts: &'a SearchOptions,
         shared: &'a Ceiling,
+        schedules: &'a Schedules,
         answer_detail: Option<Detail>,
     ) -> Result<Self, PlanError> {
-        let eval = Evaluator::new(model, profile, opts);
+        let eval = Evaluator::new(model, profile, opts, schedules);
         let gpus = profile.cluster.num_gpus();
         if opts.global_batch_size == 0 {
             return Err(PlanError::invalid("--global-batch", "must be at least 1"));

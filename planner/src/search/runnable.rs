@@ -16,6 +16,7 @@ use autopp_models::Model;
 use rayon::prelude::*;
 
 use super::ceiling::Ceiling;
+use super::evaluator::Schedules;
 use super::{
     exact_config, prefer_simple, rank_cmp, search, search_under, time_of, SearchOptions,
     SearchResult,
@@ -137,6 +138,8 @@ fn united(
     let total: Vec<AtomicUsize> = per.iter().map(|_| AtomicUsize::new(0)).collect();
     let sum = |v: &[AtomicUsize]| v.iter().map(|a| a.load(Ordering::Relaxed)).sum::<usize>();
     let shared = Ceiling::new(opts);
+    // a shape's schedule is the same whatever the framework: generated once for all
+    let schedules = Schedules::default();
     let mut results: Vec<Result<Found, PlanError>> = Vec::with_capacity(per.len());
     for (i, o) in per.iter().enumerate() {
         let progress = |d, t| {
@@ -145,7 +148,7 @@ fn united(
             progress(sum(&done), sum(&total));
         };
         // the answers are detailed after the ranking, only those shown
-        let found = match search_under(model, profile, o, &progress, &shared, None) {
+        let found = match search_under(model, profile, o, &progress, (&shared, &schedules), None) {
             Ok(r) => {
                 let answers = offer_runnable(model, profile, o, &r, &shared)?;
                 Ok((r, o, answers))
