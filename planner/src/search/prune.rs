@@ -46,6 +46,10 @@ pub(super) fn enumerate(
         candidates: 0,
         leanest: Vec::with_capacity(LEANEST + 1),
     };
+    // The floor is a function of the floor key alone, and the space is visited one
+    // (degrees, ep, etp) at a time with the ZeRO stage innermost: each stage's answer is kept
+    // while the rest of the floor key stays.
+    let mut floors: (Option<FloorKey>, [Option<bool>; 4]) = (None, [None; 4]);
     let (gb, limits, fixed) = (opts.global_batch_size, &opts.limits, &opts.fixed);
     space::visit(model, gpus, gb, limits, fixed, &mut |k| {
         space.candidates += 1;
@@ -61,12 +65,29 @@ pub(super) fn enumerate(
                 p
             }
         };
+        let f = floor_key(&k);
+        if floors.0 != Some(f) {
+            floors = (Some(f), [None; 4]);
+        }
         // a sharding the model cannot take keeps its keys: the layer tables drop them
-        if p.is_none_or(|p| !below_memory_floor(profile, opts, &k, p)) {
+        let below = p.is_some_and(|p| match floors.1.get_mut(usize::from(k.zero_stage)) {
+            Some(known) => *known.get_or_insert_with(|| below_memory_floor(profile, opts, &k, p)),
+            None => below_memory_floor(profile, opts, &k, p),
+        });
+        if !below {
             space.keys.push(k);
         }
     });
     space
+}
+
+/// What [`below_memory_floor`] reads of a key besides its ZeRO stage: (tp, pp, dp, cp, ep,
+/// etp), with the weight sharding (tp, ep, etp) its parameters.
+type FloorKey = (u64, u64, u64, u64, u64, u64);
+
+fn floor_key(k: &Key) -> FloorKey {
+    let d = &k.degrees;
+    (d.tp, d.pp, d.dp, d.cp, k.ep, k.etp)
 }
 
 /// Keeps `k` among the leanest if it is leaner than one of them.
