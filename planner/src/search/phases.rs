@@ -69,6 +69,9 @@ pub(super) struct Search<'a> {
 /// seventh scan's shortlist holds the first plans that fit).
 const RESCANS: usize = 16;
 
+/// Keys whose lower bounds one task computes.
+const BOUND_CHUNK: usize = 8192;
+
 impl<'a> Search<'a> {
     /// Enumerates the space and builds one layer table per layer sharding.
     pub fn new(
@@ -154,20 +157,27 @@ impl<'a> Search<'a> {
         if !self.opts.exhaustive && limit_s.is_finite() && self.keys.iter().all(hopeless) {
             return Bounded::default();
         }
-        let mut table: Option<(GroupKey, &LayerTable)> = None;
-        let bounded = self.keys.iter().filter_map(|k| {
-            let g = group_of(k);
-            // keys come in runs of one sharding: the last table found is usually the one
-            let t = match table {
-                Some((tg, t)) if tg == g => t,
-                _ => {
-                    let t = self.tables.get(&g)?;
-                    table = Some((g, t));
-                    t
-                }
-            };
-            Some((lower_bound_s(k, t, self.opts), *k))
-        });
+        // in parallel chunks, in order
+        let bounded: Vec<(f64, Key)> = self
+            .keys
+            .par_chunks(BOUND_CHUNK)
+            .flat_map_iter(|keys| {
+                let mut table: Option<(GroupKey, &LayerTable)> = None;
+                keys.iter().filter_map(move |k| {
+                    let g = group_of(k);
+                    // keys come in runs of one sharding: the last table found is usually it
+                    let t = match table {
+                        Some((tg, t)) if tg == g => t,
+                        _ => {
+                            let t = self.tables.get(&g)?;
+                            table = Some((g, t));
+                            t
+                        }
+                    };
+                    Some((lower_bound_s(k, t, self.opts), *k))
+                })
+            })
+            .collect();
         Bounded::new(bounded)
     }
 
