@@ -6,6 +6,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
+use rayon::prelude::*;
 
 use super::errors::{lean_order, LEANEST};
 use super::score::{below_memory_floor, WeightParams};
@@ -39,6 +40,37 @@ pub(super) fn enumerate(
     opts: &SearchOptions,
     gpus: u64,
 ) -> Space {
+    let (limits, fixed) = (&opts.limits, &opts.fixed);
+    // one task per tensor-parallel degree, their keys joined in the visit's order (the
+    // leanest are the leanest of all whatever the order: the lean order is total)
+    let parts: Vec<Space> = space::tp_options(model, gpus, limits, fixed)
+        .into_par_iter()
+        .with_max_len(1)
+        .map(|tp| enumerate_tp(model, profile, opts, gpus, tp))
+        .collect();
+    let mut space = Space {
+        keys: Vec::with_capacity(parts.iter().map(|p| p.keys.len()).sum()),
+        candidates: 0,
+        leanest: Vec::with_capacity(LEANEST + 1),
+    };
+    for part in parts {
+        space.candidates += part.candidates;
+        space.keys.extend(part.keys);
+        for k in part.leanest {
+            offer_lean(&mut space.leanest, k);
+        }
+    }
+    space
+}
+
+/// [`enumerate`]'s configurations with tensor-parallel degree `tp`.
+fn enumerate_tp(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    gpus: u64,
+    tp: u64,
+) -> Space {
     let mut params: HashMap<WeightKey, Option<WeightParams>> = HashMap::default();
     let mut last: Option<(WeightKey, Option<WeightParams>)> = None;
     let mut space = Space {
@@ -51,7 +83,7 @@ pub(super) fn enumerate(
     // while the rest of the floor key stays.
     let mut floors: (Option<FloorKey>, [Option<bool>; 4]) = (None, [None; 4]);
     let (gb, limits, fixed) = (opts.global_batch_size, &opts.limits, &opts.fixed);
-    space::visit(model, gpus, gb, limits, fixed, &mut |k| {
+    space::visit_tp(model, (gpus, gb), limits, fixed, tp, &mut |k| {
         space.candidates += 1;
         offer_lean(&mut space.leanest, k);
         let w = weights_of(&k);
