@@ -157,13 +157,13 @@ impl<'a> Search<'a> {
         if !self.opts.exhaustive && limit_s.is_finite() && self.keys.iter().all(hopeless) {
             return Bounded::default();
         }
-        // in parallel chunks, in order
-        let bounded: Vec<(f64, Key)> = self
+        // in parallel chunks, in order (`None`: a key without a table)
+        let bounds: Vec<Option<f64>> = self
             .keys
             .par_chunks(BOUND_CHUNK)
             .flat_map_iter(|keys| {
                 let mut table: Option<(GroupKey, &LayerTable)> = None;
-                keys.iter().filter_map(move |k| {
+                keys.iter().map(move |k| {
                     let g = group_of(k);
                     // keys come in runs of one sharding: the last table found is usually it
                     let t = match table {
@@ -174,10 +174,11 @@ impl<'a> Search<'a> {
                             t
                         }
                     };
-                    Some((lower_bound_s(k, t, self.opts), *k))
+                    Some(lower_bound_s(k, t, self.opts))
                 })
             })
             .collect();
+        let bounded = (self.keys.iter().zip(bounds)).filter_map(|(k, b)| Some((b?, *k)));
         Bounded::new(bounded)
     }
 
