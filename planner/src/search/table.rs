@@ -11,7 +11,7 @@ use autopp_models::{LayerCost, LayerKind, Model, Recompute};
 use rayon::prelude::*;
 
 use super::memo::Memo;
-use super::score::WeightParams;
+use super::score::{Extremes, WeightParams};
 use super::split_dp::{self, LayerSums};
 use super::{config_of, partial, Key, SearchOptions};
 use crate::config::PlanError;
@@ -115,6 +115,8 @@ struct Expanded {
     expert_params: Vec<f64>,
     /// Each layer's compute times (the same under every recompute mode).
     timed: Vec<LayerTimes>,
+    /// Per recompute mode: what every key reads of the per-layer costs.
+    extremes: Vec<Extremes>,
 }
 
 impl LayerTable {
@@ -137,6 +139,11 @@ impl LayerTable {
     /// for layer lists that are not embedding, alike layers, head).
     pub(super) fn partial(&self, mode: usize) -> Option<&partial::PartialModel> {
         self.expanded().partial[mode].as_ref()
+    }
+
+    /// What every key reads of the per-layer costs under `mode`.
+    pub(super) fn extremes(&self, mode: usize) -> &Extremes {
+        &self.expanded().extremes[mode]
     }
 
     /// Prefix sums of per-layer F+B seconds, parameters and activation bytes under `mode`.
@@ -265,6 +272,7 @@ impl Runs {
             split_sums,
             expert_params,
             timed: slot.iter().map(|&j| self.timed[j]).collect(),
+            extremes: per_mode.iter().map(|c| Extremes::of(c)).collect(),
             per_mode,
         }
     }
