@@ -83,22 +83,36 @@ mod tests {
         let model = autopp_models::load("tiny-gpt").expect("preset");
         let limits = super::super::SpaceLimits::new(crate::framework::Framework::Megatron, 8);
         let keys = super::super::space::enumerate(&model, 64, 512, &limits, &Default::default());
-        assert!(keys.len() > 3 * FIRST_SORTED, "{} keys", keys.len());
-        // few distinct bounds: most comparisons fall to the keys
-        let items: Vec<(f64, Key)> = keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (((i * 7919) % 13) as f64, *k))
+        // distinct keys, several per enumerated one, with few distinct bounds: most
+        // comparisons fall to the keys
+        let items: Vec<(f64, Key)> = (0..5 * FIRST_SORTED)
+            .map(|i| {
+                let k = keys[i % keys.len()];
+                let key = Key {
+                    micro_batch_size: k.micro_batch_size + 1000 * (i / keys.len()) as u64,
+                    ..k
+                };
+                (((i * 7919) % 13) as f64, key)
+            })
             .collect();
         let mut full = items.clone();
         full.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let n = full.len();
         let mut lazy = Bounded::new(items);
-        assert_eq!(lazy.len(), full.len());
-        for i in [0, 1, FIRST_SORTED - 1, FIRST_SORTED, 3 * FIRST_SORTED] {
+        assert_eq!(lazy.len(), n);
+        for i in [
+            0,
+            1,
+            FIRST_SORTED - 1,
+            FIRST_SORTED,
+            3 * FIRST_SORTED,
+            n - 1,
+        ] {
             assert_eq!(lazy.get(i), Some(full[i]), "{i}");
         }
-        let all: Vec<_> = (0..full.len()).filter_map(|i| lazy.get(i)).collect();
+        let mut lazy = Bounded::new(full.clone());
+        let all: Vec<_> = (0..n).filter_map(|i| lazy.get(i)).collect();
         assert_eq!(all, full);
-        assert_eq!(lazy.get(full.len()), None);
+        assert_eq!(lazy.get(n), None);
     }
 }
