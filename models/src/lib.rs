@@ -232,6 +232,16 @@ impl Model {
         }
     }
 
+    /// [`Model::layers`] as runs of equal layers: each entry a layer and how many times it
+    /// repeats in a row (see [`TransformerSpec::layer_runs`]; a layer list's runs are its
+    /// layers, one each).
+    pub fn layer_runs(&self, shard: &ShardSpec) -> Result<Vec<(LayerCost, usize)>, ModelError> {
+        match self {
+            Model::Transformer(t) => t.layer_runs(shard),
+            Model::Layers(l) => Ok(l.layers(shard)?.into_iter().map(|l| (l, 1)).collect()),
+        }
+    }
+
     /// Model FLOPs of one sequence, forward + backward without recomputation, on one GPU-less
     /// unsharded model: for a transformer with `f = 4h`, `g = a` this is
     /// `72·s·L·h²·(1 + s/(6h) + V/(12·L·h))` (Korthikanti et al. 2022, the MFU convention).

@@ -14,6 +14,82 @@ impl TransformerSpec {
     /// Expands the model into its ordered layers for one GPU: index 0 the embedding, then each
     /// transformer layer, then the head (final norm + LM head + loss).
     pub fn layers(&self, shard: &ShardSpec) -> Result<Vec<LayerCost>, ModelError> {
+        self.check_layers(shard)?;
+        let mut out = Vec::with_capacity((self.num_layers + self.mtp_num_layers) as usize + 2);
+        out.push(self.embedding_layer(shard));
+        // at most four distinct blocks (dense or MoE, full or sliding): build each once
+        let mut blocks: Vec<(BlockKind, LayerCost)> = Vec::new();
+        for i in 0..self.num_layers {
+            let kind = self.block_kind(i);
+            let mut layer = match blocks.iter().find(|(k, _)| *k == kind) {
+                Some((_, block)) => block.clone(),
+                None => {
+                    let block = self.transformer_layer(shard, i, kind);
+                    blocks.push((kind, block.clone()));
+                    block
+                }
+            };
+            layer.name = format!("layer {i}");
+            out.push(layer);
+        }
+        for j in 0..self.mtp_num_layers {
+            let mut layer = self.mtp_layer(shard);
+            layer.name = format!("mtp {j}");
+            out.push(layer);
+        }
+        out.push(self.head_layer(shard));
+        Ok(out)
+    }
+
+    /// [`TransformerSpec::layers`] as runs of equal layers: each entry a layer (named as the
+    /// first of its run) and how many times it repeats in a row. Every layer of a run is
+    /// [`TransformerSpec::layers`]' layer at its place, its name apart; a run is not
+    /// necessarily the longest (two runs in a row may hold equal layers). A caller that costs
+    /// each distinct layer once skips expanding, cloning and comparing the others.
+    pub fn layer_runs(&self, shard: &ShardSpec) -> Result<Vec<(LayerCost, usize)>, ModelError> {
+        self.check_layers(shard)?;
+        let mut out: Vec<(LayerCost, usize)> = vec![(self.embedding_layer(shard), 1)];
+        // a kind's block built once, as `layers` does (alternating kinds: many short runs)
+        let mut blocks: Vec<(BlockKind, LayerCost)> = Vec::new();
+        let mut previous: Option<BlockKind> = None;
+        for i in 0..self.num_layers {
+            let kind = self.block_kind(i);
+            match out.last_mut() {
+                Some((_, count)) if previous == Some(kind) => *count += 1,
+                _ => {
+                    let mut layer = match blocks.iter().find(|(k, _)| *k == kind) {
+                        Some((_, block)) => block.clone(),
+                        None => {
+                            let block = self.transformer_layer(shard, i, kind);
+                            blocks.push((kind, block.clone()));
+                            block
+                        }
+                    };
+                    layer.name = format!("layer {i}");
+                    out.push((layer, 1));
+                }
+            }
+            previous = Some(kind);
+        }
+        if self.mtp_num_layers > 0 {
+            let mut layer = self.mtp_layer(shard);
+            layer.name = "mtp 0".to_string();
+            out.push((layer, self.mtp_num_layers as usize));
+        }
+        out.push((self.head_layer(shard), 1));
+        Ok(out)
+    }
+
+    /// The block kind of transformer layer `i`.
+    fn block_kind(&self, i: u64) -> BlockKind {
+        BlockKind {
+            moe: self.is_moe_layer(i),
+            sliding: self.is_sliding_layer(i),
+        }
+    }
+
+    /// Rejects a shard the model cannot take (and an invalid model) before expanding it.
+    fn check_layers(&self, shard: &ShardSpec) -> Result<(), ModelError> {
         self.validate()?;
         check_shard(shard)?;
         let t = shard.tp;
@@ -46,34 +122,7 @@ impl TransformerSpec {
                 shard.cp, self.seq_length
             )));
         }
-        self.check_magnitudes(shard)?;
-        let mut out = Vec::with_capacity((self.num_layers + self.mtp_num_layers) as usize + 2);
-        out.push(self.embedding_layer(shard));
-        // at most four distinct blocks (dense or MoE, full or sliding): build each once
-        let mut blocks: Vec<(BlockKind, LayerCost)> = Vec::new();
-        for i in 0..self.num_layers {
-            let kind = BlockKind {
-                moe: self.is_moe_layer(i),
-                sliding: self.is_sliding_layer(i),
-            };
-            let mut layer = match blocks.iter().find(|(k, _)| *k == kind) {
-                Some((_, block)) => block.clone(),
-                None => {
-                    let block = self.transformer_layer(shard, i, kind);
-                    blocks.push((kind, block.clone()));
-                    block
-                }
-            };
-            layer.name = format!("layer {i}");
-            out.push(layer);
-        }
-        for j in 0..self.mtp_num_layers {
-            let mut layer = self.mtp_layer(shard);
-            layer.name = format!("mtp {j}");
-            out.push(layer);
-        }
-        out.push(self.head_layer(shard));
-        Ok(out)
+        self.check_magnitudes(shard)
     }
 
     /// Rejects expert degrees that do not divide the experts or their FFN; errors name the flag.

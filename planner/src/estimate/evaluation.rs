@@ -214,7 +214,14 @@ impl<'a> Evaluation<'a> {
     /// Simulates the schedule with the stage costs and sends, and (for the breakdown) without
     /// the sends. Blocking sends hold the sender: stage k's forward ends when its output reached
     /// k + 1, and stage k + 1's backward when its input gradient reached k.
-    pub fn simulate(&self, costs: &[StageCost], detail: Detail) -> Result<Pipeline, PlanError> {
+    /// `known`: the simulation with sends, from an earlier evaluation of the same
+    /// configuration at a detail other than [`Detail::Full`] (not run again).
+    pub fn simulate(
+        &self,
+        costs: &[StageCost],
+        detail: Detail,
+        known: Option<&SimResult>,
+    ) -> Result<Pipeline, PlanError> {
         let p2p_s = self.send_times_s(costs);
         let compute_only: Vec<schedule::StageCosts> = costs
             .iter()
@@ -242,7 +249,10 @@ impl<'a> Evaluation<'a> {
             p2p_s
         };
         let sends = p2p_s.len();
-        let sim = self.run(with_sends, p2p_s, detail)?;
+        let sim = match known {
+            Some(sim) if detail != Detail::Full => sim.clone(),
+            _ => self.run(with_sends, p2p_s, detail)?,
+        };
         let makespan_no_comm_s = match detail {
             Detail::Full | Detail::Breakdown => {
                 self.run(compute_only, vec![0.0; sends], Detail::TimeAndMemory)?

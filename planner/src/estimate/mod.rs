@@ -259,6 +259,21 @@ pub fn busiest_rank_s(
     Ok(evaluation.busiest_rank_s(&stages.costs))
 }
 
+/// The busiest rank's peak memory of `c`, bytes — [`Predicted`](crate::plan::Predicted)'s
+/// `peak_memory_bytes` of [`evaluate_layers`] — without simulating: each rank's activation
+/// peak walked along its list of the schedule.
+pub fn peak_memory_bytes(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: &[LayerCost],
+) -> Result<u64, PlanError> {
+    let sched = schedule_for(c)?;
+    let evaluation = Evaluation::new(model, profile, c, layers, &sched)?;
+    let stages = evaluation.stage_costs()?;
+    Ok(evaluation.peak_memory_unsimulated(&stages.costs))
+}
+
 /// [`evaluate_layers_with`] given the configuration's schedule, [`schedule_for`]`(c)`, and the
 /// model's FLOPs per sequence, [`Model::model_flops_per_sequence`] (the planner computes both
 /// once per search and shares them).
@@ -287,6 +302,42 @@ pub fn evaluate_scheduled_when(
     (detail, sched, model_flops_per_sequence): (Detail, Arc<Schedule>, f64),
     only_fitting: bool,
 ) -> Result<Option<Estimate>, PlanError> {
+    let args = (detail, sched, model_flops_per_sequence);
+    evaluate_scheduled_with(model, profile, c, layers, args, only_fitting, None)
+}
+
+/// [`evaluate_scheduled`] of a configuration evaluated before (`before`): where its stages
+/// cost the same as then and it was not evaluated at [`Detail::Full`], the pipeline is not
+/// simulated again with its sends (the same inputs: the same simulation). `detail`
+/// [`Detail::Full`] simulates everything (the timeline was not recorded before).
+pub(crate) fn evaluate_scheduled_again(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: LayerList<'_>,
+    args: (Detail, Arc<Schedule>, f64),
+    before: &Estimate,
+) -> Result<Estimate, PlanError> {
+    let sim = &before.simulation;
+    // a Full evaluation recorded a timeline, which the other details leave out
+    let recorded = !sim.timeline.is_empty() || !sim.memory.is_empty();
+    let known = (args.0 != Detail::Full && !recorded).then_some((before.stages.as_slice(), sim));
+    evaluate_scheduled_with(model, profile, c, layers, args, false, known)
+        .map(|e| e.expect("evaluated unconditionally"))
+}
+
+/// [`evaluate_scheduled_when`], with the simulation with sends of the same configuration with
+/// the stage costs given (`known`) where the caller has it: used where the stages cost the
+/// same.
+fn evaluate_scheduled_with(
+    model: &Model,
+    profile: &AnalyticProfile,
+    c: &ParallelConfig,
+    layers: LayerList<'_>,
+    (detail, sched, model_flops_per_sequence): (Detail, Arc<Schedule>, f64),
+    only_fitting: bool,
+    known: Option<(&[StageCost], &SimResult)>,
+) -> Result<Option<Estimate>, PlanError> {
     let evaluation =
         Evaluation::new(model, profile, c, layers.layers, &sched)?.with_timed(layers.timed);
     let warnings = evaluation.warnings();
@@ -294,7 +345,10 @@ pub fn evaluate_scheduled_when(
     if only_fitting && !evaluation.fits_unsimulated(&stages.costs) {
         return Ok(None);
     }
-    let pipeline = evaluation.simulate(&stages.costs, detail)?;
+    let known = known
+        .filter(|&(costs, _)| costs == stages.costs.as_slice())
+        .map(|(_, sim)| sim);
+    let pipeline = evaluation.simulate(&stages.costs, detail, known)?;
     debug_assert_eq!(
         pipeline.sim.peak_activation_bytes,
         evaluation.peak_activation_bytes(&stages.costs),

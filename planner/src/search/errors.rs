@@ -5,9 +5,9 @@ use std::cmp::Reverse;
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 
-use super::{config_of, key_of, space, Key, SearchOptions};
+use super::{config_of, space, Key, SearchOptions};
 use crate::config::PlanError;
-use crate::estimate::{evaluate_layers_with, shard_spec, Detail};
+use crate::estimate::{peak_memory_bytes, shard_spec};
 
 /// The error when no configuration can even be formed: a batch too small for every
 /// data-parallel degree, or pins and limits that exclude everything.
@@ -80,21 +80,21 @@ pub(super) fn nothing_fits(
     leanest: &[Key],
 ) -> PlanError {
     let capacity = profile.cluster.gpu.memory_bytes;
-    // Evaluate the configurations with the most sharding and recomputation; report the leanest.
+    // The peak memory of the configurations with the most sharding and recomputation (as
+    // `estimate` predicts it, without simulating); report the leanest.
     let leanest = leanest
         .iter()
         .take(LEANEST)
         .filter_map(|k| {
             let c = config_of(k, opts, None);
             let layers = model.layers(&shard_spec(&c)).ok()?;
-            evaluate_layers_with(model, profile, &c, &layers, Detail::TimeAndMemory).ok()
+            let need = peak_memory_bytes(model, profile, &c, &layers).ok()?;
+            Some((k, need))
         })
-        .min_by_key(|e| e.result.predicted.peak_memory_bytes);
+        .min_by_key(|&(_, need)| need);
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     match leanest {
-        Some(e) => {
-            let need = e.result.predicted.peak_memory_bytes;
-            let p = &e.result.plan;
+        Some((p, need)) => {
             let reserve = opts.settings.memory_reserve_bytes;
             let margin = opts.settings.memory_margin_bytes;
             let usable = capacity.saturating_sub(reserve + margin).max(1);
@@ -105,7 +105,7 @@ pub(super) fn nothing_fits(
             let more = more.div_ceil(per_node) * per_node;
             PlanError::NothingFits(format!(
                 "nothing fits: the leanest configuration ({}, micro-batch {}, recompute {}, ZeRO {}) needs {:.1} GiB per GPU and a margin of {:.1} GiB but a {} has {:.1} GiB; use about {more} GPUs or more, GPUs with at least {:.0} GiB, or a smaller model",
-                degrees_text(&key_of(&e)),
+                degrees_text(p),
                 p.micro_batch_size,
                 p.recompute,
                 p.zero_stage,

@@ -10,31 +10,43 @@ use super::memo::Memo;
 use super::table::LayerTable;
 use super::{config_with, key_of, Key, SearchOptions};
 use crate::config::ParallelConfig;
-use crate::estimate::{busiest_rank_s, evaluate_scheduled_when, schedule_for, Detail, Estimate};
+use crate::estimate::{
+    busiest_rank_s, evaluate_scheduled_again, evaluate_scheduled_when, schedule_for, Detail,
+    Estimate,
+};
 use crate::schedule::{Schedule, ScheduleKind};
 
 /// A schedule's shape: kind, pipeline ranks, stages per rank, micro-batches.
 pub(crate) type ScheduleShape = (ScheduleKind, u64, u64, u64);
+
+/// Generated schedules by shape (`None`: the generator rejects the shape), shared by the
+/// searches of one plan (a shape's schedule is the same for every framework).
+pub(crate) type Schedules = Memo<ScheduleShape, Option<Arc<Schedule>>>;
 
 /// Evaluates candidates of one search.
 pub(crate) struct Evaluator<'a> {
     pub model: &'a Model,
     pub profile: &'a AnalyticProfile,
     pub opts: &'a SearchOptions,
-    /// Generated schedules by shape (`None`: the generator rejects the shape).
-    schedules: Memo<ScheduleShape, Option<Arc<Schedule>>>,
+    /// Generated schedules by shape, generated on first use.
+    schedules: &'a Schedules,
     /// The model's FLOPs per sequence (`None`: the model cannot say).
     model_flops_per_sequence: Option<f64>,
 }
 
 impl<'a> Evaluator<'a> {
-    /// An evaluator with an empty schedule cache.
-    pub fn new(model: &'a Model, profile: &'a AnalyticProfile, opts: &'a SearchOptions) -> Self {
+    /// An evaluator that generates schedules into `schedules`.
+    pub fn new(
+        model: &'a Model,
+        profile: &'a AnalyticProfile,
+        opts: &'a SearchOptions,
+        schedules: &'a Schedules,
+    ) -> Self {
         Evaluator {
             model,
             profile,
             opts,
-            schedules: Memo::default(),
+            schedules,
             model_flops_per_sequence: model.model_flops_per_sequence().ok(),
         }
     }
@@ -124,10 +136,16 @@ impl<'a> Evaluator<'a> {
         self.evaluate_when(key, table, choice, Detail::TimeAndMemory, true)
     }
 
-    /// Evaluates an estimate's configuration again, with its exact split and recompute.
+    /// Evaluates an estimate's configuration again, with its exact split and recompute; its
+    /// pipeline simulation with sends is not run again (see [`evaluate_scheduled_again`]).
     pub fn again(&self, e: &Estimate, table: &LayerTable, detail: Detail) -> Option<Estimate> {
         let (split, recompute_layers) = choice_of(e);
-        self.evaluate(&key_of(e), table, Some(split), recompute_layers, detail)
+        let c = config_with(&key_of(e), self.opts, Some(split), recompute_layers);
+        let sched = self.schedule(&c)?;
+        let flops = self.model_flops_per_sequence?;
+        let args = (detail, sched, flops);
+        let list = table.list();
+        evaluate_scheduled_again(self.model, self.profile, &c, list, args, e).ok()
     }
 }
 

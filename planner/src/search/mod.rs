@@ -17,6 +17,7 @@
 //!
 //! The result is deterministic for any thread count: candidates are ranked by (time, [`Key`]).
 
+mod bounded;
 mod ceiling;
 mod errors;
 mod evaluator;
@@ -46,7 +47,7 @@ use crate::schedule::ScheduleKind;
 
 pub use crate::pins::Fixed;
 use ceiling::Ceiling;
-use evaluator::ScheduleShape;
+use evaluator::{ScheduleShape, Schedules};
 pub use partial::IlpSolver;
 use phases::Search;
 pub use runnable::{plans, Answer, Plans};
@@ -234,23 +235,33 @@ pub fn search(
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<SearchResult, PlanError> {
     let answers = Some(Detail::Breakdown);
-    search_under(model, profile, opts, progress, &Ceiling::new(opts), answers)
+    let schedules = Schedules::default();
+    let shared = Ceiling::new(opts);
+    search_under(
+        model,
+        profile,
+        opts,
+        progress,
+        (&shared, &schedules),
+        answers,
+    )
 }
 
 /// [`search`] that skips candidates unable to beat `shared`, the plans other searches found
 /// (see [`ceiling`]): its answers then hold only the plans that could matter beside theirs.
-/// The answers are evaluated again at `answer_detail` (`None`: left as the search simulated
-/// them, for a caller that details the ones it shows).
+/// Its schedules come from `schedules`, which other searches may share. The answers are
+/// evaluated again at `answer_detail` (`None`: left as the search simulated them, for a
+/// caller that details the ones it shows).
 fn search_under(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     progress: &(dyn Fn(usize, usize) + Sync),
-    shared: &Ceiling,
+    (shared, schedules): (&Ceiling, &Schedules),
     answer_detail: Option<Detail>,
 ) -> Result<SearchResult, PlanError> {
     let start = Instant::now();
-    let mut phases = Search::new(model, profile, opts, shared, answer_detail)?;
+    let mut phases = Search::new(model, profile, opts, shared, schedules, answer_detail)?;
     let (scored, exact) = phases.exact_candidates(progress)?;
     let exact = phases.refine(exact);
     let (exact, passed_over) = prefer_simple(exact, opts.tolerance);

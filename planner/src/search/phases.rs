@@ -8,9 +8,10 @@ use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 use rayon::prelude::*;
 
+use super::bounded::Bounded;
 use super::ceiling::{exact_lower_bound_s, same_run, Ceiling};
 use super::errors::{no_candidates, nothing_fits};
-use super::evaluator::{Evaluator, ScheduleShape};
+use super::evaluator::{Evaluator, ScheduleShape, Schedules};
 use super::memo::Memo;
 use super::score::{lower_bound_s, solve_partial};
 use super::table::{group_of, layer_tables, GroupKey, LayerTable};
@@ -68,6 +69,9 @@ pub(super) struct Search<'a> {
 /// seventh scan's shortlist holds the first plans that fit).
 const RESCANS: usize = 16;
 
+/// Keys whose lower bounds one task computes.
+const BOUND_CHUNK: usize = 8192;
+
 impl<'a> Search<'a> {
     /// Enumerates the space and builds one layer table per layer sharding.
     pub fn new(
@@ -75,9 +79,10 @@ impl<'a> Search<'a> {
         profile: &'a AnalyticProfile,
         opts: &'a SearchOptions,
         shared: &'a Ceiling,
+        schedules: &'a Schedules,
         answer_detail: Option<Detail>,
     ) -> Result<Self, PlanError> {
-        let eval = Evaluator::new(model, profile, opts);
+        let eval = Evaluator::new(model, profile, opts, schedules);
         let gpus = profile.cluster.num_gpus();
         if opts.global_batch_size == 0 {
             return Err(PlanError::invalid("--global-batch", "must be at least 1"));
@@ -146,30 +151,42 @@ impl<'a> Search<'a> {
     /// no key can beat the other frameworks' answers (see [`Ceiling`]). (Leaving out only the
     /// keys that cannot would hand their places in the shortlist to others, and change which
     /// plans are found.)
-    fn bounded(&self) -> Vec<(f64, Key)> {
+    fn bounded(&self) -> Bounded {
         let limit_s = self.shared.limit_s();
         let hopeless = |k: &Key| exact_lower_bound_s(k, self.table(k), self.opts) > limit_s;
         if !self.opts.exhaustive && limit_s.is_finite() && self.keys.iter().all(hopeless) {
-            return Vec::new();
+            return Bounded::default();
         }
-        let mut bounded: Vec<(f64, Key)> = self
+        // in parallel chunks, in order (`None`: a key without a table)
+        let bounds: Vec<Option<f64>> = self
             .keys
-            .iter()
-            .filter_map(|k| {
-                let table = self.tables.get(&group_of(k))?;
-                Some((lower_bound_s(k, table, self.opts), *k))
+            .par_chunks(BOUND_CHUNK)
+            .flat_map_iter(|keys| {
+                let mut table: Option<(GroupKey, &LayerTable)> = None;
+                keys.iter().map(move |k| {
+                    let g = group_of(k);
+                    // keys come in runs of one sharding: the last table found is usually it
+                    let t = match table {
+                        Some((tg, t)) if tg == g => t,
+                        _ => {
+                            let t = self.tables.get(&g)?;
+                            table = Some((g, t));
+                            t
+                        }
+                    };
+                    Some(lower_bound_s(k, t, self.opts))
+                })
             })
             .collect();
-        // keys are distinct, so the order is total and the same on every run
-        bounded.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        bounded
+        let bounded = (self.keys.iter().zip(bounds)).filter_map(|(k, b)| Some((b?, *k)));
+        Bounded::new(bounded)
     }
 
     /// Scores `bounded` keys by the split DP and closed form, in that order, until no later
     /// key can enter the shortlist.
     pub fn scan(
         &self,
-        bounded: &[(f64, Key)],
+        bounded: &mut Bounded,
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Vec<Scored> {
         scan::Scan {
@@ -193,9 +210,9 @@ impl<'a> Search<'a> {
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<(Vec<Scored>, Vec<Estimate>), PlanError> {
         let mut round = 0;
-        let bounded = self.bounded();
+        let mut bounded = self.bounded();
         loop {
-            let scored = self.scan(&bounded, progress);
+            let scored = self.scan(&mut bounded, progress);
             let chosen = self.shortlist(&scored)?;
             let keys: Vec<Key> = chosen.iter().map(|s| s.key).collect();
             let before = self.simulated;
@@ -395,7 +412,7 @@ impl<'a> Search<'a> {
         }
         let even = split::default_split(&table.kinds(), s.split.len()).ok();
         let mut others: Vec<Vec<usize>> = even.into_iter().collect();
-        if let Some(isolated) = refine::isolate_ends(&table.layers, &s.split) {
+        if let Some(isolated) = refine::isolate_ends(table.layers(), &s.split) {
             others.push(isolated);
         }
         others.retain(|o| *o != s.split);

@@ -6,6 +6,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
+use rayon::prelude::*;
 
 use super::errors::{lean_order, LEANEST};
 use super::score::{below_memory_floor, WeightParams};
@@ -39,6 +40,37 @@ pub(super) fn enumerate(
     opts: &SearchOptions,
     gpus: u64,
 ) -> Space {
+    let (limits, fixed) = (&opts.limits, &opts.fixed);
+    // one task per tensor-parallel degree, their keys joined in the visit's order (the
+    // leanest are the leanest of all whatever the order: the lean order is total)
+    let parts: Vec<Space> = space::tp_options(model, gpus, limits, fixed)
+        .into_par_iter()
+        .with_max_len(1)
+        .map(|tp| enumerate_tp(model, profile, opts, gpus, tp))
+        .collect();
+    let mut space = Space {
+        keys: Vec::with_capacity(parts.iter().map(|p| p.keys.len()).sum()),
+        candidates: 0,
+        leanest: Vec::with_capacity(LEANEST + 1),
+    };
+    for part in parts {
+        space.candidates += part.candidates;
+        space.keys.extend(part.keys);
+        for k in part.leanest {
+            offer_lean(&mut space.leanest, k);
+        }
+    }
+    space
+}
+
+/// [`enumerate`]'s configurations with tensor-parallel degree `tp`.
+fn enumerate_tp(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    gpus: u64,
+    tp: u64,
+) -> Space {
     let mut params: HashMap<WeightKey, Option<WeightParams>> = HashMap::default();
     let mut last: Option<(WeightKey, Option<WeightParams>)> = None;
     let mut space = Space {
@@ -46,8 +78,12 @@ pub(super) fn enumerate(
         candidates: 0,
         leanest: Vec::with_capacity(LEANEST + 1),
     };
+    // The floor is a function of the floor key alone, and the space is visited one
+    // (degrees, ep, etp) at a time with the ZeRO stage innermost: each stage's answer is kept
+    // while the rest of the floor key stays.
+    let mut floors: (Option<FloorKey>, [Option<bool>; 4]) = (None, [None; 4]);
     let (gb, limits, fixed) = (opts.global_batch_size, &opts.limits, &opts.fixed);
-    space::visit(model, gpus, gb, limits, fixed, &mut |k| {
+    space::visit_tp(model, (gpus, gb), limits, fixed, tp, &mut |k| {
         space.candidates += 1;
         offer_lean(&mut space.leanest, k);
         let w = weights_of(&k);
@@ -61,12 +97,29 @@ pub(super) fn enumerate(
                 p
             }
         };
+        let f = floor_key(&k);
+        if floors.0 != Some(f) {
+            floors = (Some(f), [None; 4]);
+        }
         // a sharding the model cannot take keeps its keys: the layer tables drop them
-        if p.is_none_or(|p| !below_memory_floor(profile, opts, &k, p)) {
+        let below = p.is_some_and(|p| match floors.1.get_mut(usize::from(k.zero_stage)) {
+            Some(known) => *known.get_or_insert_with(|| below_memory_floor(profile, opts, &k, p)),
+            None => below_memory_floor(profile, opts, &k, p),
+        });
+        if !below {
             space.keys.push(k);
         }
     });
     space
+}
+
+/// What [`below_memory_floor`] reads of a key besides its ZeRO stage: (tp, pp, dp, cp, ep,
+/// etp), with the weight sharding (tp, ep, etp) its parameters.
+type FloorKey = (u64, u64, u64, u64, u64, u64);
+
+fn floor_key(k: &Key) -> FloorKey {
+    let d = &k.degrees;
+    (d.tp, d.pp, d.dp, d.cp, k.ep, k.etp)
 }
 
 /// Keeps `k` among the leanest if it is leaner than one of them.

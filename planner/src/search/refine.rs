@@ -42,7 +42,7 @@ pub(crate) fn refine(eval: &Evaluator, est: &Estimate, table: &LayerTable) -> (E
         return (est.clone(), 0);
     }
     let mut best = est.clone();
-    let n = table.layers.len();
+    let n = table.layers().len();
     let s = best.stages.len();
     let better = |e: &Estimate, than: &Estimate| {
         e.result.predicted.fits && time_of(e) < time_of(than) * (1.0 - 1e-9)

@@ -8,6 +8,7 @@
 //! `any-mix` space, which is a single search.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use autopp_hardware::AnalyticProfile;
@@ -15,12 +16,15 @@ use autopp_models::Model;
 use rayon::prelude::*;
 
 use super::ceiling::Ceiling;
+use super::evaluator::Schedules;
 use super::{
     exact_config, prefer_simple, rank_cmp, search, search_under, time_of, SearchOptions,
     SearchResult,
 };
 use crate::config::{ParallelConfig, PlanError};
-use crate::estimate::{evaluate_layers_with, shard_spec, Detail, Estimate};
+use crate::estimate::{
+    evaluate_scheduled_again, schedule_for, shard_spec, Detail, Estimate, LayerList,
+};
 use crate::framework::Framework;
 use crate::launch;
 use crate::planfile::PlanFile;
@@ -134,7 +138,9 @@ fn united(
     let total: Vec<AtomicUsize> = per.iter().map(|_| AtomicUsize::new(0)).collect();
     let sum = |v: &[AtomicUsize]| v.iter().map(|a| a.load(Ordering::Relaxed)).sum::<usize>();
     let shared = Ceiling::new(opts);
-    let mut results: Vec<Result<SearchResult, PlanError>> = Vec::with_capacity(per.len());
+    // a shape's schedule is the same whatever the framework: generated once for all
+    let schedules = Schedules::default();
+    let mut results: Vec<Result<Found, PlanError>> = Vec::with_capacity(per.len());
     for (i, o) in per.iter().enumerate() {
         let progress = |d, t| {
             done[i].store(d, Ordering::Relaxed);
@@ -142,17 +148,20 @@ fn united(
             progress(sum(&done), sum(&total));
         };
         // the answers are detailed after the ranking, only those shown
-        let found = search_under(model, profile, o, &progress, &shared, None);
-        if let Ok(r) = &found {
-            offer_runnable(model, profile, o, r, &shared)?;
-        }
+        let found = match search_under(model, profile, o, &progress, (&shared, &schedules), None) {
+            Ok(r) => {
+                let answers = offer_runnable(model, profile, o, &r, &shared)?;
+                Ok((r, o, answers))
+            }
+            Err(e) => Err(e),
+        };
         results.push(found);
     }
     let mut first_error = None;
-    let mut found: Vec<(SearchResult, &SearchOptions)> = Vec::new();
-    for (r, o) in results.into_iter().zip(per) {
+    let mut found: Vec<Found> = Vec::new();
+    for r in results {
         match r {
-            Ok(r) => found.push((r, o)),
+            Ok(r) => found.push(r),
             Err(e) => {
                 first_error.get_or_insert(e);
             }
@@ -172,33 +181,29 @@ fn merge(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
-    found: Vec<(SearchResult, &SearchOptions)>,
+    found: Vec<Found>,
     start: Instant,
 ) -> Result<Plans, PlanError> {
-    let (candidates, simulated) = found
-        .iter()
-        .fold((0, 0), |(c, s), (r, _)| (c + r.candidates, s + r.simulated));
-    let mut pool: Vec<(Estimate, &SearchOptions)> = Vec::new();
+    let (candidates, simulated) = found.iter().fold((0, 0), |(c, s), (r, _, _)| {
+        (c + r.candidates, s + r.simulated)
+    });
+    let mut pool: Vec<(Estimate, Answer)> = Vec::new();
     let mut unfit: Vec<Estimate> = Vec::new();
-    for (r, o) in found {
+    for (r, _, answers) in found {
         let all = std::iter::once(r.best)
             .chain(r.alternatives)
             .chain(r.passed_over);
-        pool.extend(all.map(|e| (e, o)));
+        pool.extend(all.zip(answers));
         unfit.extend(r.fastest_unfit);
     }
     pool.sort_by(|a, b| rank_cmp(&a.0, &b.0));
     // the same plan found by two frameworks: the faster prediction stands for it
-    let mut kept: Vec<(Estimate, &SearchOptions)> = Vec::new();
-    for (e, o) in pool {
-        if !kept.iter().any(|(k, _)| k.result.plan == e.result.plan) {
-            kept.push((e, o));
+    let mut answered: Vec<(Estimate, Answer)> = Vec::new();
+    for (e, a) in pool {
+        if !answered.iter().any(|(k, _)| k.result.plan == e.result.plan) {
+            answered.push((e, a));
         }
     }
-    let mut answered: Vec<(Estimate, Answer)> = kept
-        .into_iter()
-        .map(|(e, o)| answer(model, profile, o, &e).map(|a| (e, a)))
-        .collect::<Result<_, _>>()?;
     if answered.iter().any(|(_, a)| !a.runs_on.is_empty()) {
         answered.retain(|(_, a)| !a.runs_on.is_empty());
     }
@@ -211,18 +216,21 @@ fn merge(
     })?;
     let alternatives: Vec<Estimate> = ranked.collect();
     // plans are distinct (see above): each answer is found again by its plan
-    let answers: Vec<Answer> = std::iter::once(&best)
+    let found: Vec<(&Estimate, Answer)> = std::iter::once(&best)
         .chain(&alternatives)
-        .filter_map(|e| plans.iter().position(|p| *p == e.result.plan))
-        .map(|i| answers[i].clone())
+        .filter_map(|e| {
+            let i = plans.iter().position(|p| *p == e.result.plan)?;
+            Some((e, answers[i].clone()))
+        })
         .collect();
     // the shown plans in full detail (the searches left them as simulated)
-    let mut shown = answers
+    let shown = found
         .par_iter()
         .with_max_len(1)
-        .map(|a| detailed(model, profile, &a.config))
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter();
+        .map(|(e, a)| detailed(model, profile, &a.config, e))
+        .collect::<Result<Vec<_>, _>>()?;
+    let answers: Vec<Answer> = found.into_iter().map(|(_, a)| a).collect();
+    let mut shown = shown.into_iter();
     let best = shown.next().unwrap_or(best);
     let alternatives: Vec<Estimate> = shown.collect();
     let fastest_unfit = unfit
@@ -241,35 +249,65 @@ fn merge(
     Ok(Plans { result, answers })
 }
 
+/// A framework's search: its result, its options, and the [`Answer`]s of its best, its
+/// alternatives and the plan it passed over, in that order.
+type Found<'o> = (SearchResult, &'o SearchOptions, Vec<Answer>);
+
 /// Records in `shared` the answers of `r` (found under `opts`) that some framework runs: only
-/// those are ranked by [`merge`].
+/// those are ranked by [`merge`]. Returns the answers of its best, its alternatives and the
+/// plan it passed over, in that order.
 fn offer_runnable(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     r: &SearchResult,
     shared: &Ceiling,
-) -> Result<(), PlanError> {
+) -> Result<Vec<Answer>, PlanError> {
     let all = std::iter::once(&r.best)
         .chain(&r.alternatives)
         .chain(&r.passed_over);
+    let mut answers = Vec::new();
     for e in all {
-        if !answer(model, profile, opts, e)?.runs_on.is_empty() {
+        let a = answer(model, profile, opts, e)?;
+        if !a.runs_on.is_empty() {
             shared.offer(e);
         }
+        answers.push(a);
     }
-    Ok(())
+    Ok(answers)
 }
 
 /// `config` evaluated with the breakdown (pipeline sends apart from the bubble): what the
-/// search's own answers get, for a plan of a framework's search.
+/// search's own answers get, for a plan of a framework's search. `before` is the search's
+/// evaluation of it: its schedule is not generated again, nor its simulation with sends run
+/// again when the stages cost the same ([`evaluate_scheduled_again`]).
 fn detailed(
     model: &Model,
     profile: &AnalyticProfile,
     config: &ParallelConfig,
+    before: &Estimate,
 ) -> Result<Estimate, PlanError> {
     let layers = model.layers(&shard_spec(config))?;
-    evaluate_layers_with(model, profile, config, &layers, Detail::Breakdown)
+    let s = &before.schedule;
+    let d = &config.degrees;
+    let same_shape = config.group_size.is_none()
+        && (s.kind, s.pp, s.virtual_stages, s.num_microbatches)
+            == (
+                config.schedule,
+                d.pp as usize,
+                d.virtual_stages as usize,
+                config.num_microbatches() as usize,
+            );
+    let sched = match same_shape {
+        true => Arc::clone(s),
+        false => Arc::new(schedule_for(config)?),
+    };
+    let args = (Detail::Breakdown, sched, model.model_flops_per_sequence()?);
+    let layers = LayerList {
+        layers: &layers,
+        timed: None,
+    };
+    evaluate_scheduled_again(model, profile, config, layers, args, before)
 }
 
 /// The answer of `e`, found under `opts`: its configuration and the frameworks that run it.

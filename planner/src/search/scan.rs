@@ -19,6 +19,7 @@ use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 use rayon::prelude::*;
 
+use super::bounded::Bounded;
 use super::memo::Memo;
 use super::score::{below_memory_floor, KeyScorer};
 use super::table::{group_of, GroupKey, LayerTable};
@@ -69,7 +70,7 @@ impl Scan<'_> {
     /// can enter the shortlist; `progress(done, total)` is called after each chunk.
     pub fn run(
         &self,
-        bounded: &[(f64, Key)],
+        bounded: &mut Bounded,
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Vec<Scored> {
         let total = bounded.len();
@@ -87,7 +88,7 @@ impl Scan<'_> {
             while chunk.len() < SCORE_CHUNK {
                 let key = bounded
                     .get(next_key)
-                    .map(|&(bound, key)| (bound, key, Variant::Base));
+                    .map(|(bound, key)| (bound, key, Variant::Base));
                 let item = match (key, pending.get(taken)) {
                     (Some(k), Some(p)) if item_cmp(p, &k).is_lt() => {
                         taken += 1;

@@ -3,7 +3,7 @@
 //! same configuration with partial recompute (its DP here, its integer program in
 //! [`super::partial`]).
 
-use std::borrow::Cow;
+use std::sync::Arc;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Recompute;
@@ -92,7 +92,7 @@ pub(super) struct KeyScorer<'a> {
     costs: &'a [StageCost],
     /// What the DP sums: for split-backward schedules, per in-flight pair the larger of the
     /// activation and weight-gradient bytes.
-    sums: Cow<'a, LayerSums>,
+    sums: Arc<LayerSums>,
     /// Per stage, in parameters (every term of a stage's memory inequality is divided by the
     /// bytes per parameter).
     budgets: Vec<StageBudget>,
@@ -112,7 +112,7 @@ impl<'a> KeyScorer<'a> {
         m: u64,
     ) -> Option<Self> {
         let mode = mode_index(key.recompute);
-        let costs = &table.per_mode[mode];
+        let costs = table.per_mode(mode);
         let (pp, v) = (key.degrees.pp as usize, key.degrees.virtual_stages as usize);
         let s = pp * v;
         if costs.len() < s {
@@ -126,8 +126,9 @@ impl<'a> KeyScorer<'a> {
             key.schedule.splits_backward(),
             per_expert_param / per_param,
         );
-        let rank_budget = rank_budget_bytes(profile, opts, key, costs)?;
-        let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
+        let ext = table.extremes(mode);
+        let rank_budget = rank_budget_bytes(profile, opts, key, ext)?;
+        let tied = ext.tied_params;
         let placement = key.schedule.placement();
         // With one stage per rank a stage's budget is its rank's, exactly: the allocator's
         // fragmentation of the dynamic memory (activations, the backward's working set) is
@@ -135,7 +136,7 @@ impl<'a> KeyScorer<'a> {
         // each stage gets an equal share of the rank's budget — which can reject splits that
         // fit — and the fragmentation and margin are left out as slack. Either way every
         // candidate's memory is checked exactly when simulated.
-        let (transient, head_extra) = transient_bytes(costs, pp);
+        let (transient, head_extra) = ext.transient_bytes(pp);
         let (dynamic, transient_frag) = if v == 1 {
             (
                 1.0 + memory::FRAGMENTATION,
@@ -268,7 +269,7 @@ impl<'a> KeyScorer<'a> {
             .contains(&key.recompute)
             && self.opts.fixed.recompute.is_none()
             && !key.schedule.splits_backward();
-        self.table.partial[self.mode].as_ref().filter(|_| allowed)
+        self.table.partial(self.mode).filter(|_| allowed)
     }
 
     /// A lower bound on the closed form of the key with partial recompute, or `None` when that
@@ -316,7 +317,7 @@ impl<'a> KeyScorer<'a> {
         let budgets = &self.budgets;
         let (n, s) = (self.costs.len(), budgets.len());
         // every layer fully recomputed is the leanest a partial plan gets
-        let full = &self.table.sums[mode_index(Recompute::Full)];
+        let full = self.table.sums(mode_index(Recompute::Full));
         if !split_dp::any_split_fits(full, budgets) {
             return None;
         }
@@ -385,6 +386,41 @@ impl<'a> KeyScorer<'a> {
     }
 }
 
+/// What every key of a layer sharding reads of one recompute mode's per-layer costs,
+/// computed once per table ([`super::table::LayerTable::extremes`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Extremes {
+    /// [`Extremes::transient_bytes`] with one pipeline rank, and with several.
+    transient: [(f64, f64); 2],
+    /// Tied parameters of all layers.
+    pub tied_params: u64,
+    /// The largest layer output sent to the next stage, bytes.
+    pub max_output_bytes: u64,
+    /// The most parameters of any one layer.
+    pub max_layer_params: u64,
+    /// Whether no layer holds routed experts.
+    pub no_experts: bool,
+}
+
+impl Extremes {
+    /// The figures of `costs`.
+    pub(super) fn of(costs: &[StageCost]) -> Self {
+        Extremes {
+            transient: [transient_bytes(costs, 1), transient_bytes(costs, 2)],
+            tied_params: costs.iter().map(|c| c.tied_params).sum(),
+            max_output_bytes: costs.iter().map(|c| c.output_bytes).max().unwrap_or(0),
+            max_layer_params: costs.iter().map(|c| c.max_layer_params).max().unwrap_or(0),
+            no_experts: costs.iter().all(|c| c.expert_params == 0),
+        }
+    }
+
+    /// The backward's working set every rank of `pp` holds, and the head's excess over it on
+    /// the rank that holds the head, bytes (see [`transient_bytes`]).
+    pub(super) fn transient_bytes(&self, pp: usize) -> (f64, f64) {
+        self.transient[usize::from(pp > 1)]
+    }
+}
+
 /// The backward's working set every rank of `pp` holds, and the head's excess over it on the
 /// rank that holds the head, bytes. [`memory::rank_memory`] counts the largest of a rank's
 /// stages; the head's can be far larger than a block's (PyTorch's unfused cross-entropy keeps
@@ -410,19 +446,19 @@ fn rank_budget_bytes(
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     key: &Key,
-    costs: &[StageCost],
+    ext: &Extremes,
 ) -> Option<f64> {
     let capacity = profile.cluster.gpu.memory_bytes as f64;
     let groups = key.degrees.num_comm_groups() as f64;
-    let (transient, _) = transient_bytes(costs, key.degrees.pp as usize);
-    let p2p = 4.0 * costs.iter().map(|c| c.output_bytes).max().unwrap_or(0) as f64;
+    let (transient, _) = ext.transient_bytes(key.degrees.pp as usize);
+    let p2p = 4.0 * ext.max_output_bytes as f64;
     let stack = memory::StackMemory::of(opts.settings.runtime.stack);
     let mut zero3_gather = 0.0;
     if key.zero_stage >= 3 {
-        let largest = costs.iter().map(|c| c.max_layer_params).max().unwrap_or(0);
+        let largest = ext.max_layer_params;
         // `memory::rank_memory` keeps ranks holding routed experts out of FSDP's count: with
         // any, the smaller gather below keeps the budget an upper bound for every rank
-        let fsdp = stack.fsdp && costs.iter().all(|c| c.expert_params == 0);
+        let fsdp = stack.fsdp && ext.no_experts;
         zero3_gather = if fsdp {
             // `memory::rank_memory`'s FSDP layers in flight: two gathered, one gradient
             (2 * largest * memory::WEIGHT_BYTES_PER_PARAM
@@ -454,9 +490,10 @@ pub(super) fn solve_partial(
     inflight: &[u32],
 ) -> Option<(Vec<usize>, Vec<u64>)> {
     let mode = mode_index(key.recompute);
-    let part = table.partial[mode].as_ref()?;
-    let costs = &table.per_mode[mode];
-    let budget = rank_budget_bytes(profile, opts, key, costs)?;
+    let part = table.partial(mode)?;
+    let costs = table.per_mode(mode);
+    let ext = table.extremes(mode);
+    let budget = rank_budget_bytes(profile, opts, key, ext)?;
     let (per_param, per_expert_param) = state_bytes_per_param_of(opts, key);
     // a layer's model states, the routed experts' at their own bytes per parameter
     let states = |c: &StageCost| {
@@ -469,7 +506,7 @@ pub(super) fn solve_partial(
     let rank_of: Vec<usize> = (0..s).map(|k| placement.rank_of(k, pp)).collect();
     let n = costs.len();
     let time = |c: &StageCost| c.forward_s() + c.backward_s();
-    let tied: u64 = costs.iter().map(|c| c.tied_params).sum();
+    let tied = ext.tied_params;
     let mut ends = vec![(0.0, 0.0, 0.0); pp];
     for (k, c) in [(0, &costs[0]), (s - 1, &costs[n - 1])] {
         let e = &mut ends[rank_of[k]];
@@ -477,7 +514,7 @@ pub(super) fn solve_partial(
         e.1 += states(c);
         e.2 += c.activation_bytes as f64;
     }
-    let (transient, head_extra) = transient_bytes(costs, pp);
+    let (transient, head_extra) = ext.transient_bytes(pp);
     if pp > 1 {
         ends[rank_of[s - 1]].1 +=
             tied as f64 * per_param + head_extra * (1.0 + memory::FRAGMENTATION);

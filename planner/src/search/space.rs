@@ -176,58 +176,76 @@ pub fn visit(
     fixed: &Fixed,
     sink: &mut dyn FnMut(Key),
 ) {
+    for tp in tp_options(model, gpus, limits, fixed) {
+        visit_tp(model, (gpus, global_batch), limits, fixed, tp, sink);
+    }
+}
+
+/// The tensor-parallel degrees [`visit`] goes through, in its order.
+pub fn tp_options(model: &Model, gpus: u64, limits: &SpaceLimits, fixed: &Fixed) -> Vec<u64> {
+    tp_degrees(model, gpus, limits, fixed)
+}
+
+/// [`visit`]'s configurations with tensor-parallel degree `tp` (one of [`tp_options`]), in
+/// its order, on `gpus` GPUs with `global_batch` sequences.
+pub fn visit_tp(
+    model: &Model,
+    (gpus, global_batch): (u64, u64),
+    limits: &SpaceLimits,
+    fixed: &Fixed,
+    tp: u64,
+    sink: &mut dyn FnMut(Key),
+) {
     let body_layers = match model {
         Model::Transformer(t) => t.num_layers,
         Model::Layers(l) => l.layers.len() as u64,
     };
-    for tp in tp_degrees(model, gpus, limits, fixed) {
-        for cp in cp_degrees(model, gpus / tp, limits, fixed) {
-            let pps = pick(
-                fixed.degrees.pp,
-                divisors(gpus / (tp * cp))
+    for cp in cp_degrees(model, gpus / tp, limits, fixed) {
+        let pps = pick(
+            fixed.degrees.pp,
+            divisors(gpus / (tp * cp))
+                .into_iter()
+                .filter(|&p| p <= body_layers)
+                .collect(),
+        );
+        for pp in pps {
+            let dp = gpus / (tp * cp * pp);
+            if fixed.degrees.dp.is_some_and(|d| d != dp) || !global_batch.is_multiple_of(dp) {
+                continue;
+            }
+            let per_replica = global_batch / dp;
+            let mbss = pick(
+                fixed.micro_batch_size,
+                divisors(per_replica)
                     .into_iter()
-                    .filter(|&p| p <= body_layers)
+                    .filter(|&b| {
+                        b <= limits.max_micro_batch_size || fixed.micro_batch_size == Some(b)
+                    })
                     .collect(),
             );
-            for pp in pps {
-                let dp = gpus / (tp * cp * pp);
-                if fixed.degrees.dp.is_some_and(|d| d != dp) || !global_batch.is_multiple_of(dp) {
-                    continue;
-                }
-                let per_replica = global_batch / dp;
-                let mbss = pick(
-                    fixed.micro_batch_size,
-                    divisors(per_replica)
-                        .into_iter()
-                        .filter(|&b| {
-                            b <= limits.max_micro_batch_size || fixed.micro_batch_size == Some(b)
-                        })
-                        .collect(),
-                );
-                for mbs in mbss {
-                    let m = per_replica / mbs;
-                    let base = Key {
-                        degrees: Degrees {
-                            tp,
-                            pp,
-                            dp,
-                            cp,
-                            virtual_stages: 1,
-                        },
-                        micro_batch_size: mbs,
-                        schedule: ScheduleKind::OneFOneB,
-                        recompute: Recompute::None,
-                        partial_recompute: false,
-                        sequence_parallel: false,
-                        zero_stage: 0,
-                        ep: 1,
-                        etp: 1,
-                    };
-                    let pairs = expert_degrees(model, &base.degrees, limits.framework);
-                    for (ep, etp) in fixed.expert_pairs(pairs) {
-                        let base = Key { ep, etp, ..base };
-                        push_schedules(sink, base, m, body_layers, limits, fixed);
-                    }
+            for mbs in mbss {
+                let m = per_replica / mbs;
+                let base = Key {
+                    degrees: Degrees {
+                        tp,
+                        pp,
+                        dp,
+                        cp,
+                        virtual_stages: 1,
+                    },
+                    micro_batch_size: mbs,
+                    schedule: ScheduleKind::OneFOneB,
+                    recompute: Recompute::None,
+                    partial_recompute: false,
+                    sequence_parallel: false,
+                    zero_stage: 0,
+                    ep: 1,
+                    etp: 1,
+                };
+                let pairs = expert_degrees(model, &base.degrees, limits.framework);
+                for (ep, etp) in fixed.expert_pairs(pairs) {
+                    let base = Key { ep, etp, ..base };
+                    push_schedules(sink, base, m, body_layers, limits, fixed);
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! micro-batch size, sequence parallelism): what every phase of the search reads instead of
 //! expanding the model again.
 
-use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -11,7 +11,7 @@ use autopp_models::{LayerCost, LayerKind, Model, Recompute};
 use rayon::prelude::*;
 
 use super::memo::Memo;
-use super::score::WeightParams;
+use super::score::{Extremes, WeightParams};
 use super::split_dp::{self, LayerSums};
 use super::{config_of, partial, Key, SearchOptions};
 use crate::config::PlanError;
@@ -61,42 +61,102 @@ pub(super) fn layer_tables(
         .collect()
 }
 
-/// Per-layer costs for one layer sharding, under each recompute mode.
+/// Per-layer costs for one layer sharding, under each recompute mode. What ranks the keys of
+/// the sharding (their lower bounds, their weights) is computed up front; the per-layer
+/// table only when a key of the sharding is first scored or evaluated, which many never are.
 pub(crate) struct LayerTable {
-    /// The layers under this sharding.
-    pub(super) layers: Vec<LayerCost>,
-    /// Per recompute mode (index as in `Recompute::ALL`): per-layer stage costs.
-    pub(super) per_mode: Vec<Vec<StageCost>>,
-    /// Per recompute mode: what fully recomputing one layer changes from that mode (`None` for
-    /// full recompute, and for layer lists that are not embedding, alike layers, head).
-    pub(super) partial: Vec<Option<partial::PartialModel>>,
-    /// Per recompute mode: prefix sums of per-layer F+B seconds, parameters (the fixed part,
-    /// in parameters: [`score`] scales the budgets by the bytes per parameter instead) and
-    /// activation bytes per in-flight micro-batch.
-    pub(super) sums: Vec<LayerSums>,
-    /// [`LayerTable::sums`] for schedules that split the backward: per in-flight pair the
-    /// larger of the activation bytes (F to I) and the weight-gradient bytes (I to W).
-    pub(super) split_sums: Vec<LayerSums>,
-    /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
-    /// unlimited, computed on first use.
-    pub(super) free_bottleneck: Memo<(usize, usize), Option<f64>>,
     /// Per recompute mode: seconds of all layers for one micro-batch, F+B and F alone.
     pub(super) total_s: Vec<(f64, f64)>,
-    /// Parameters of all layers.
-    pub(super) params: u64,
+    /// Parameters of all layers, and the routed experts' among them.
+    weights: WeightParams,
+    /// The runs of equal layers the table expands.
+    runs: Runs,
+    /// The per-layer table, expanded from `runs` on first use.
+    expanded: OnceLock<Expanded>,
+    /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
+    /// unlimited, computed on first use.
+    free_bottleneck: Memo<(usize, usize), Option<f64>>,
+    /// [`LayerTable::sums_for`] with the routed experts weighed, per (recompute mode, split
+    /// backward, weight's bits), computed on first use.
+    weighted_sums: Memo<(usize, bool, u64), Arc<LayerSums>>,
+}
+
+/// A layer list as runs of equal layers ([`Model::layer_runs`]), each run's layer timed and
+/// costed once.
+struct Runs {
+    /// Each run's layer, its operation lists dropped (see [`layer_table`]).
+    layers: Vec<LayerCost>,
+    /// Per layer of the list, its run.
+    slot: Vec<usize>,
+    /// Each run's layer's compute times.
+    timed: Vec<LayerTimes>,
+    /// Per recompute mode (index as in `Recompute::ALL`): each run's layer's stage cost.
+    per_mode: Vec<Vec<StageCost>>,
+}
+
+/// The per-layer table of one sharding.
+struct Expanded {
+    /// The layers under this sharding.
+    layers: Vec<LayerCost>,
+    /// Per recompute mode (index as in `Recompute::ALL`): per-layer stage costs.
+    per_mode: Vec<Vec<StageCost>>,
+    /// Per recompute mode: what fully recomputing one layer changes from that mode (`None` for
+    /// full recompute, and for layer lists that are not embedding, alike layers, head).
+    partial: Vec<Option<partial::PartialModel>>,
+    /// Per recompute mode: prefix sums of per-layer F+B seconds, parameters (the fixed part,
+    /// in parameters: [`super::score`] scales the budgets by the bytes per parameter instead)
+    /// and activation bytes per in-flight micro-batch.
+    sums: Vec<Arc<LayerSums>>,
+    /// `sums` for schedules that split the backward: per in-flight pair the larger of the
+    /// activation bytes (F to I) and the weight-gradient bytes (I to W).
+    split_sums: Vec<Arc<LayerSums>>,
     /// Each layer's routed-expert parameters (the same under every recompute mode), which
     /// [`LayerTable::sums_for`] weighs by their own bytes per parameter.
-    pub(super) expert_params: Vec<f64>,
+    expert_params: Vec<f64>,
     /// Each layer's compute times (the same under every recompute mode).
-    pub(super) timed: Vec<LayerTimes>,
+    timed: Vec<LayerTimes>,
+    /// Per recompute mode: what every key reads of the per-layer costs.
+    extremes: Vec<Extremes>,
 }
 
 impl LayerTable {
+    /// The per-layer table, expanded on first use.
+    fn expanded(&self) -> &Expanded {
+        self.expanded.get_or_init(|| self.runs.expand())
+    }
+
+    /// The layers under this sharding.
+    pub(super) fn layers(&self) -> &[LayerCost] {
+        &self.expanded().layers
+    }
+
+    /// Per-layer stage costs under `mode` (index as in `Recompute::ALL`).
+    pub(super) fn per_mode(&self, mode: usize) -> &[StageCost] {
+        &self.expanded().per_mode[mode]
+    }
+
+    /// What fully recomputing one layer changes from `mode` (`None` for full recompute, and
+    /// for layer lists that are not embedding, alike layers, head).
+    pub(super) fn partial(&self, mode: usize) -> Option<&partial::PartialModel> {
+        self.expanded().partial[mode].as_ref()
+    }
+
+    /// What every key reads of the per-layer costs under `mode`.
+    pub(super) fn extremes(&self, mode: usize) -> &Extremes {
+        &self.expanded().extremes[mode]
+    }
+
+    /// Prefix sums of per-layer F+B seconds, parameters and activation bytes under `mode`.
+    pub(super) fn sums(&self, mode: usize) -> &LayerSums {
+        &self.expanded().sums[mode]
+    }
+
     /// The layers with their compute times, for an evaluation.
     pub(super) fn list(&self) -> LayerList<'_> {
+        let e = self.expanded();
         LayerList {
-            layers: &self.layers,
-            timed: Some(&self.timed),
+            layers: &e.layers,
+            timed: Some(&e.timed),
         }
     }
 
@@ -105,45 +165,48 @@ impl LayerTable {
     /// counted `expert_weight` times (their bytes per parameter over the dense parameters',
     /// see [`super::state_bytes_per_param_of`]), so that the fixed part in parameters times
     /// the dense bytes per parameter is the stage's model states exactly.
+    /// Computed once per (mode, split backward, weight): the keys of a sharding share a few.
     pub(super) fn sums_for(
         &self,
         mode: usize,
         splits_backward: bool,
         expert_weight: f64,
-    ) -> Cow<'_, LayerSums> {
+    ) -> Arc<LayerSums> {
+        let e = self.expanded();
         let sums = match splits_backward {
-            true => &self.split_sums[mode],
-            false => &self.sums[mode],
+            true => &e.split_sums[mode],
+            false => &e.sums[mode],
         };
-        if expert_weight == 1.0 || self.expert_params.iter().all(|&e| e == 0.0) {
-            return Cow::Borrowed(sums);
+        if expert_weight == 1.0 || e.expert_params.iter().all(|&x| x == 0.0) {
+            return Arc::clone(sums);
         }
-        let extra: Vec<f64> = self
-            .expert_params
-            .iter()
-            .map(|e| e * (expert_weight - 1.0))
-            .collect();
-        Cow::Owned(sums.with_extra_fixed(&extra))
+        let weighted = (mode, splits_backward, expert_weight.to_bits());
+        self.weighted_sums.get_or(weighted, || {
+            let extra: Vec<f64> = e
+                .expert_params
+                .iter()
+                .map(|x| x * (expert_weight - 1.0))
+                .collect();
+            Arc::new(sums.with_extra_fixed(&extra))
+        })
     }
 
     /// Parameters of all layers, and the routed experts' among them.
     pub(super) fn weight_params(&self) -> WeightParams {
-        WeightParams {
-            all: self.params,
-            experts: self.expert_params.iter().sum::<f64>() as u64,
-        }
+        self.weights
     }
 
     /// The kinds of the layer list.
     pub(super) fn kinds(&self) -> Vec<LayerKind> {
-        self.layers.iter().map(|l| l.kind).collect()
+        let kinds = &self.runs.layers;
+        self.runs.slot.iter().map(|&j| kinds[j].kind).collect()
     }
 
     /// The smallest per-micro-batch bottleneck of any split of the layers into `stages`
     /// stages under `mode` (index into `Recompute::ALL`), memory unlimited.
     pub(super) fn free_bottleneck_s(&self, mode: usize, stages: usize) -> Option<f64> {
         self.free_bottleneck.get_or((mode, stages), || {
-            let sums = &self.sums[mode];
+            let sums = self.sums(mode);
             split_dp::best_split_with(
                 sums.len(),
                 stages,
@@ -152,6 +215,66 @@ impl LayerTable {
             )
             .map(|b| b.1)
         })
+    }
+}
+
+impl Runs {
+    /// The per-layer table: each layer takes its run's layer, times and costs.
+    fn expand(&self) -> Expanded {
+        let slot = &self.slot;
+        let per_mode: Vec<Vec<StageCost>> = self
+            .per_mode
+            .iter()
+            .map(|costs| {
+                slot.iter()
+                    .enumerate()
+                    .map(|(i, &j)| StageCost {
+                        layers: [i, i],
+                        ..costs[j]
+                    })
+                    .collect()
+            })
+            .collect();
+        let sums_with = |held: fn(&StageCost) -> u64| -> Vec<Arc<LayerSums>> {
+            per_mode
+                .iter()
+                .map(|costs: &Vec<StageCost>| {
+                    let time: Vec<f64> = costs
+                        .iter()
+                        .map(|c| c.forward_s() + c.backward_s())
+                        .collect();
+                    let params: Vec<f64> = costs.iter().map(|c| c.params as f64).collect();
+                    let act: Vec<f64> = costs.iter().map(|c| held(c) as f64).collect();
+                    Arc::new(LayerSums::new(&time, &params, &act))
+                })
+                .collect()
+        };
+        let sums = sums_with(|c| c.activation_bytes);
+        let split_sums = sums_with(|c| c.activation_bytes.max(c.weight_grad_bytes));
+        let layers: Vec<LayerCost> = slot.iter().map(|&j| self.layers[j].clone()).collect();
+        let full = mode_index(Recompute::Full);
+        let partial = Recompute::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, &mode)| {
+                if mode == Recompute::Full {
+                    None
+                } else {
+                    partial::PartialModel::new(&layers, &per_mode[i], &per_mode[full])
+                }
+            })
+            .collect();
+        let expert_params: Vec<f64> = per_mode[0].iter().map(|c| c.expert_params as f64).collect();
+        Expanded {
+            layers,
+            partial,
+            sums,
+            split_sums,
+            expert_params,
+            timed: slot.iter().map(|&j| self.timed[j]).collect(),
+            extremes: per_mode.iter().map(|c| Extremes::of(c)).collect(),
+            per_mode,
+        }
     }
 }
 
@@ -168,34 +291,22 @@ fn layer_table(
     key: &Key,
 ) -> Result<LayerTable, PlanError> {
     let c = config_of(key, opts, None);
-    let layers = model.layers(&shard_spec(&c))?;
+    // each run of equal layers (a dense model's blocks) is timed and costed once: the times
+    // and costs are functions of the layer alone
+    let (mut distinct, counts): (Vec<LayerCost>, Vec<usize>) =
+        model.layer_runs(&shard_spec(&c))?.into_iter().unzip();
+    let slot: Vec<usize> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(j, &n)| std::iter::repeat_n(j, n))
+        .collect();
     let d = key.degrees;
     let layout = d.layout();
     let cluster = &profile.cluster;
     let cp_kv_bytes = cp_kv_bytes(model, &c);
-    // compute times do not depend on the recompute mode: each layer is timed once, and a
-    // layer equal to the one before it (a dense model's blocks) takes that one's times and
-    // costs, which are functions of the layer alone
-    let rep = repeats(&layers);
-    let mut timed: Vec<LayerTimes> = Vec::with_capacity(layers.len());
-    for (i, l) in layers.iter().enumerate() {
-        let t = match rep[i] == i {
-            true => profile.layer_times(l),
-            false => timed[rep[i]],
-        };
-        timed.push(t);
-    }
-    let firsts: Vec<[usize; 2]> = (0..layers.len())
-        .filter(|&i| rep[i] == i)
-        .map(|i| [i, i])
-        .collect();
-    let slot: Vec<usize> = {
-        let mut at = vec![0; layers.len()];
-        for (j, &[i, _]) in firsts.iter().enumerate() {
-            at[i] = j;
-        }
-        rep.iter().map(|&r| at[r]).collect()
-    };
+    // compute times do not depend on the recompute mode: each distinct layer is timed once
+    let distinct_timed: Vec<LayerTimes> = distinct.iter().map(|l| profile.layer_times(l)).collect();
+    let firsts: Vec<[usize; 2]> = (0..distinct.len()).map(|j| [j, j]).collect();
     let per_mode: Vec<Vec<StageCost>> = Recompute::ALL
         .iter()
         .map(|&mode| {
@@ -226,51 +337,18 @@ fn layer_table(
                     == crate::runtime::TpCollectives::Dtensor,
                 torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
             };
-            let distinct = stages::stage_costs_timed(&layers, &timed, &firsts, &ctx, &[]);
-            (0..layers.len())
-                .map(|i| StageCost {
-                    layers: [i, i],
-                    ..distinct[slot[i]]
-                })
-                .collect()
-        })
-        .collect();
-    let sums_with = |held: fn(&StageCost) -> u64| -> Vec<LayerSums> {
-        per_mode
-            .iter()
-            .map(|costs: &Vec<StageCost>| {
-                let time: Vec<f64> = costs
-                    .iter()
-                    .map(|c| c.forward_s() + c.backward_s())
-                    .collect();
-                let params: Vec<f64> = costs.iter().map(|c| c.params as f64).collect();
-                let act: Vec<f64> = costs.iter().map(|c| held(c) as f64).collect();
-                LayerSums::new(&time, &params, &act)
-            })
-            .collect()
-    };
-    let sums = sums_with(|c| c.activation_bytes);
-    let split_sums = sums_with(|c| c.activation_bytes.max(c.weight_grad_bytes));
-    let full = mode_index(Recompute::Full);
-    let partial = Recompute::ALL
-        .iter()
-        .enumerate()
-        .map(|(i, &mode)| {
-            if mode == Recompute::Full {
-                None
-            } else {
-                partial::PartialModel::new(&layers, &per_mode[i], &per_mode[full])
-            }
+            stages::stage_costs_timed(&distinct, &distinct_timed, &firsts, &ctx, &[])
         })
         .collect();
     // Every evaluation of the table's layers passes their times (`list`), so the operation
     // lists they were timed from are not read again: dropped, they no longer hold memory for
-    // every sharding of the space (thousands of tables on 1,024 GPUs).
-    // torchtitan's op-level checkpointing and unfused loss size a layer's activations from its
-    // forward operations ([`stages::op_sac_bytes`], [`stages::unfused_loss_bytes`]): kept there.
+    // every sharding of the space (thousands of tables on 1,024 GPUs), and the copies of each
+    // run's layer below are cheap. torchtitan's op-level checkpointing and unfused loss size a
+    // layer's activations from its forward operations ([`stages::op_sac_bytes`],
+    // [`stages::unfused_loss_bytes`]): kept there. Names are left empty: no evaluation reads
+    // them.
     let keep_forward = c.settings.runtime.stack == crate::Stack::Torchtitan;
-    let mut layers = layers;
-    for l in &mut layers {
+    for l in &mut distinct {
         if !keep_forward {
             l.forward_ops = Vec::new();
         }
@@ -281,81 +359,36 @@ fn layer_table(
         ] {
             *ops = Vec::new();
         }
+        l.name = String::new();
     }
+    // the figures that rank the keys, summed layer by layer as the expanded table would
     let total_s = per_mode
         .iter()
         .map(|costs| {
-            costs.iter().fold((0.0, 0.0), |(fb, f), c| {
+            slot.iter().fold((0.0, 0.0), |(fb, f), &j| {
+                let c = &costs[j];
                 (fb + c.forward_s() + c.backward_s(), f + c.forward_s())
             })
         })
         .collect();
-    let params = per_mode[0].iter().map(|c| c.params).sum();
-    let expert_params: Vec<f64> = per_mode[0].iter().map(|c| c.expert_params as f64).collect();
+    let weights = WeightParams {
+        all: slot.iter().map(|&j| per_mode[0][j].params).sum(),
+        experts: slot
+            .iter()
+            .map(|&j| per_mode[0][j].expert_params as f64)
+            .sum::<f64>() as u64,
+    };
     Ok(LayerTable {
-        layers,
-        per_mode,
-        partial,
-        sums,
-        split_sums,
-        free_bottleneck: Default::default(),
         total_s,
-        params,
-        expert_params,
-        timed,
+        weights,
+        runs: Runs {
+            layers: distinct,
+            slot,
+            timed: distinct_timed,
+            per_mode,
+        },
+        expanded: OnceLock::new(),
+        free_bottleneck: Default::default(),
+        weighted_sums: Default::default(),
     })
-}
-
-/// For each layer, the first of the run of equal layers it belongs to (itself when it differs
-/// from the layer before it). Equal: every field but the name ([`same_but_name`]).
-fn repeats(layers: &[LayerCost]) -> Vec<usize> {
-    let mut rep = Vec::with_capacity(layers.len());
-    for i in 0..layers.len() {
-        let r = match i > 0 && same_but_name(&layers[i], &layers[i - 1]) {
-            true => rep[i - 1],
-            false => i,
-        };
-        rep.push(r);
-    }
-    rep
-}
-
-/// Whether two layers cost the same: every field but the name equal. The destructuring lists
-/// every field, so a field added to [`LayerCost`] must be added here.
-fn same_but_name(a: &LayerCost, b: &LayerCost) -> bool {
-    let LayerCost {
-        name: _,
-        kind,
-        params_total,
-        params,
-        tied_params,
-        forward_ops,
-        backward_input_ops,
-        backward_weight_ops,
-        selective_recompute_ops,
-        tp_forward,
-        tp_backward,
-        activation_bytes,
-        weight_grad_bytes,
-        output_bytes,
-        recomputable,
-        expert_params,
-        ep_a2a_bytes,
-    } = a;
-    *kind == b.kind
-        && *params_total == b.params_total
-        && *params == b.params
-        && *tied_params == b.tied_params
-        && *forward_ops == b.forward_ops
-        && *backward_input_ops == b.backward_input_ops
-        && *backward_weight_ops == b.backward_weight_ops
-        && *selective_recompute_ops == b.selective_recompute_ops
-        && *tp_forward == b.tp_forward
-        && *tp_backward == b.tp_backward
-        && *activation_bytes == b.activation_bytes
-        && *weight_grad_bytes == b.weight_grad_bytes
-        && *output_bytes == b.output_bytes
-        && *recomputable == b.recomputable
-        && *expert_params == b.expert_params
-        && *ep_a2a_bytes == b.ep_a2a_bytes
 }

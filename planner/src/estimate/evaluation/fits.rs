@@ -34,10 +34,16 @@ impl Evaluation<'_> {
     /// Whether the configuration fits with its safety margin (`estimate`'s `fits`), from the
     /// walked activation peaks: what the simulation would say, at a fraction of its cost.
     pub fn fits_unsimulated(&self, costs: &[StageCost]) -> bool {
+        self.peak_memory_unsimulated(costs) + self.c.settings.memory_margin_bytes
+            <= self.profile.cluster.gpu.memory_bytes
+    }
+
+    /// The busiest rank's peak memory, bytes (`estimate`'s `peak_memory_bytes`), from the
+    /// walked activation peaks, without simulating.
+    pub fn peak_memory_unsimulated(&self, costs: &[StageCost]) -> u64 {
         let mem_ctx = self.memory_context();
         let peaks = self.peak_activation_bytes(costs);
-        let peak_memory_bytes = self
-            .rank_stages
+        self.rank_stages
             .iter()
             .zip(&peaks)
             .map(|(ks, &peak)| {
@@ -45,8 +51,6 @@ impl Evaluation<'_> {
                 memory::rank_memory(&st, peak, &mem_ctx).total_bytes()
             })
             .max()
-            .unwrap_or(0);
-        peak_memory_bytes + self.c.settings.memory_margin_bytes
-            <= self.profile.cluster.gpu.memory_bytes
+            .unwrap_or(0)
     }
 }
