@@ -207,6 +207,17 @@ impl<'a> KeyScorer<'a> {
         let slowest_stage = stage_time.iter().cloned().fold(0.0, f64::max);
         let fill = match key.schedule {
             ScheduleKind::LoopedBfs => (pp - 1) as f64 * slowest_stage * v as f64,
+            // ZB-H2 and ZB-V leave `(p − 1)·(T_F + T_B − 2·T_W)` idle, zero when the three
+            // passes take the same time (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR
+            // 2024, §2.2 and their ZB-V follow-up: bubble rate 0 for ZB-2P and ZB-V against
+            // (p − 1)/3m for ZB-1P), with `T_B` the input gradient (recompute included)
+            ScheduleKind::ZbH2 | ScheduleKind::ZbV => {
+                let hop = stages
+                    .iter()
+                    .map(|s| s.forward_s() + s.backward_input_s() - 2.0 * s.backward_weight_s())
+                    .fold(0.0, f64::max);
+                (pp - 1) as f64 * hop
+            }
             // the deferred W's fill the drain: about one forward per hop is left
             kind if kind.splits_backward() => {
                 let slowest_forward = stages.iter().map(|s| s.forward_s()).fold(0.0, f64::max);
