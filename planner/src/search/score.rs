@@ -468,7 +468,9 @@ pub(super) fn unfit_base(
     let need = sums.mem_bytes(0, n - 1, least_inflight);
     let room = std::iter::repeat_n(bytes, s).sum::<f64>();
     let over = need - room;
-    if !(over > 1e-6 * (need.abs() + room.abs())) {
+    // (false for NaN figures: then the scorer decides)
+    let beyond_rounding = over > 1e-6 * (need.abs() + room.abs());
+    if !beyond_rounding {
         return None;
     }
     let Ok(split) = split::default_split(&table.kinds(), s) else {
