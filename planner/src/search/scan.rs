@@ -21,7 +21,7 @@ use rayon::prelude::*;
 
 use super::bounded::Bounded;
 use super::memo::Memo;
-use super::score::{below_memory_floor, KeyScorer};
+use super::score::{below_memory_floor, unfit_base, KeyScorer};
 use super::table::{group_of, GroupKey, LayerTable};
 use super::{config_of, shape_of, Key, Scored, SearchOptions, GIVE_UP_FACTOR, PER_KIND};
 use crate::estimate::check_config;
@@ -193,7 +193,10 @@ impl Scan<'_> {
         let Some(inflight) = self.inflight_of(key) else {
             return (None, None);
         };
-        match KeyScorer::new(profile, opts, key, table, &inflight, m).and_then(|k| k.base()) {
+        let base = unfit_base(profile, opts, key, table, &inflight, m).unwrap_or_else(|| {
+            KeyScorer::new(profile, opts, key, table, &inflight, m).and_then(|k| k.base())
+        });
+        match base {
             Some((s, bound)) => (Some(s), bound.map(|b| (b, *key, Variant::Partial))),
             None => (None, None),
         }

@@ -271,16 +271,7 @@ impl<'a> KeyScorer<'a> {
 
     /// The partial-recompute model, where the framework runs it and no pin forbids it.
     fn partial_model(&self) -> Option<&'a partial::PartialModel> {
-        let key = self.key;
-        let allowed = self
-            .opts
-            .limits
-            .framework
-            .partial_bases()
-            .contains(&key.recompute)
-            && self.opts.fixed.recompute.is_none()
-            && !key.schedule.splits_backward();
-        self.table.partial(self.mode).filter(|_| allowed)
+        partial_model_of(self.opts, self.key, self.table, self.mode)
     }
 
     /// A lower bound on the closed form of the key with partial recompute, or `None` when that
@@ -309,16 +300,14 @@ impl<'a> KeyScorer<'a> {
         let n = self.costs.len();
         let over = self.sums.mem_bytes(0, n - 1, least_inflight)
             - self.budgets.iter().map(|b| b.bytes).sum::<f64>();
-        let shed_most = most_inflight * part.delta_act_bytes;
-        let least_layers = if over > 0.0 && shed_most > 0.0 {
-            (over / shed_most).ceil().max(1.0)
-        } else {
-            1.0
-        };
-        Some(
-            lower_bound_s(self.key, self.table, self.opts)
-                + self.m as f64 * least_layers * part.delta_time_s / self.key.degrees.pp as f64,
-        )
+        Some(partial_bound_from(
+            self.opts,
+            self.key,
+            self.table,
+            part,
+            self.m,
+            (over, most_inflight),
+        ))
     }
 
     /// The key with partial recompute: the split and per-stage counts of fully recomputed
@@ -395,6 +384,119 @@ impl<'a> KeyScorer<'a> {
             fits: true,
         })
     }
+}
+
+/// The partial-recompute model of `key`'s recompute mode (`mode`), where the framework runs
+/// it and no pin forbids it.
+fn partial_model_of<'t>(
+    opts: &SearchOptions,
+    key: &Key,
+    table: &'t LayerTable,
+    mode: usize,
+) -> Option<&'t partial::PartialModel> {
+    let allowed = opts
+        .limits
+        .framework
+        .partial_bases()
+        .contains(&key.recompute)
+        && opts.fixed.recompute.is_none()
+        && !key.schedule.splits_backward();
+    table.partial(mode).filter(|_| allowed)
+}
+
+/// [`KeyScorer::partial_bound_s`]'s bound from `over` (what all layers need at the fewest
+/// in-flight micro-batches beyond all budgets, in parameters) and the most in-flight
+/// micro-batches of any stage (per byte per parameter).
+fn partial_bound_from(
+    opts: &SearchOptions,
+    key: &Key,
+    table: &LayerTable,
+    part: &partial::PartialModel,
+    m: u64,
+    (over, most_inflight): (f64, f64),
+) -> f64 {
+    let shed_most = most_inflight * part.delta_act_bytes;
+    let least_layers = if over > 0.0 && shed_most > 0.0 {
+        (over / shed_most).ceil().max(1.0)
+    } else {
+        1.0
+    };
+    lower_bound_s(key, table, opts)
+        + m as f64 * least_layers * part.delta_time_s / key.degrees.pp as f64
+}
+
+/// [`KeyScorer::new`] followed by [`KeyScorer::base`] for a key that no split can fit, without
+/// building the scorer: `Some` with exactly what those give, or `None` when the key might fit
+/// (or when this cheap test cannot tell).
+///
+/// Every stage's budget is the same, so with `s` stages whatever the split, the stages
+/// together hold all layers' model states and activations — at least all layers' at the
+/// fewest in-flight micro-batches of any stage — within `s` budgets. When that total exceeds
+/// them (by more than any rounding of the per-stage sums), nothing fits.
+pub(super) fn unfit_base(
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+    table: &LayerTable,
+    inflight: &[u32],
+    m: u64,
+) -> Option<Option<(Scored, Option<f64>)>> {
+    let mode = mode_index(key.recompute);
+    let n = table.per_mode(mode).len();
+    let (pp, v) = (key.degrees.pp as usize, key.degrees.virtual_stages as usize);
+    let s = pp * v;
+    if n < s {
+        return Some(None);
+    }
+    let (per_param, per_expert_param) = state_bytes_per_param_of(opts, key);
+    let sums = table.sums_for(
+        mode,
+        key.schedule.splits_backward(),
+        per_expert_param / per_param,
+    );
+    let ext = table.extremes(mode);
+    let Some(rank_budget) = rank_budget_bytes(profile, opts, key, ext) else {
+        return Some(None);
+    };
+    // the same figures as `KeyScorer::new`'s budgets
+    let (transient, _) = ext.transient_bytes(pp);
+    let (dynamic, transient_frag) = if v == 1 {
+        (
+            1.0 + memory::FRAGMENTATION,
+            transient * memory::FRAGMENTATION + opts.settings.memory_margin_bytes as f64,
+        )
+    } else {
+        (1.0, 0.0)
+    };
+    let bytes = (rank_budget - transient_frag) / v as f64 / per_param;
+    // every rank holds a stage (stage k < pp sits on rank k or pp − 1 − k)
+    let (least_inflight, most_inflight) = inflight[..pp]
+        .iter()
+        .map(|&q| q as f64 * dynamic / v as f64 / per_param)
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), x| {
+            (lo.min(x), hi.max(x))
+        });
+    let need = sums.mem_bytes(0, n - 1, least_inflight);
+    let room = std::iter::repeat_n(bytes, s).sum::<f64>();
+    let over = need - room;
+    // (false for NaN figures: then the scorer decides)
+    let beyond_rounding = over > 1e-6 * (need.abs() + room.abs());
+    if !beyond_rounding {
+        return None;
+    }
+    let Ok(split) = split::default_split(&table.kinds(), s) else {
+        return Some(None);
+    };
+    let scored = Scored {
+        key: *key,
+        approx_s: lower_bound_s(key, table, opts),
+        split,
+        recompute_layers: None,
+        fits: false,
+    };
+    let bound = partial_model_of(opts, key, table, mode)
+        .map(|part| partial_bound_from(opts, key, table, part, m, (over, most_inflight)));
+    Some(Some((scored, bound)))
 }
 
 /// What every key of a layer sharding reads of one recompute mode's per-layer costs,
@@ -584,4 +686,60 @@ pub(super) fn solve_partial(
         return None;
     }
     Some((split, recompute))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::check_config;
+    use crate::framework::Framework;
+    use crate::search::space;
+    use crate::search::table::{group_of, layer_tables};
+    use autopp_hardware::{hardware, Cluster, Precision};
+
+    /// Wherever the cheap test settles a key, it gives exactly what building the scorer and
+    /// scoring the key give (a MoE model, whose experts weigh the layer sums, and a dense
+    /// one, over every configuration the scan would score, partial recompute bounds included),
+    /// and it settles most of the keys that do not fit.
+    #[test]
+    fn unfit_base_matches_the_scorer_wherever_it_answers() {
+        for (preset, gpus, batch) in [("mixtral-8x7b", 16, 64), ("llama2-13b", 8, 32)] {
+            let model = autopp_models::load(preset).expect("preset");
+            let gpu = hardware::gpu("h100-sxm").expect("gpu");
+            let cluster = Cluster::new(gpu, gpus, 8, None).expect("cluster");
+            let profile = AnalyticProfile::new(cluster, Precision::Bf16).expect("profile");
+            let opts = SearchOptions::new(Framework::Megatron, batch, 8);
+            let keys = space::enumerate(&model, gpus, batch, &opts.limits, &opts.fixed);
+            let tables = layer_tables(&model, &profile, &opts, &keys).expect("tables");
+            let (mut settled, mut unfit) = (0, 0);
+            for key in &keys {
+                let Some(table) = tables.get(&group_of(key)) else {
+                    continue;
+                };
+                if below_memory_floor(&profile, &opts, key, table.weight_params())
+                    || check_config(&model, &profile, &config_of(key, &opts, None)).is_err()
+                {
+                    continue;
+                }
+                let (kind, pp, v, m) = super::super::shape_of(key, &opts);
+                let generate = |len: u64| kind.generated_peak_inflight(pp, v, len);
+                let Some(inflight) = kind.peak_inflight_with(pp, v, m, &generate) else {
+                    continue;
+                };
+                let full = KeyScorer::new(&profile, &opts, key, table, &inflight, m)
+                    .and_then(|k| k.base());
+                if full.as_ref().is_some_and(|(s, _)| !s.fits) {
+                    unfit += 1;
+                }
+                if let Some(cheap) = unfit_base(&profile, &opts, key, table, &inflight, m) {
+                    settled += 1;
+                    assert_eq!(format!("{cheap:?}"), format!("{full:?}"), "{key:?}");
+                }
+            }
+            assert!(
+                unfit > 0 && settled > unfit / 2,
+                "{preset}: {settled} settled, {unfit} unfit"
+            );
+        }
+    }
 }
