@@ -18,6 +18,7 @@
 //! The result is deterministic for any thread count: candidates are ranked by (time, [`Key`]).
 
 mod bounded;
+mod budget;
 mod ceiling;
 mod errors;
 mod evaluator;

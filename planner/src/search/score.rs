@@ -8,13 +8,14 @@ use std::sync::Arc;
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Recompute;
 
+use super::budget::rank_budget_bytes;
 use super::split_dp::{self, LayerSums, StageBudget};
 use super::table::{mode_index, LayerTable};
 use super::{config_of, partial, state_bytes_per_param_of, Key, Scored, SearchOptions};
 use crate::config::ParallelConfig;
 use crate::estimate::{dp_comm_time_s, optimizer_time_s};
 use crate::framework::PartialRecompute;
-use crate::memory::{self, NCCL_BUFFER_BYTES_PER_GROUP};
+use crate::memory;
 use crate::schedule::{split, ScheduleKind};
 use crate::stages::{self, StageCost};
 
@@ -499,101 +500,6 @@ pub(super) fn unfit_base(
     Some(Some((scored, bound)))
 }
 
-/// What every key of a layer sharding reads of one recompute mode's per-layer costs,
-/// computed once per table ([`super::table::LayerTable::extremes`]).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Extremes {
-    /// [`Extremes::transient_bytes`] with one pipeline rank, and with several.
-    transient: [(f64, f64); 2],
-    /// Tied parameters of all layers.
-    pub tied_params: u64,
-    /// The largest layer output sent to the next stage, bytes.
-    pub max_output_bytes: u64,
-    /// The most parameters of any one layer.
-    pub max_layer_params: u64,
-    /// Whether no layer holds routed experts.
-    pub no_experts: bool,
-}
-
-impl Extremes {
-    /// The figures of `costs`.
-    pub(super) fn of(costs: &[StageCost]) -> Self {
-        Extremes {
-            transient: [transient_bytes(costs, 1), transient_bytes(costs, 2)],
-            tied_params: costs.iter().map(|c| c.tied_params).sum(),
-            max_output_bytes: costs.iter().map(|c| c.output_bytes).max().unwrap_or(0),
-            max_layer_params: costs.iter().map(|c| c.max_layer_params).max().unwrap_or(0),
-            no_experts: costs.iter().all(|c| c.expert_params == 0),
-        }
-    }
-
-    /// The backward's working set every rank of `pp` holds, and the head's excess over it on
-    /// the rank that holds the head, bytes (see [`transient_bytes`]).
-    pub(super) fn transient_bytes(&self, pp: usize) -> (f64, f64) {
-        self.transient[usize::from(pp > 1)]
-    }
-}
-
-/// The backward's working set every rank of `pp` holds, and the head's excess over it on the
-/// rank that holds the head, bytes. [`memory::rank_memory`] counts the largest of a rank's
-/// stages; the head's can be far larger than a block's (PyTorch's unfused cross-entropy keeps
-/// 8 B per logit, [`crate::stages::unfused_loss_bytes`]), so charging it to every rank would
-/// make the budgets reject splits that fit. With one rank, the largest of all layers.
-fn transient_bytes(costs: &[StageCost], pp: usize) -> (f64, f64) {
-    let largest = |cs: &[StageCost]| cs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
-    let n = costs.len();
-    if pp <= 1 || n < 3 {
-        return (largest(costs), 0.0);
-    }
-    // the body's blocks (the embedding's working set is not larger than a block's)
-    let body = largest(&costs[1..n - 1]);
-    (body, (costs[n - 1].transient_bytes as f64 - body).max(0.0))
-}
-
-/// Bytes one rank has for its layers' model states and activations: the GPU's memory less the
-/// reserve, the CUDA context, communication buffers and the backward's working set. `None`
-/// when nothing is left. The memory margin is not taken off: these budgets are conservative
-/// (in-flight bounds, whole-layer working sets), and the exact evaluation of every candidate
-/// checks the margin.
-fn rank_budget_bytes(
-    profile: &AnalyticProfile,
-    opts: &SearchOptions,
-    key: &Key,
-    ext: &Extremes,
-) -> Option<f64> {
-    let capacity = profile.cluster.gpu.memory_bytes as f64;
-    let groups = key.degrees.num_comm_groups() as f64;
-    let (transient, _) = ext.transient_bytes(key.degrees.pp as usize);
-    let p2p = 4.0 * ext.max_output_bytes as f64;
-    let stack = memory::StackMemory::of(opts.settings.runtime.stack);
-    let mut zero3_gather = 0.0;
-    if key.zero_stage >= 3 {
-        let largest = ext.max_layer_params;
-        // `memory::rank_memory` keeps ranks holding routed experts out of FSDP's count: with
-        // any, the smaller gather below keeps the budget an upper bound for every rank
-        let fsdp = stack.fsdp && ext.no_experts;
-        zero3_gather = if fsdp {
-            // `memory::rank_memory`'s FSDP layers in flight: two gathered, one gradient
-            (2 * largest * memory::WEIGHT_BYTES_PER_PARAM
-                + largest * (memory::HALF_GRAD_BYTES_PER_PARAM + memory::GRAD_BYTES_PER_PARAM))
-                as f64
-        } else {
-            (2 * largest).min(memory::ZERO3_MAX_LIVE_PARAMS) as f64
-                * memory::WEIGHT_BYTES_PER_PARAM as f64
-        };
-    }
-    // The fixed terms of `memory::rank_memory` (its fragmentation and the safety margin a plan
-    // must leave, `estimate`'s `fits`, are the caller's).
-    let budget = capacity
-        - opts.settings.memory_reserve_bytes as f64
-        - stack.context_bytes() as f64
-        - groups * NCCL_BUFFER_BYTES_PER_GROUP as f64
-        - transient
-        - p2p
-        - zero3_gather;
-    (budget > 0.0).then_some(budget)
-}
-
 /// The partial-recompute integer program for a shortlisted key (see [`partial::solve`]).
 pub(super) fn solve_partial(
     profile: &AnalyticProfile,
@@ -689,57 +595,4 @@ pub(super) fn solve_partial(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::estimate::check_config;
-    use crate::framework::Framework;
-    use crate::search::space;
-    use crate::search::table::{group_of, layer_tables};
-    use autopp_hardware::{hardware, Cluster, Precision};
-
-    /// Wherever the cheap test settles a key, it gives exactly what building the scorer and
-    /// scoring the key give (a MoE model, whose experts weigh the layer sums, and a dense
-    /// one, over every configuration the scan would score, partial recompute bounds included),
-    /// and it settles most of the keys that do not fit.
-    #[test]
-    fn unfit_base_matches_the_scorer_wherever_it_answers() {
-        for (preset, gpus, batch) in [("mixtral-8x7b", 16, 64), ("llama2-13b", 8, 32)] {
-            let model = autopp_models::load(preset).expect("preset");
-            let gpu = hardware::gpu("h100-sxm").expect("gpu");
-            let cluster = Cluster::new(gpu, gpus, 8, None).expect("cluster");
-            let profile = AnalyticProfile::new(cluster, Precision::Bf16).expect("profile");
-            let opts = SearchOptions::new(Framework::Megatron, batch, 8);
-            let keys = space::enumerate(&model, gpus, batch, &opts.limits, &opts.fixed);
-            let tables = layer_tables(&model, &profile, &opts, &keys).expect("tables");
-            let (mut settled, mut unfit) = (0, 0);
-            for key in &keys {
-                let Some(table) = tables.get(&group_of(key)) else {
-                    continue;
-                };
-                if below_memory_floor(&profile, &opts, key, table.weight_params())
-                    || check_config(&model, &profile, &config_of(key, &opts, None)).is_err()
-                {
-                    continue;
-                }
-                let (kind, pp, v, m) = super::super::shape_of(key, &opts);
-                let generate = |len: u64| kind.generated_peak_inflight(pp, v, len);
-                let Some(inflight) = kind.peak_inflight_with(pp, v, m, &generate) else {
-                    continue;
-                };
-                let full = KeyScorer::new(&profile, &opts, key, table, &inflight, m)
-                    .and_then(|k| k.base());
-                if full.as_ref().is_some_and(|(s, _)| !s.fits) {
-                    unfit += 1;
-                }
-                if let Some(cheap) = unfit_base(&profile, &opts, key, table, &inflight, m) {
-                    settled += 1;
-                    assert_eq!(format!("{cheap:?}"), format!("{full:?}"), "{key:?}");
-                }
-            }
-            assert!(
-                unfit > 0 && settled > unfit / 2,
-                "{preset}: {settled} settled, {unfit} unfit"
-            );
-        }
-    }
-}
+mod tests;

@@ -10,8 +10,9 @@ use autopp_hardware::{AnalyticProfile, LayerTimes};
 use autopp_models::{LayerCost, LayerKind, Model, Recompute};
 use rayon::prelude::*;
 
+use super::budget::Extremes;
 use super::memo::Memo;
-use super::score::{Extremes, WeightParams};
+use super::score::WeightParams;
 use super::split_dp::{self, LayerSums};
 use super::{config_of, partial, Key, SearchOptions};
 use crate::config::PlanError;
