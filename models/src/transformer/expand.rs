@@ -20,15 +20,7 @@ impl TransformerSpec {
         // at most four distinct blocks (dense or MoE, full or sliding): build each once
         let mut blocks: Vec<(BlockKind, LayerCost)> = Vec::new();
         for i in 0..self.num_layers {
-            let kind = self.block_kind(i);
-            let mut layer = match blocks.iter().find(|(k, _)| *k == kind) {
-                Some((_, block)) => block.clone(),
-                None => {
-                    let block = self.transformer_layer(shard, i, kind);
-                    blocks.push((kind, block.clone()));
-                    block
-                }
-            };
+            let mut layer = self.block_once(&mut blocks, shard, i);
             layer.name = format!("layer {i}");
             out.push(layer);
         }
@@ -57,14 +49,7 @@ impl TransformerSpec {
             match out.last_mut() {
                 Some((_, count)) if previous == Some(kind) => *count += 1,
                 _ => {
-                    let mut layer = match blocks.iter().find(|(k, _)| *k == kind) {
-                        Some((_, block)) => block.clone(),
-                        None => {
-                            let block = self.transformer_layer(shard, i, kind);
-                            blocks.push((kind, block.clone()));
-                            block
-                        }
-                    };
+                    let mut layer = self.block_once(&mut blocks, shard, i);
                     layer.name = format!("layer {i}");
                     out.push((layer, 1));
                 }
@@ -78,6 +63,23 @@ impl TransformerSpec {
         }
         out.push((self.head_layer(shard), 1));
         Ok(out)
+    }
+
+    /// Transformer layer `i`, built once per block kind: a copy of the block in `blocks` when
+    /// one of its kind was built before (the name is the caller's to set).
+    fn block_once(
+        &self,
+        blocks: &mut Vec<(BlockKind, LayerCost)>,
+        shard: &ShardSpec,
+        i: u64,
+    ) -> LayerCost {
+        let kind = self.block_kind(i);
+        if let Some((_, block)) = blocks.iter().find(|(k, _)| *k == kind) {
+            return block.clone();
+        }
+        let block = self.transformer_layer(shard, i, kind);
+        blocks.push((kind, block.clone()));
+        block
     }
 
     /// The block kind of transformer layer `i`.

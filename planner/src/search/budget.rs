@@ -103,3 +103,20 @@ pub(super) fn rank_budget_bytes(
         - zero3_gather;
     (budget > 0.0).then_some(budget)
 }
+
+/// How a stage's budget counts the allocator's fragmentation and the safety margin, for `pp`
+/// ranks of `v` stages each: the factor on in-flight activation bytes, and the bytes taken off
+/// the rank's budget. With one stage per rank a stage's budget is its rank's, exactly: the
+/// fragmentation of the dynamic memory (activations, the backward's working set) is counted as
+/// evaluation counts it, and the margin is left free. With several, each stage gets an equal
+/// share of the rank's budget and both are left out as slack.
+pub(super) fn stage_slack(opts: &SearchOptions, ext: &Extremes, pp: usize, v: usize) -> (f64, f64) {
+    if v != 1 {
+        return (1.0, 0.0);
+    }
+    let (transient, _) = ext.transient_bytes(pp);
+    (
+        1.0 + memory::FRAGMENTATION,
+        transient * memory::FRAGMENTATION + opts.settings.memory_margin_bytes as f64,
+    )
+}

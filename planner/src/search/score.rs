@@ -8,7 +8,7 @@ use std::sync::Arc;
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Recompute;
 
-use super::budget::rank_budget_bytes;
+use super::budget::{rank_budget_bytes, stage_slack};
 use super::split_dp::{self, LayerSums, StageBudget};
 use super::table::{mode_index, LayerTable};
 use super::{config_of, partial, state_bytes_per_param_of, Key, Scored, SearchOptions};
@@ -131,21 +131,10 @@ impl<'a> KeyScorer<'a> {
         let rank_budget = rank_budget_bytes(profile, opts, key, ext)?;
         let tied = ext.tied_params;
         let placement = key.schedule.placement();
-        // With one stage per rank a stage's budget is its rank's, exactly: the allocator's
-        // fragmentation of the dynamic memory (activations, the backward's working set) is
-        // counted as evaluation counts it, and the safety margin is left free. With several,
-        // each stage gets an equal share of the rank's budget — which can reject splits that
-        // fit — and the fragmentation and margin are left out as slack. Either way every
-        // candidate's memory is checked exactly when simulated.
-        let (transient, head_extra) = ext.transient_bytes(pp);
-        let (dynamic, transient_frag) = if v == 1 {
-            (
-                1.0 + memory::FRAGMENTATION,
-                transient * memory::FRAGMENTATION + opts.settings.memory_margin_bytes as f64,
-            )
-        } else {
-            (1.0, 0.0)
-        };
+        // each stage's share of its rank's budget ([`stage_slack`]; an equal share of several
+        // can reject splits that fit): every candidate's memory is checked exactly when simulated
+        let (_, head_extra) = ext.transient_bytes(pp);
+        let (dynamic, transient_frag) = stage_slack(opts, ext, pp, v);
         let budgets = (0..s)
             .map(|k| StageBudget {
                 bytes: (rank_budget - transient_frag) / v as f64 / per_param,
@@ -460,15 +449,7 @@ pub(super) fn unfit_base(
         return Some(None);
     };
     // the same figures as `KeyScorer::new`'s budgets
-    let (transient, _) = ext.transient_bytes(pp);
-    let (dynamic, transient_frag) = if v == 1 {
-        (
-            1.0 + memory::FRAGMENTATION,
-            transient * memory::FRAGMENTATION + opts.settings.memory_margin_bytes as f64,
-        )
-    } else {
-        (1.0, 0.0)
-    };
+    let (dynamic, transient_frag) = stage_slack(opts, ext, pp, v);
     let bytes = (rank_budget - transient_frag) / v as f64 / per_param;
     // every rank holds a stage (stage k < pp sits on rank k or pp − 1 − k)
     let (least_inflight, most_inflight) = inflight[..pp]
