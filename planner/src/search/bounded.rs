@@ -2,34 +2,47 @@
 //! read them: a scan usually stops long before the end, and sorting every key of a large space
 //! (hundreds of thousands) cost more than scoring the few thousand it reads.
 
-use std::cmp::Ordering;
+use rayon::prelude::*;
 
 use super::Key;
 
 /// The smallest prefix sorted at once.
 const FIRST_SORTED: usize = 4096;
 
+/// (bound as [`ordered`] gives it, part, index in the part) of one key.
+type Entry = (i64, u32, u32);
+
 /// Keys with their lower bounds, handed out in ascending order of (bound, key). Keys are
 /// distinct, so the order is total: the prefix sorted so far is the same as a full sort's.
 #[derive(Debug, Default)]
 pub(super) struct Bounded {
-    keys: Vec<Key>,
-    /// (bound as [`ordered`] gives it, index into `keys`): `order[..sorted]` in ascending
-    /// order, and no later entry before any of them.
-    order: Vec<(i64, usize)>,
+    /// The keys in the parts the space was enumerated in (moved here, not copied).
+    parts: Vec<Vec<Key>>,
+    /// One entry per key with a bound: `order[..sorted]` in ascending order, and no later
+    /// entry before any of them.
+    order: Vec<Entry>,
     sorted: usize,
 }
 
 impl Bounded {
-    /// `keys` with their lower bounds, in any order.
-    pub fn new(bounded: impl IntoIterator<Item = (f64, Key)>) -> Self {
-        let (order, keys): (Vec<(i64, usize)>, Vec<Key>) = bounded
-            .into_iter()
+    /// The keys of `parts` with their lower bounds, which `bounds` gives for one part (`None`:
+    /// the key is left out), one part per parallel task.
+    pub fn new(parts: Vec<Vec<Key>>, bounds: impl Fn(&[Key]) -> Vec<Option<f64>> + Sync) -> Self {
+        let per_part: Vec<Vec<Entry>> = parts
+            .par_iter()
+            .with_max_len(1)
             .enumerate()
-            .map(|(i, (bound, key))| ((ordered(bound), i), key))
-            .unzip();
+            .map(|(p, keys)| {
+                let entries = bounds(keys).into_iter().enumerate();
+                entries
+                    .filter_map(|(i, b)| Some((ordered(b?), p as u32, i as u32)))
+                    .collect()
+            })
+            .collect();
+        let mut order: Vec<Entry> = Vec::with_capacity(per_part.iter().map(Vec::len).sum());
+        order.extend(per_part.into_iter().flatten());
         Bounded {
-            keys,
+            parts,
             order,
             sorted: 0,
         }
@@ -40,6 +53,10 @@ impl Bounded {
         self.order.len()
     }
 
+    fn key(&self, e: &Entry) -> Key {
+        self.parts[e.1 as usize][e.2 as usize]
+    }
+
     /// The `i`-th key in ascending order with its bound, sorting further when needed.
     pub fn get(&mut self, i: usize) -> Option<(f64, Key)> {
         if i >= self.order.len() {
@@ -48,28 +65,38 @@ impl Bounded {
         if i >= self.sorted {
             self.sort_past(i);
         }
-        let (bound, k) = self.order[i];
-        Some((bound_of(bound), self.keys[k]))
+        let e = self.order[i];
+        Some((bound_of(e.0), self.key(&e)))
     }
 
-    /// Sorts a prefix that holds index `i`: at least twice the prefix sorted so far.
+    /// Sorts a prefix that holds index `i`: at least twice the prefix sorted so far, and every
+    /// entry whose bound equals the last one's. The entries of the prefix are chosen by their
+    /// bounds alone (integer comparisons, no key read), and only they are sorted with the keys
+    /// breaking ties: the entries with a bound below the prefix's largest, and all those with
+    /// that bound, are the first of a full sort.
     fn sort_past(&mut self, i: usize) {
-        let keys = &self.keys;
-        let cmp = |a: &(i64, usize), b: &(i64, usize)| -> Ordering {
-            a.0.cmp(&b.0).then_with(|| keys[a.1].cmp(&keys[b.1]))
-        };
         let end = (i + 1)
             .max(2 * self.sorted)
             .max(FIRST_SORTED)
             .min(self.order.len());
         let rest = &mut self.order[self.sorted..];
-        let take = end - self.sorted;
+        let mut take = end - self.sorted;
         if take < rest.len() {
-            // the `take` smallest of the rest first, in any order
-            rest.select_nth_unstable_by(take - 1, cmp);
+            // the `take` smallest bounds of the rest first, in any order, then every other
+            // entry with the largest of them
+            rest.select_nth_unstable_by_key(take - 1, |e| e.0);
+            let (edge, first) = (rest[take - 1].0, take);
+            for k in first..rest.len() {
+                if rest[k].0 == edge {
+                    rest.swap(take, k);
+                    take += 1;
+                }
+            }
         }
-        rest[..take].sort_unstable_by(cmp);
-        self.sorted = end;
+        let parts = &self.parts;
+        let key = |e: &Entry| &parts[e.1 as usize][e.2 as usize];
+        rest[..take].sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| key(a).cmp(key(b))));
+        self.sorted += take;
     }
 }
 
@@ -116,6 +143,19 @@ mod tests {
         }
     }
 
+    /// `items` in parts of three keys, each with its bound.
+    fn from_items(items: Vec<(f64, Key)>) -> Bounded {
+        let bounds: std::collections::HashMap<Key, f64> =
+            items.iter().map(|&(b, k)| (k, b)).collect();
+        let parts = items
+            .chunks(3)
+            .map(|c| c.iter().map(|i| i.1).collect())
+            .collect();
+        Bounded::new(parts, |run| {
+            run.iter().map(|k| bounds.get(k).copied()).collect()
+        })
+    }
+
     /// Read in any pattern, the keys come out as a full sort orders them.
     #[test]
     fn hands_out_a_full_sorts_order() {
@@ -137,7 +177,7 @@ mod tests {
         let mut full = items.clone();
         full.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let n = full.len();
-        let mut lazy = Bounded::new(items);
+        let mut lazy = from_items(items);
         assert_eq!(lazy.len(), n);
         for i in [
             0,
@@ -149,9 +189,38 @@ mod tests {
         ] {
             assert_eq!(lazy.get(i), Some(full[i]), "{i}");
         }
-        let mut lazy = Bounded::new(full.clone());
+        let mut lazy = from_items(full.clone());
         let all: Vec<_> = (0..n).filter_map(|i| lazy.get(i)).collect();
         assert_eq!(all, full);
         assert_eq!(lazy.get(n), None);
+    }
+
+    /// With many distinct bounds (a prefix sort stops inside the rest) and keys without a
+    /// bound (left out), the order is still a full sort's of the keys with one.
+    #[test]
+    fn leaves_out_unbounded_keys_and_sorts_past_many_bounds() {
+        let model = autopp_models::load("tiny-gpt").expect("preset");
+        let limits = super::super::SpaceLimits::new(crate::framework::Framework::Megatron, 8);
+        let keys = super::super::space::enumerate(&model, 64, 512, &limits, &Default::default());
+        let keys: Vec<Key> = (0..6 * FIRST_SORTED)
+            .map(|i| Key {
+                micro_batch_size: keys[i % keys.len()].micro_batch_size
+                    + 1000 * (i / keys.len()) as u64,
+                ..keys[i % keys.len()]
+            })
+            .collect();
+        // a key's bound from its place: every seventh none, the others from 4,999 values
+        let bound = |i: usize| (!i.is_multiple_of(7)).then(|| ((i * 7919) % 4999) as f64);
+        let place: std::collections::HashMap<Key, usize> =
+            keys.iter().enumerate().map(|(i, &k)| (k, i)).collect();
+        let mut full: Vec<(f64, Key)> = (0..keys.len())
+            .filter_map(|i| Some((bound(i)?, keys[i])))
+            .collect();
+        full.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let parts: Vec<Vec<Key>> = keys.chunks(1000).map(<[Key]>::to_vec).collect();
+        let mut lazy = Bounded::new(parts, |run| run.iter().map(|k| bound(place[k])).collect());
+        assert_eq!(lazy.len(), full.len());
+        let all: Vec<_> = (0..full.len()).filter_map(|i| lazy.get(i)).collect();
+        assert_eq!(all, full);
     }
 }

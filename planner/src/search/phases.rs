@@ -40,12 +40,11 @@ pub(super) struct Search<'a> {
     /// How the answers are evaluated again: in full detail, or left as simulated when the
     /// caller ranks them with other searches' and details only the ones it shows.
     answer_detail: Option<Detail>,
-    /// The configurations of the space that clear the memory floor, in enumeration order.
-    pub keys: Vec<Key>,
+    /// The configurations of the space that clear the memory floor, in enumeration order (in
+    /// parts, see [`prune::Space`]), until the scan takes them.
+    parts: Vec<Vec<Key>>,
     /// Every configuration of the space, kept or not.
     pub candidates: usize,
-    /// The leanest configurations of the space (what the error says when nothing fits).
-    leanest: Vec<Key>,
     tables: HashMap<GroupKey, LayerTable>,
     /// In-flight micro-batches per rank of each schedule shape, computed when first needed.
     inflight: Memo<ScheduleShape, Option<Vec<u32>>>,
@@ -69,9 +68,6 @@ pub(super) struct Search<'a> {
 /// seventh scan's shortlist holds the first plans that fit).
 const RESCANS: usize = 16;
 
-/// Keys whose lower bounds one task computes.
-const BOUND_CHUNK: usize = 8192;
-
 impl<'a> Search<'a> {
     /// Enumerates the space and builds one layer table per layer sharding.
     pub fn new(
@@ -91,7 +87,7 @@ impl<'a> Search<'a> {
         if space.candidates == 0 {
             return Err(no_candidates(model, gpus, opts));
         }
-        let tables = layer_tables(model, profile, opts, &space.keys)?;
+        let tables = layer_tables(model, profile, opts, space.keys())?;
         Ok(Search {
             model,
             profile,
@@ -100,9 +96,8 @@ impl<'a> Search<'a> {
             own: Ceiling::new(opts),
             shared,
             answer_detail,
-            keys: space.keys,
+            parts: space.parts,
             candidates: space.candidates,
-            leanest: space.leanest,
             tables,
             inflight: Memo::default(),
             generated: Memo::default(),
@@ -151,21 +146,21 @@ impl<'a> Search<'a> {
     /// no key can beat the other frameworks' answers (see [`Ceiling`]). (Leaving out only the
     /// keys that cannot would hand their places in the shortlist to others, and change which
     /// plans are found.)
-    fn bounded(&self) -> Bounded {
+    fn bounded(&mut self) -> Bounded {
         let limit_s = self.shared.limit_s();
         let hopeless = |k: &Key| exact_lower_bound_s(k, self.table(k), self.opts) > limit_s;
-        if !self.opts.exhaustive && limit_s.is_finite() && self.keys.iter().all(hopeless) {
+        let mut keys = self.parts.iter().flatten();
+        if !self.opts.exhaustive && limit_s.is_finite() && keys.all(hopeless) {
             return Bounded::default();
         }
-        // in parallel chunks, in order (`None`: a key without a table)
-        let bounds: Vec<Option<f64>> = self
-            .keys
-            .par_chunks(BOUND_CHUNK)
-            .flat_map_iter(|keys| {
-                let mut table: Option<(GroupKey, &LayerTable)> = None;
-                keys.iter().map(move |k| {
+        let parts = std::mem::take(&mut self.parts);
+        Bounded::new(parts, |run| {
+            // keys come in runs of one sharding: the last table found is usually it (`None`:
+            // a key without a table)
+            let mut table: Option<(GroupKey, &LayerTable)> = None;
+            run.iter()
+                .map(|k| {
                     let g = group_of(k);
-                    // keys come in runs of one sharding: the last table found is usually it
                     let t = match table {
                         Some((tg, t)) if tg == g => t,
                         _ => {
@@ -176,10 +171,8 @@ impl<'a> Search<'a> {
                     };
                     Some(lower_bound_s(k, t, self.opts))
                 })
-            })
-            .collect();
-        let bounded = (self.keys.iter().zip(bounds)).filter_map(|(k, b)| Some((b?, *k)));
-        Bounded::new(bounded)
+                .collect()
+        })
     }
 
     /// Scores `bounded` keys by the split DP and closed form, in that order, until no later
@@ -188,7 +181,7 @@ impl<'a> Search<'a> {
         &self,
         bounded: &mut Bounded,
         progress: &(dyn Fn(usize, usize) + Sync),
-    ) -> Vec<Scored> {
+    ) -> scan::Scanned {
         scan::Scan {
             model: self.model,
             profile: self.profile,
@@ -212,16 +205,17 @@ impl<'a> Search<'a> {
         let mut round = 0;
         let mut bounded = self.bounded();
         loop {
-            let scored = self.scan(&mut bounded, progress);
-            let chosen = self.shortlist(&scored)?;
+            let scanned = self.scan(&mut bounded, progress);
+            let chosen = self.shortlist(&scanned.scored)?;
             let keys: Vec<Key> = chosen.iter().map(|s| s.key).collect();
             let before = self.simulated;
             let simulated = self.simulate(&chosen);
             match self.other_splits(simulated) {
-                Ok(exact) => return Ok((scored, exact)),
+                Ok(exact) => return Ok((scanned.scored, exact)),
                 // nothing simulated: every candidate left could not beat the other answers
                 Err(e) if round >= RESCANS || self.simulated == before => return Err(e),
                 Err(_) => {
+                    scanned.record(&mut self.scores);
                     self.excluded.extend(keys.iter().flat_map(|k| {
                         [false, true].map(|partial_recompute| Key {
                             partial_recompute,
@@ -561,6 +555,7 @@ impl<'a> Search<'a> {
                 "internal: no candidate can beat the other frameworks' answers".into(),
             );
         }
-        nothing_fits(self.model, self.profile, self.opts, &self.leanest)
+        let leanest = prune::leanest(self.model, self.opts, self.profile.cluster.num_gpus());
+        nothing_fits(self.model, self.profile, self.opts, &leanest)
     }
 }

@@ -16,14 +16,23 @@ use crate::estimate::shard_spec;
 
 /// The configurations of a search.
 pub(super) struct Space {
-    /// Those that clear the memory floor, in the order of [`space::enumerate`].
-    pub keys: Vec<Key>,
+    /// Those that clear the memory floor, in the order of [`space::visit`], in parts of at most
+    /// [`PART`] keys: a space of hundreds of thousands of keys is neither copied as one vector
+    /// grows nor joined from the tensor-parallel degrees' enumerations.
+    pub parts: Vec<Vec<Key>>,
     /// Every configuration enumerated, kept or not.
     pub candidates: usize,
-    /// The leanest [`LEANEST`] configurations of all, leanest first (see [`lean_order`]): what
-    /// the error says when nothing fits.
-    pub leanest: Vec<Key>,
 }
+
+impl Space {
+    /// The kept configurations, in enumeration order.
+    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.parts.iter().flatten()
+    }
+}
+
+/// Keys per part of [`Space::parts`].
+pub(super) const PART: usize = 8192;
 
 /// The weight sharding of a key, (tp, ep, etp): all that a layer table's parameter count
 /// depends on.
@@ -41,51 +50,49 @@ pub(super) fn enumerate(
     gpus: u64,
 ) -> Space {
     let (limits, fixed) = (&opts.limits, &opts.fixed);
-    // one task per tensor-parallel degree, their keys joined in the visit's order (the
-    // leanest are the leanest of all whatever the order: the lean order is total)
-    let parts: Vec<Space> = space::tp_options(model, gpus, limits, fixed)
+    // one task per tensor-parallel degree, each part in the visit's order
+    let per_tp: Vec<(Vec<Vec<Key>>, usize)> = space::tp_options(model, gpus, limits, fixed)
         .into_par_iter()
         .with_max_len(1)
         .map(|tp| enumerate_tp(model, profile, opts, gpus, tp))
         .collect();
-    let mut space = Space {
-        keys: Vec::with_capacity(parts.iter().map(|p| p.keys.len()).sum()),
-        candidates: 0,
-        leanest: Vec::with_capacity(LEANEST + 1),
-    };
-    for part in parts {
-        space.candidates += part.candidates;
-        space.keys.extend(part.keys);
-        for k in part.leanest {
-            offer_lean(&mut space.leanest, k);
-        }
+    Space {
+        candidates: per_tp.iter().map(|p| p.1).sum(),
+        parts: per_tp.into_iter().flat_map(|p| p.0).collect(),
     }
-    space
 }
 
-/// [`enumerate`]'s configurations with tensor-parallel degree `tp`.
+/// The leanest [`LEANEST`] configurations of the space of `opts` on `gpus` GPUs, kept or not,
+/// leanest first (see [`lean_order`]): what the error says when nothing fits. Only that error
+/// needs them, so they are found by a second visit of the space then, not on every search.
+pub(super) fn leanest(model: &Model, opts: &SearchOptions, gpus: u64) -> Vec<Key> {
+    let (gb, limits, fixed) = (opts.global_batch_size, &opts.limits, &opts.fixed);
+    let mut leanest = Vec::with_capacity(LEANEST + 1);
+    space::visit(model, gpus, gb, limits, fixed, &mut |k| {
+        offer_lean(&mut leanest, k)
+    });
+    leanest
+}
+
+/// [`enumerate`]'s configurations with tensor-parallel degree `tp`: those kept (in parts of
+/// [`PART`]), and how many were enumerated.
 fn enumerate_tp(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     gpus: u64,
     tp: u64,
-) -> Space {
+) -> (Vec<Vec<Key>>, usize) {
     let mut params: HashMap<WeightKey, Option<WeightParams>> = HashMap::default();
     let mut last: Option<(WeightKey, Option<WeightParams>)> = None;
-    let mut space = Space {
-        keys: Vec::new(),
-        candidates: 0,
-        leanest: Vec::with_capacity(LEANEST + 1),
-    };
+    let (mut parts, mut candidates): (Vec<Vec<Key>>, usize) = (Vec::new(), 0);
     // The floor is a function of the floor key alone, and the space is visited one
     // (degrees, ep, etp) at a time with the ZeRO stage innermost: each stage's answer is kept
     // while the rest of the floor key stays.
     let mut floors: (Option<FloorKey>, [Option<bool>; 4]) = (None, [None; 4]);
     let (gb, limits, fixed) = (opts.global_batch_size, &opts.limits, &opts.fixed);
     space::visit_tp(model, (gpus, gb), limits, fixed, tp, &mut |k| {
-        space.candidates += 1;
-        offer_lean(&mut space.leanest, k);
+        candidates += 1;
         let w = weights_of(&k);
         let p = match last {
             Some((lw, p)) if lw == w => p,
@@ -107,10 +114,15 @@ fn enumerate_tp(
             None => below_memory_floor(profile, opts, &k, p),
         });
         if !below {
-            space.keys.push(k);
+            if parts.last().is_none_or(|p| p.len() == PART) {
+                parts.push(Vec::with_capacity(PART));
+            }
+            if let Some(part) = parts.last_mut() {
+                part.push(k);
+            }
         }
     });
-    space
+    (parts, candidates)
 }
 
 /// What [`below_memory_floor`] reads of a key besides its ZeRO stage: (tp, pp, dp, cp, ep,
@@ -183,7 +195,7 @@ mod tests {
         assert!(tables.len() > 20, "{} shardings", tables.len());
         let pruned = enumerate(&model, &profile, &opts, 16);
         assert_eq!(pruned.candidates, all.len());
-        let pruned_keys: std::collections::HashSet<&Key> = pruned.keys.iter().collect();
+        let pruned_keys: std::collections::HashSet<&Key> = pruned.keys().collect();
         let mut kept = 0;
         for k in &all {
             let Some(table) = tables.get(&group_of(k)) else {
@@ -199,7 +211,7 @@ mod tests {
                 assert!(pruned_keys.contains(k), "{k:?} dropped");
             }
         }
-        assert_eq!(kept, pruned.keys.len());
+        assert_eq!(kept, pruned.keys().count());
         assert!(kept > 0 && kept < all.len(), "{kept} of {}", all.len());
     }
 
@@ -250,10 +262,9 @@ mod tests {
     /// The leanest configurations are those the sorted space starts with.
     #[test]
     fn leanest_are_the_first_of_the_sorted_space() {
-        let (model, profile, opts) = setup(8);
+        let (model, _, opts) = setup(8);
         let mut all = space::enumerate(&model, 8, 64, &opts.limits, &opts.fixed);
         all.sort_by_key(lean_order);
-        let pruned = enumerate(&model, &profile, &opts, 8);
-        assert_eq!(pruned.leanest, all[..LEANEST]);
+        assert_eq!(leanest(&model, &opts, 8), all[..LEANEST]);
     }
 }

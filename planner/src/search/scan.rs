@@ -20,7 +20,6 @@ use autopp_models::Model;
 use rayon::prelude::*;
 
 use super::bounded::Bounded;
-use super::memo::Memo;
 use super::score::{below_memory_floor, unfit_base, KeyScorer};
 use super::table::{group_of, GroupKey, LayerTable};
 use super::{config_of, shape_of, Key, Scored, SearchOptions, GIVE_UP_FACTOR, PER_KIND};
@@ -41,9 +40,13 @@ pub(super) enum Variant {
 type Item = (f64, Key, Variant);
 
 /// What scoring an item gave: the scored candidate, and the key's partial-recompute variant
-/// to score later. A pure function of the item, kept across the scans of one search (see
-/// `Search::exact_candidates`).
-pub(super) type Scores = Memo<(Key, Variant), (Option<Scored>, Option<Item>)>;
+/// to score later. A pure function of the item.
+type Score = (Option<Scored>, Option<Item>);
+
+/// What earlier scans of one search scored, by item (see `Search::exact_candidates`). Filled
+/// only when a scan is followed by another: most searches scan once, and hashing and cloning
+/// every score for nothing cost more than some scans.
+pub(super) type Scores = HashMap<(Key, Variant), Score>;
 
 fn item_cmp(a: &Item, b: &Item) -> Ordering {
     a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
@@ -65,19 +68,37 @@ pub(super) struct Scan<'a> {
     pub scores: &'a Scores,
 }
 
+/// One item a scan scored, with its score: the candidate as an index into
+/// [`Scanned::scored`], and the partial-recompute variant to score later.
+type Logged = ((Key, Variant), Option<usize>, Option<Item>);
+
+/// What a scan found: the candidates it scored, and each item it scored with its score, for
+/// the scans after it.
+#[derive(Default)]
+pub(super) struct Scanned {
+    pub scored: Vec<Scored>,
+    pub log: Vec<Logged>,
+}
+
+impl Scanned {
+    /// Adds the scores of this scan to `scores`.
+    pub fn record(&self, scores: &mut Scores) {
+        for &(item, at, later) in &self.log {
+            let s = at.and_then(|i| self.scored.get(i)).cloned();
+            scores.entry(item).or_insert((s, later));
+        }
+    }
+}
+
 impl Scan<'_> {
     /// Scores `bounded` (keys with their lower bounds, in ascending order) until no later item
     /// can enter the shortlist; `progress(done, total)` is called after each chunk.
-    pub fn run(
-        &self,
-        bounded: &mut Bounded,
-        progress: &(dyn Fn(usize, usize) + Sync),
-    ) -> Vec<Scored> {
+    pub fn run(&self, bounded: &mut Bounded, progress: &(dyn Fn(usize, usize) + Sync)) -> Scanned {
         let total = bounded.len();
         let mut next_key = 0;
         // partial variants waiting for their bound to come up, in ascending order
         let mut pending: Vec<Item> = Vec::new();
-        let mut scored: Vec<Scored> = Vec::new();
+        let mut scanned = Scanned::default();
         let mut fit_times: Vec<f64> = Vec::new();
         let mut kind_times: HashMap<ScheduleKind, Vec<f64>> = HashMap::default();
         loop {
@@ -113,11 +134,13 @@ impl Scan<'_> {
             if chunk.is_empty() {
                 break;
             }
-            let results: Vec<(Option<Scored>, Option<Item>)> = chunk
+            let results: Vec<Score> = chunk
                 .par_iter()
                 .map(|&(_, key, variant)| self.score_item_once(&key, variant))
                 .collect();
-            for (s, later) in results {
+            for (&(_, key, variant), (s, later)) in chunk.iter().zip(results) {
+                let at = s.as_ref().map(|_| scanned.scored.len());
+                scanned.log.push(((key, variant), at, later));
                 if let Some(s) = s {
                     if s.fits {
                         fit_times.push(s.approx_s);
@@ -126,7 +149,7 @@ impl Scan<'_> {
                             .or_default()
                             .push(s.approx_s);
                     }
-                    scored.push(s);
+                    scanned.scored.push(s);
                 }
                 pending.extend(later);
             }
@@ -138,7 +161,7 @@ impl Scan<'_> {
             progress(next_key, total);
         }
         progress(total, total);
-        scored
+        scanned
     }
 
     /// What a candidate must beat to enter the shortlist, from what the scan has found so far
@@ -162,7 +185,7 @@ impl Scan<'_> {
     }
 
     /// [`Scan::score_item`], or what an earlier scan found for the item.
-    fn score_item_once(&self, key: &Key, variant: Variant) -> (Option<Scored>, Option<Item>) {
+    fn score_item_once(&self, key: &Key, variant: Variant) -> Score {
         let partial = Key {
             partial_recompute: true,
             ..*key
@@ -170,12 +193,14 @@ impl Scan<'_> {
         if self.excluded.contains(key) && self.excluded.contains(&partial) {
             return (None, None);
         }
-        self.scores
-            .get_or((*key, variant), || self.score_item(key, variant))
+        match self.scores.get(&(*key, variant)) {
+            Some(known) => known.clone(),
+            None => self.score_item(key, variant),
+        }
     }
 
     /// Scores one item: the key (and files its partial variant for later), or the variant.
-    fn score_item(&self, key: &Key, variant: Variant) -> (Option<Scored>, Option<Item>) {
+    fn score_item(&self, key: &Key, variant: Variant) -> Score {
         let (profile, opts) = (self.profile, self.opts);
         let table = &self.tables[&group_of(key)];
         let m = shape_of(key, opts).3;

@@ -36,11 +36,11 @@ pub(crate) fn group_of(k: &Key) -> GroupKey {
 
 /// One [`LayerTable`] per layer sharding of `keys`; shardings the model cannot take (e.g. kv
 /// heads vs tp) have none, and their keys no candidates.
-pub(super) fn layer_tables(
+pub(super) fn layer_tables<'k>(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
-    keys: &[Key],
+    keys: impl IntoIterator<Item = &'k Key>,
 ) -> Result<HashMap<GroupKey, LayerTable>, PlanError> {
     // each sharding's first key, found in one pass (not one pass over the keys per sharding)
     let mut firsts: HashMap<GroupKey, &Key> = HashMap::default();
