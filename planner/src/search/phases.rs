@@ -211,10 +211,12 @@ impl<'a> Search<'a> {
             let before = self.simulated;
             let simulated = self.simulate(&chosen);
             match self.other_splits(simulated) {
-                Ok(exact) => return Ok((scanned.scored, exact)),
+                Some(exact) => return Ok((scanned.scored, exact)),
                 // nothing simulated: every candidate left could not beat the other answers
-                Err(e) if round >= RESCANS || self.simulated == before => return Err(e),
-                Err(_) => {
+                None if round >= RESCANS || self.simulated == before => {
+                    return Err(self.nothing_fits())
+                }
+                None => {
                     scanned.record(&mut self.scores);
                     self.excluded.extend(keys.iter().flat_map(|k| {
                         [false, true].map(|partial_recompute| Key {
@@ -366,11 +368,9 @@ impl<'a> Search<'a> {
 
     /// For the fastest few, the even split and the split that isolates embedding and head as
     /// well (unless only the even split is allowed); every candidate's fastest fitting split,
-    /// in the planner's order.
-    pub fn other_splits(
-        &mut self,
-        mut tiered: Vec<Simulated<'_>>,
-    ) -> Result<Vec<Estimate>, PlanError> {
+    /// in the planner's order; `None` when none fits (the caller scans again, or says that
+    /// nothing fits).
+    pub fn other_splits(&mut self, mut tiered: Vec<Simulated<'_>>) -> Option<Vec<Estimate>> {
         if !self.opts.even_split_only {
             let this = &*self;
             let tier = if self.opts.exhaustive {
@@ -391,10 +391,7 @@ impl<'a> Search<'a> {
         }
         let mut exact: Vec<Estimate> = tiered.into_iter().filter_map(|(e, _)| e).collect();
         exact.sort_by(rank_cmp);
-        if exact.is_empty() {
-            return Err(self.nothing_fits());
-        }
-        Ok(exact)
+        (!exact.is_empty()).then_some(exact)
     }
 
     /// The fastest fitting of `first` and the candidate's even and end-isolating splits.
