@@ -232,13 +232,19 @@ impl Model {
         }
     }
 
-    /// [`Model::layers`] as runs of equal layers: each entry a layer and how many times it
-    /// repeats in a row (see [`TransformerSpec::layer_runs`]; a layer list's runs are its
-    /// layers, one each).
-    pub fn layer_runs(&self, shard: &ShardSpec) -> Result<Vec<(LayerCost, usize)>, ModelError> {
+    /// [`Model::layers`] with each distinct layer once, and per layer its index among them (see
+    /// [`TransformerSpec::distinct_layers`]; a layer list's layers are all distinct).
+    pub fn distinct_layers(
+        &self,
+        shard: &ShardSpec,
+    ) -> Result<(Vec<LayerCost>, Vec<usize>), ModelError> {
         match self {
-            Model::Transformer(t) => t.layer_runs(shard),
-            Model::Layers(l) => Ok(l.layers(shard)?.into_iter().map(|l| (l, 1)).collect()),
+            Model::Transformer(t) => t.distinct_layers(shard),
+            Model::Layers(l) => {
+                let layers = l.layers(shard)?;
+                let slot = (0..layers.len()).collect();
+                Ok((layers, slot))
+            }
         }
     }
 

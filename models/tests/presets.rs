@@ -258,3 +258,48 @@ fn nemo_presets_have_their_published_parameter_counts() {
         );
     }
 }
+
+/// Every preset's distinct layers, each put at its places, are the model's layers (names
+/// apart), under sharded and MoE shardings; alternating models keep one block per kind.
+#[test]
+fn distinct_layers_expand_to_the_layers() {
+    let mut compared = 0;
+    for p in presets() {
+        let m = load(p.name).unwrap();
+        let tp = if p.name == "tiny-gpt" { 4 } else { 8 };
+        let moe = matches!(&m, Model::Transformer(t) if t.moe.is_some());
+        for shard in [
+            ShardSpec::default(),
+            ShardSpec {
+                tp,
+                sequence_parallel: true,
+                ep: if moe { 8 } else { 1 },
+                micro_batch_size: 2,
+                ..ShardSpec::default()
+            },
+        ] {
+            let Ok(layers) = m.layers(&shard) else {
+                continue;
+            };
+            let (distinct, slot) = m.distinct_layers(&shard).unwrap();
+            assert_eq!(slot.len(), layers.len(), "{}", p.name);
+            for (layer, &j) in layers.iter().zip(&slot) {
+                let mut d = distinct[j].clone();
+                d.name.clone_from(&layer.name);
+                assert_eq!(&d, layer, "{}", p.name);
+            }
+            // at most embedding, four block kinds, the MTP layer and the head
+            assert!(distinct.len() <= 7, "{}: {}", p.name, distinct.len());
+            compared += 1;
+        }
+    }
+    assert!(
+        compared >= 2 * presets().len() - 2,
+        "{compared} shardings compared"
+    );
+    let (distinct, slot) = load("gpt-oss-120b")
+        .unwrap()
+        .distinct_layers(&ShardSpec::default())
+        .unwrap();
+    assert_eq!((distinct.len(), slot.len()), (4, 38));
+}

@@ -33,36 +33,45 @@ impl TransformerSpec {
         Ok(out)
     }
 
-    /// [`TransformerSpec::layers`] as runs of equal layers: each entry a layer (named as the
-    /// first of its run) and how many times it repeats in a row. Every layer of a run is
-    /// [`TransformerSpec::layers`]' layer at its place, its name apart; a run is not
-    /// necessarily the longest (two runs in a row may hold equal layers). A caller that costs
-    /// each distinct layer once skips expanding, cloning and comparing the others.
-    pub fn layer_runs(&self, shard: &ShardSpec) -> Result<Vec<(LayerCost, usize)>, ModelError> {
+    /// [`TransformerSpec::layers`] with each distinct layer once: the embedding, one block per
+    /// block kind (dense or MoE, full or sliding attention), the multi-token-prediction layer,
+    /// the head, each named as its first place; and per layer of `layers`, its index among
+    /// them. Every layer of `layers` is its distinct layer, its name apart. A caller that costs
+    /// each distinct layer once skips expanding, cloning and comparing the others (gpt-oss
+    /// alternates two kinds over 36 layers: 2 blocks, not 36).
+    pub fn distinct_layers(
+        &self,
+        shard: &ShardSpec,
+    ) -> Result<(Vec<LayerCost>, Vec<usize>), ModelError> {
         self.check_layers(shard)?;
-        let mut out: Vec<(LayerCost, usize)> = vec![(self.embedding_layer(shard), 1)];
-        // a kind's block built once, as `layers` does (alternating kinds: many short runs)
-        let mut blocks: Vec<(BlockKind, LayerCost)> = Vec::new();
-        let mut previous: Option<BlockKind> = None;
+        let mut distinct = vec![self.embedding_layer(shard)];
+        let mut slot = Vec::with_capacity((self.num_layers + self.mtp_num_layers) as usize + 2);
+        slot.push(0);
+        let mut kinds: Vec<(BlockKind, usize)> = Vec::new();
         for i in 0..self.num_layers {
             let kind = self.block_kind(i);
-            match out.last_mut() {
-                Some((_, count)) if previous == Some(kind) => *count += 1,
-                _ => {
-                    let mut layer = self.block_once(&mut blocks, shard, i);
+            let j = match kinds.iter().find(|(k, _)| *k == kind) {
+                Some(&(_, j)) => j,
+                None => {
+                    let mut layer = self.transformer_layer(shard, i, kind);
                     layer.name = format!("layer {i}");
-                    out.push((layer, 1));
+                    distinct.push(layer);
+                    kinds.push((kind, distinct.len() - 1));
+                    distinct.len() - 1
                 }
-            }
-            previous = Some(kind);
+            };
+            slot.push(j);
         }
         if self.mtp_num_layers > 0 {
             let mut layer = self.mtp_layer(shard);
             layer.name = "mtp 0".to_string();
-            out.push((layer, self.mtp_num_layers as usize));
+            distinct.push(layer);
+            let j = distinct.len() - 1;
+            slot.extend(std::iter::repeat_n(j, self.mtp_num_layers as usize));
         }
-        out.push((self.head_layer(shard), 1));
-        Ok(out)
+        distinct.push(self.head_layer(shard));
+        slot.push(distinct.len() - 1);
+        Ok((distinct, slot))
     }
 
     /// Transformer layer `i`, built once per block kind: a copy of the block in `blocks` when

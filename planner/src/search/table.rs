@@ -70,9 +70,9 @@ pub(crate) struct LayerTable {
     pub(super) total_s: Vec<(f64, f64)>,
     /// Parameters of all layers, and the routed experts' among them.
     weights: WeightParams,
-    /// The runs of equal layers the table expands.
-    runs: Runs,
-    /// The per-layer table, expanded from `runs` on first use.
+    /// The distinct layers the table expands.
+    distinct: Distinct,
+    /// The per-layer table, expanded from `distinct` on first use.
     expanded: OnceLock<Expanded>,
     /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
     /// unlimited, computed on first use.
@@ -82,16 +82,16 @@ pub(crate) struct LayerTable {
     weighted_sums: Memo<(usize, bool, u64), Arc<LayerSums>>,
 }
 
-/// A layer list as runs of equal layers ([`Model::layer_runs`]), each run's layer timed and
-/// costed once.
-struct Runs {
-    /// Each run's layer, its operation lists dropped (see [`layer_table`]).
+/// A layer list as its distinct layers ([`Model::distinct_layers`]), each timed and costed
+/// once.
+struct Distinct {
+    /// Each distinct layer, its operation lists dropped (see [`layer_table`]).
     layers: Vec<LayerCost>,
-    /// Per layer of the list, its run.
+    /// Per layer of the list, its distinct layer.
     slot: Vec<usize>,
-    /// Each run's layer's compute times.
+    /// Each distinct layer's compute times.
     timed: Vec<LayerTimes>,
-    /// Per recompute mode (index as in `Recompute::ALL`): each run's layer's stage cost.
+    /// Per recompute mode (index as in `Recompute::ALL`): each distinct layer's stage cost.
     per_mode: Vec<Vec<StageCost>>,
 }
 
@@ -123,7 +123,7 @@ struct Expanded {
 impl LayerTable {
     /// The per-layer table, expanded on first use.
     fn expanded(&self) -> &Expanded {
-        self.expanded.get_or_init(|| self.runs.expand())
+        self.expanded.get_or_init(|| self.distinct.expand())
     }
 
     /// The layers under this sharding.
@@ -199,8 +199,8 @@ impl LayerTable {
 
     /// The kinds of the layer list.
     pub(super) fn kinds(&self) -> Vec<LayerKind> {
-        let kinds = &self.runs.layers;
-        self.runs.slot.iter().map(|&j| kinds[j].kind).collect()
+        let kinds = &self.distinct.layers;
+        self.distinct.slot.iter().map(|&j| kinds[j].kind).collect()
     }
 
     /// The smallest per-micro-batch bottleneck of any split of the layers into `stages`
@@ -219,8 +219,8 @@ impl LayerTable {
     }
 }
 
-impl Runs {
-    /// The per-layer table: each layer takes its run's layer, times and costs.
+impl Distinct {
+    /// The per-layer table: each layer takes its distinct layer's times and costs.
     fn expand(&self) -> Expanded {
         let slot = &self.slot;
         let per_mode: Vec<Vec<StageCost>> = self
@@ -292,15 +292,9 @@ fn layer_table(
     key: &Key,
 ) -> Result<LayerTable, PlanError> {
     let c = config_of(key, opts, None);
-    // each run of equal layers (a dense model's blocks) is timed and costed once: the times
-    // and costs are functions of the layer alone
-    let (mut distinct, counts): (Vec<LayerCost>, Vec<usize>) =
-        model.layer_runs(&shard_spec(&c))?.into_iter().unzip();
-    let slot: Vec<usize> = counts
-        .iter()
-        .enumerate()
-        .flat_map(|(j, &n)| std::iter::repeat_n(j, n))
-        .collect();
+    // each distinct layer (a dense model's block, each kind of an alternating model's) is timed
+    // and costed once: the times and costs are functions of the layer alone
+    let (mut distinct, slot) = model.distinct_layers(&shard_spec(&c))?;
     let d = key.degrees;
     let layout = d.layout();
     let cluster = &profile.cluster;
@@ -344,7 +338,7 @@ fn layer_table(
     // Every evaluation of the table's layers passes their times (`list`), so the operation
     // lists they were timed from are not read again: dropped, they no longer hold memory for
     // every sharding of the space (thousands of tables on 1,024 GPUs), and the copies of each
-    // run's layer below are cheap. torchtitan's op-level checkpointing and unfused loss size a
+    // distinct layer below are cheap. torchtitan's op-level checkpointing and unfused loss size a
     // layer's activations from its forward operations ([`stages::op_sac_bytes`],
     // [`stages::unfused_loss_bytes`]): kept there. Names are left empty: no evaluation reads
     // them.
@@ -382,7 +376,7 @@ fn layer_table(
     Ok(LayerTable {
         total_s,
         weights,
-        runs: Runs {
+        distinct: Distinct {
             layers: distinct,
             slot,
             timed: distinct_timed,
