@@ -6,8 +6,9 @@ use rayon::prelude::*;
 
 use super::Key;
 
-/// The smallest prefix sorted at once.
-const FIRST_SORTED: usize = 4096;
+/// The smallest prefix sorted at once: scans of large spaces read 5,000–15,000 keys (qwen3-30b-a3b
+/// on 32 GPUs), and each further prefix costs a pass over all the keys not yet sorted.
+const FIRST_SORTED: usize = 16384;
 
 /// (bound as [`ordered`] gives it, part, index in the part) of one key.
 type Entry = (i64, u32, u32);

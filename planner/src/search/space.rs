@@ -341,16 +341,16 @@ fn push_schedules(
                     }
                     // Pipeline engines pair with ZeRO ≤ 1 (Megatron-LM, DeepSpeed); without a
                     // pipeline every stage is open. A pinned stage is always tried.
-                    let zeros: Vec<u8> = match fixed.zero_stage {
-                        Some(z) => vec![z],
-                        None if dp == 1 && cp == 1 => vec![0],
-                        None if pp == 1 => vec![0, 1, 2, 3],
+                    let zeros: &[u8] = match &fixed.zero_stage {
+                        Some(z) => std::slice::from_ref(z),
+                        None if dp == 1 && cp == 1 => &[0],
+                        None if pp == 1 => &[0, 1, 2, 3],
                         // FSDP2 inside a pipeline keeps the parameters gathered (stage 2)
-                        None if fw == Framework::Torchtitan => vec![0, 2],
-                        None => vec![0, 1],
+                        None if fw == Framework::Torchtitan => &[0, 2],
+                        None => &[0, 1],
                     };
-                    let zeros = zeros.into_iter().filter(|z| fw.zero_stages().contains(z));
-                    for zero_stage in zeros {
+                    let zeros = zeros.iter().filter(|z| fw.zero_stages().contains(z));
+                    for &zero_stage in zeros {
                         out(Key {
                             degrees: Degrees {
                                 virtual_stages: v,

@@ -42,10 +42,16 @@ pub(super) fn layer_tables<'k>(
     opts: &SearchOptions,
     keys: impl IntoIterator<Item = &'k Key>,
 ) -> Result<HashMap<GroupKey, LayerTable>, PlanError> {
-    // each sharding's first key, found in one pass (not one pass over the keys per sharding)
+    // each sharding's first key, found in one pass (not one pass over the keys per sharding);
+    // keys come in runs of one sharding, so only a change of sharding is looked up
     let mut firsts: HashMap<GroupKey, &Key> = HashMap::default();
+    let mut last: Option<GroupKey> = None;
     for k in keys {
-        firsts.entry(group_of(k)).or_insert(k);
+        let g = group_of(k);
+        if last != Some(g) {
+            firsts.entry(g).or_insert(k);
+            last = Some(g);
+        }
     }
     let mut group_keys: Vec<(GroupKey, &Key)> = firsts.into_iter().collect();
     group_keys.sort_unstable_by_key(|&(g, _)| g);
