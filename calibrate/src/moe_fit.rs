@@ -1,5 +1,5 @@
-//! The fit of the two mixture-of-experts knobs ([`Efficiency::grouped_gemm_half_dim`] and
-//! [`Efficiency::moe_layer_overhead_s`]) on the mapped MoE rows' iteration times, in sample and
+//! The fit of the three mixture-of-experts knobs ([`Efficiency::grouped_gemm_half_dim`],
+//! [`Efficiency::grouped_gemm_half_rows`] and [`Efficiency::moe_layer_overhead_s`]) on the mapped MoE rows' iteration times, in sample and
 //! leaving out each GPU kind × precision × family group ([`crate::moe::group_of`]). The other
 //! knobs stay at the shipped fit of the dense runs, so the dense rows' predictions do not move.
 
@@ -31,6 +31,8 @@ pub struct GroupFit {
 pub struct MoeFit {
     /// Fitted [`Efficiency::grouped_gemm_half_dim`].
     pub grouped_gemm_half_dim: f64,
+    /// Fitted [`Efficiency::grouped_gemm_half_rows`], rows per expert.
+    pub grouped_gemm_half_rows: f64,
     /// Fitted [`Efficiency::moe_layer_overhead_s`], seconds.
     pub moe_layer_overhead_s: f64,
     /// Per group.
@@ -40,13 +42,24 @@ pub struct MoeFit {
     pub overall: [f64; 3],
 }
 
-/// The grid the fit searches: grouped-GEMM half size 0–4096 elements by 256, overhead 0–4 ms
-/// by 0.25 ms.
-fn grid() -> Vec<(f64, f64)> {
+/// Rows per expert the grid tries for [`Efficiency::grouped_gemm_half_rows`].
+const HALF_ROWS: [f64; 9] = [
+    0.0, 128.0, 256.0, 384.0, 512.0, 768.0, 1024.0, 1536.0, 2048.0,
+];
+
+/// One point of the grid: grouped-GEMM half size (elements), half rows (rows per expert),
+/// overhead (seconds).
+type Point = (f64, f64, f64);
+
+/// The grid the fit searches: grouped-GEMM half size 0–4096 elements by 256, half rows
+/// [`HALF_ROWS`], overhead 0–4 ms by 0.25 ms.
+fn grid() -> Vec<Point> {
     let mut points = Vec::new();
     for g in 0..=16 {
-        for o in 0..=16 {
-            points.push((256.0 * g as f64, 0.25e-3 * o as f64));
+        for &r in &HALF_ROWS {
+            for o in 0..=16 {
+                points.push((256.0 * g as f64, r, 0.25e-3 * o as f64));
+            }
         }
     }
     points
@@ -86,9 +99,10 @@ pub fn fit(prepared: &[PreparedRow]) -> Option<MoeFit> {
         .iter()
         .map(|r| r.moe_group.as_deref().unwrap_or(""))
         .collect();
-    let at = |g: f64, o: f64| Calibration {
+    let at = |g: f64, r: f64, o: f64| Calibration {
         efficiency: Efficiency {
             grouped_gemm_half_dim: g,
+            grouped_gemm_half_rows: r,
             moe_layer_overhead_s: o,
             ..Efficiency::default()
         },
@@ -97,7 +111,7 @@ pub fn fit(prepared: &[PreparedRow]) -> Option<MoeFit> {
     let points = grid();
     let table: Vec<Vec<Option<f64>>> = points
         .iter()
-        .map(|&(g, o)| errors(&rows, &at(g, o)))
+        .map(|&(g, r, o)| errors(&rows, &at(g, r, o)))
         .collect();
     let shipped = errors(&rows, &Calibration::default());
     if shipped.iter().all(Option::is_none) {
@@ -144,7 +158,8 @@ pub fn fit(prepared: &[PreparedRow]) -> Option<MoeFit> {
         .collect();
     Some(MoeFit {
         grouped_gemm_half_dim: points[all].0,
-        moe_layer_overhead_s: points[all].1,
+        grouped_gemm_half_rows: points[all].1,
+        moe_layer_overhead_s: points[all].2,
         groups,
         overall: [
             mean(shipped.iter().filter_map(|e| *e)),
@@ -157,8 +172,9 @@ pub fn fit(prepared: &[PreparedRow]) -> Option<MoeFit> {
 /// The fit as text.
 pub fn text(f: &MoeFit) -> String {
     let mut o = format!(
-        "\nmixture-of-experts knobs fitted on the MoE rows: grouped_gemm_half_dim {:.0}, moe_layer_overhead_s {:.2} ms\n{:<28} {:>5} {:>8} {:>8} {:>9}\n",
+        "\nmixture-of-experts knobs fitted on the MoE rows: grouped_gemm_half_dim {:.0}, grouped_gemm_half_rows {:.0}, moe_layer_overhead_s {:.2} ms\n{:<28} {:>5} {:>8} {:>8} {:>9}\n",
         f.grouped_gemm_half_dim,
+        f.grouped_gemm_half_rows,
         f.moe_layer_overhead_s * 1e3,
         "group",
         "n",

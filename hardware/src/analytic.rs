@@ -73,6 +73,15 @@ pub struct Efficiency {
     /// it. Set from the MoE runs ([`MOE_LAYER_OVERHEAD_S`]).
     #[serde(default = "default_moe_layer_overhead_s")]
     pub moe_layer_overhead_s: f64,
+    /// Rows per expert, `m`, at which a grouped GEMM reaches half the efficiency of the same
+    /// grouped GEMM fed many rows per expert: the factor is `m / (m + grouped_gemm_half_rows)`,
+    /// beside [`Efficiency::grouped_gemm_half_dim`]'s. Every expert's GEMM pays for its
+    /// partly filled last tile row and wave, and Transformer Engine's `GroupedLinear` runs one
+    /// cuBLAS GEMM per expert on a few streams, with per-GEMM host work (split, allocation,
+    /// cast), so the fewer rows each expert gets the further it stays from a dense GEMM of the
+    /// same FLOPs. Set from the MoE runs ([`GROUPED_GEMM_HALF_ROWS`]).
+    #[serde(default = "default_grouped_gemm_half_rows")]
+    pub grouped_gemm_half_rows: f64,
     /// Fraction of the HBM bandwidth that memory-bound kernels reach.
     pub hbm: f64,
     /// Fraction of NVLink bandwidth a collective reaches inside a node.
@@ -140,14 +149,16 @@ fn default_attention_fa2_on_hopper() -> f64 {
 /// sample and leaving each GPU × precision × family group out). MoE iteration-time MAPE:
 /// 31.3% with neither MoE knob, 22.8% with 1024 and 1 ms; 20.1% with them once the
 /// node-deduplicating dispatcher was modelled, where the refit moves to 1280 and 1 ms (20.0%,
-/// 21.7% leaving each group out), within the grid's step, so 1024 is kept. Qwen3-30B's 768-wide experts run
+/// 21.7% leaving each group out), within the grid's step, so 1024 is kept; the three-knob fit
+/// with [`GROUPED_GEMM_HALF_ROWS`] keeps 1024 too. Qwen3-30B's 768-wide experts run
 /// at 768/1792 = 43% of a dense GEMM's efficiency, DeepSeek-V3's up-projection (k 7168, n
 /// 4096) at 80%.
 pub const GROUPED_GEMM_HALF_DIM: f64 = 1024.0;
 
-/// The default [`Efficiency::moe_layer_overhead_s`], fitted with [`GROUPED_GEMM_HALF_DIM`]: 1 ms
-/// per MoE layer per pass.
-pub const MOE_LAYER_OVERHEAD_S: f64 = 1.0e-3;
+/// The default [`Efficiency::moe_layer_overhead_s`], fitted with [`GROUPED_GEMM_HALF_DIM`] and
+/// [`GROUPED_GEMM_HALF_ROWS`]: 0.75 ms per MoE layer per pass (1 ms before the rows-per-expert
+/// factor, which now carries part of what it absorbed).
+pub const MOE_LAYER_OVERHEAD_S: f64 = 0.75e-3;
 
 fn default_grouped_gemm_half_dim() -> f64 {
     GROUPED_GEMM_HALF_DIM
@@ -155,6 +166,30 @@ fn default_grouped_gemm_half_dim() -> f64 {
 
 fn default_moe_layer_overhead_s() -> f64 {
     MOE_LAYER_OVERHEAD_S
+}
+
+/// The default [`Efficiency::grouped_gemm_half_rows`], rows per expert, fitted with
+/// [`GROUPED_GEMM_HALF_DIM`] and [`MOE_LAYER_OVERHEAD_S`] on the MoE runs
+/// (`autopp validate validation/moe/runs.json --fit`; `validation/README.md`).
+///
+/// Evidence that rows per expert matter beside the FLOPs: DeepGEMM's README (Hopper, FP8,
+/// n 4096, k 7168) measures its grouped GEMM at 1297 TFLOP/s with 8192 rows per group, 1233
+/// with 1024, 1040 with 512 and 932 with 256 (a half size near 100 rows for one tuned
+/// kernel); Transformer Engine's `GroupedLinear` is not one kernel but a cuBLAS GEMM per
+/// expert on several streams (NVIDIA/TransformerEngine PR #853, issue #1386), whose CPU work
+/// grows with the GEMM count (issue #1499: `torch.split`, `2·num_gemms` allocations) and which
+/// a single-launch grouped kernel beats 1.5–3.9× at 128 rows per expert on Blackwell (PR
+/// #3134). In the MoE runs the errors fall with the rows each expert gets (DeepSeek-V3 at ep
+/// 8 on B200, 1024 rows, predicted 3–19% fast; at ep 32–64 on GB200, 4096–8192 rows, within
+/// ±6%), which a factor with one global half size follows. The grid (0–2048 rows, with the
+/// half size 0–4096 by 256 and the overhead 0–4 ms by 0.25 ms) settles at 768 rows, 1024
+/// and 0.75 ms: MoE iteration-time MAPE 16.9% → 16.1% in sample, 18.5% → 17.6% leaving each
+/// group out. DeepSeek-V3's experts at 1024 rows then run at 1024/1792 = 57% of the
+/// many-rows grouped GEMM, at 8192 rows at 91%.
+pub const GROUPED_GEMM_HALF_ROWS: f64 = 768.0;
+
+fn default_grouped_gemm_half_rows() -> f64 {
+    GROUPED_GEMM_HALF_ROWS
 }
 
 impl Default for Efficiency {
@@ -174,6 +209,7 @@ impl Default for Efficiency {
             fp8_rowwise_half_dim: FP8_ROWWISE_HALF_DIM,
             grouped_gemm_half_dim: GROUPED_GEMM_HALF_DIM,
             moe_layer_overhead_s: MOE_LAYER_OVERHEAD_S,
+            grouped_gemm_half_rows: GROUPED_GEMM_HALF_ROWS,
             hbm: 0.95,
             comm_intra: 0.95,
             comm_inter: 0.7723,
@@ -280,7 +316,8 @@ impl AnalyticProfile {
                 let flops = op.flops();
                 let grouped = if linear && count > 1 {
                     let x = n.min(k) as f64;
-                    x / (x + eff.grouped_gemm_half_dim)
+                    let rows = m as f64;
+                    x / (x + eff.grouped_gemm_half_dim) * rows / (rows + eff.grouped_gemm_half_rows)
                 } else {
                     1.0
                 };

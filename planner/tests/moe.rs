@@ -222,3 +222,61 @@ fn deepseek_v3_layout_writes_its_mtp_layer() {
     assert_eq!(layout.matches('m').count(), 1);
     assert!(stages[16..].iter().any(|s| s.contains('m')));
 }
+
+/// The routed experts' gradients reduce over the expert-data-parallel group, not the
+/// data-parallel one (Megatron-Core's `expert_parallel_buffers`). Qwen3-30B-A3B at tp 1, pp 1,
+/// dp 16, ep 8 on two 8-GPU H100 nodes, ZeRO 1, no overlap: each GPU holds 16 of the 128
+/// experts of every one of the 48 layers, 48 · 16 · 3 · 2048 · 768 = 3,623,878,656 parameters,
+/// and its expert-data-parallel group is edp = 16 / 8 = 2 GPUs 8 apart, one a node, so a ring
+/// over it crosses one 400 Gb/s NIC (50 GB/s) per GPU where the data-parallel group (8 members
+/// a node) uses eight. The reduce-scatter of the fp32 gradients takes
+/// `(2 − 1)/2 · 3,623,878,656 · 4 B / (50 GB/s · comm_inter) + α`, the all-gather of the 16-bit
+/// weights half the bytes, each with one inter-node latency α; the rest of the parameters
+/// reduce and gather over the 16 GPUs' rails.
+#[test]
+fn expert_gradients_reduce_over_the_expert_data_parallel_link_hand_worked() {
+    use autopp_models::CollectiveKind::{AllGather, ReduceScatter};
+    let (m, p) = (preset("qwen3-30b-a3b"), profile(16));
+    let settings = EvalSettings {
+        runtime: autopp_planner::config::Runtime {
+            overlap_grad_reduce: false,
+            overlap_param_gather: false,
+            ..Default::default()
+        },
+        ..EvalSettings::default()
+    };
+    let c = ParallelConfig::new(degrees(1, 16, 1), 1, 64)
+        .with_zero_stage(1)
+        .with_recompute(Recompute::Full)
+        .with_settings(settings)
+        .with_experts(ExpertParallel {
+            ep: 8,
+            etp: 1,
+            imbalance: 1.0,
+        });
+    let e = evaluate(&m, &p, &c).unwrap();
+    let experts: u64 = e.stages.iter().map(|s| s.expert_params).sum();
+    assert_eq!(experts, 48 * 16 * 3 * 2048 * 768);
+    assert_eq!(experts, 3_623_878_656);
+    let all: u64 = e.stages.iter().map(|s| s.params).sum();
+    let dense = all - experts;
+    let edp = p.cluster.ring_link(2, 8);
+    assert!(edp.inter_node);
+    assert_eq!(edp.bw_bytes_per_s, 50e9);
+    let bw = 50e9 * p.efficiency.comm_inter;
+    let expert_s = 0.5 * 3_623_878_656.0 * 4.0 / bw + edp.latency_s // reduce-scatter
+        + 0.5 * 3_623_878_656.0 * 2.0 / bw + edp.latency_s; // all-gather
+    let rails = p.cluster.ring_link(16, 1);
+    let dense_s = p.collective_time_s(ReduceScatter, dense * 4, 16, &rails)
+        + p.collective_time_s(AllGather, dense * 2, 16, &rails);
+    let got = e.dp_comm_s[0];
+    assert!(
+        close(got, dense_s + expert_s),
+        "{got} vs {}",
+        dense_s + expert_s
+    );
+    // over the data-parallel group's eight rails the same bytes would take a sixth as long
+    let on_rails = p.collective_time_s(ReduceScatter, experts * 4, 2, &rails)
+        + p.collective_time_s(AllGather, experts * 2, 2, &rails);
+    assert!(expert_s > 5.0 * on_rails, "{expert_s} vs {on_rails}");
+}

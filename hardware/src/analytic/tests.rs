@@ -72,6 +72,53 @@ fn grouped_gemm_hand_worked() {
     assert_eq!(p.op_time_s(&op(16, false)), core);
 }
 
+/// Hand-worked rows per expert: 16 experts of `[1024 × 2048]·[2048 × 1536]` on an H100 in
+/// bf16 (compute-bound: 103 GFLOP against 218 MB). With the half size 1024 and half rows 768
+/// the factors are 1536 / (1536 + 1024) = 0.6 and 1024 / (1024 + 768) = 4/7, so the time
+/// over the kernel overhead is 1.75 times the same op's with half rows 0 and 1 / (0.6 · 4/7)
+/// = 2.9167 times the unpenalized one's; 8192 rows per expert lose only 768/8192 = 9.4% to
+/// the rows factor. A single GEMM (`count` 1) gets neither factor.
+#[test]
+fn grouped_gemm_rows_per_expert_hand_worked() {
+    let c = Cluster::new(hardware::gpu("h100-sxm").unwrap(), 8, 8, None).unwrap();
+    let mut p = AnalyticProfile::new(c, Precision::Bf16).unwrap();
+    let op = |m, count| Op::Gemm {
+        m,
+        n: 1536,
+        k: 2048,
+        count,
+        linear: true,
+    };
+    let ko = p.efficiency.kernel_overhead_s;
+    p.efficiency.grouped_gemm_half_dim = 0.0;
+    p.efficiency.grouped_gemm_half_rows = 0.0;
+    let free = p.op_time_s(&op(1024, 16)) - ko;
+    let free_long = p.op_time_s(&op(8192, 16)) - ko;
+    let single = p.op_time_s(&op(1024, 1));
+    p.efficiency.grouped_gemm_half_dim = 1024.0;
+    let dims_only = p.op_time_s(&op(1024, 16)) - ko;
+    p.efficiency.grouped_gemm_half_rows = 768.0;
+    let both = p.op_time_s(&op(1024, 16)) - ko;
+    assert!(
+        (both / dims_only - 1.75).abs() < 1e-9,
+        "{}",
+        both / dims_only
+    );
+    assert!(
+        (both / free - 1.0 / (0.6 * 4.0 / 7.0)).abs() < 1e-9,
+        "{}",
+        both / free
+    );
+    let long = p.op_time_s(&op(8192, 16)) - ko;
+    let want = (8192.0 + 768.0) / 8192.0 / 0.6;
+    assert!(
+        (long / free_long - want).abs() < 1e-9,
+        "{} vs {want}",
+        long / free_long
+    );
+    assert_eq!(p.op_time_s(&op(1024, 1)), single);
+}
+
 /// Hand-worked all-to-all: 64 MB from each of 8 GPUs of one H100 node (NVLink 450 GB/s,
 /// `comm_intra` 0.95): 7/8 · 64e6 / (450e9 · 0.95) = 131.0 µs + 6 µs. The same over 32 GPUs
 /// of 4 nodes (NIC 400 Gbit/s = 50 GB/s, `comm_inter` 0.7723): 24/32 · 64e6 / (50e9 ·

@@ -48,6 +48,12 @@ pub fn optimizer_time_s(
 ///   compute.
 ///
 /// Gradients travel in fp32 with main gradients and in 16 bits otherwise; weights in 16 bits.
+/// Under ZeRO 0–2 the routed experts' parameters reduce and gather over the
+/// expert-data-parallel group (`edp` GPUs `ep · etp` apart, on [`expert_dp_link`]), the rest
+/// over the data-parallel group (`link`), one after the other: Megatron-Core's distributed
+/// data parallel keeps the expert-parallel parameters in buffers of their own, reduced over
+/// the expert-data-parallel group (`distributed_data_parallel.py`: `expert_parallel_buffers`,
+/// `parallel_state.get_expert_data_parallel_group`).
 pub fn dp_comm_time_s(
     profile: &AnalyticProfile,
     c: &ParallelConfig,
@@ -58,38 +64,38 @@ pub fn dp_comm_time_s(
     use autopp_models::CollectiveKind::*;
     let all = memory::rank_params(stages);
     let experts: u64 = stages.iter().map(|s| s.expert_params).sum::<u64>().min(all);
-    // the routed experts reduce over the expert-data-parallel group instead, at least as fast
-    // (a subset of the same GPUs): their time is taken as that of the same bytes over `n`
-    // scaled by edp's share ((edp−1)/edp over (n−1)/n)
-    let n_all = c.degrees.data_parallel_gpus().max(1);
-    let edp = c.experts.expert_dp(&c.degrees);
-    let expert_share = if n_all > 1 {
-        (edp - 1) as f64 / edp as f64 / ((n_all - 1) as f64 / n_all as f64)
+    let dense = all - experts;
+    let grad_bytes_per_param = if c.settings.runtime.fp32_main_grads {
+        memory::GRAD_BYTES_PER_PARAM
     } else {
-        0.0
+        memory::HALF_GRAD_BYTES_PER_PARAM
     };
-    let params = all - experts + (experts as f64 * expert_share).round() as u64;
-    let grad_bytes = params
-        * if c.settings.runtime.fp32_main_grads {
-            memory::GRAD_BYTES_PER_PARAM
-        } else {
-            memory::HALF_GRAD_BYTES_PER_PARAM
-        };
-    let weight_bytes = params * memory::WEIGHT_BYTES_PER_PARAM;
+    let edp = c.experts.expert_dp(&c.degrees);
+    let edp_link = expert_dp_link(profile, c);
     let n = c.degrees.data_parallel_gpus();
     let eff = &profile.efficiency;
     let backward_s: f64 = stages.iter().map(|s| s.backward_s()).sum();
     match c.zero_stage {
         0..=2 => {
-            let reduce = if c.zero_stage == 0 {
-                profile.collective_time_s(AllReduce, grad_bytes, n, link)
+            let reduce_kind = if c.zero_stage == 0 {
+                AllReduce
             } else {
-                profile.collective_time_s(ReduceScatter, grad_bytes, n, link)
+                ReduceScatter
             };
+            let reduce =
+                profile.collective_time_s(reduce_kind, dense * grad_bytes_per_param, n, link)
+                    + profile.collective_time_s(
+                        reduce_kind,
+                        experts * grad_bytes_per_param,
+                        edp,
+                        &edp_link,
+                    );
             let gather = if c.zero_stage == 0 {
                 0.0
             } else {
-                profile.collective_time_s(AllGather, weight_bytes, n, link)
+                let w = memory::WEIGHT_BYTES_PER_PARAM;
+                profile.collective_time_s(AllGather, dense * w, n, link)
+                    + profile.collective_time_s(AllGather, experts * w, edp, &edp_link)
             };
             let gather = if c.settings.runtime.overlap_param_gather {
                 let forward_s: f64 = stages.iter().map(|s| s.forward_s()).sum();
@@ -111,12 +117,39 @@ pub fn dp_comm_time_s(
                 .map(|s| (s.layers[1] + 1 - s.layers[0]) as u64)
                 .sum::<u64>()
                 .max(1);
+            // The routed experts' share as the same bytes over the data-parallel group, scaled
+            // by edp's share of a ring step ((edp−1)/edp over (n−1)/n), not over the
+            // expert-data-parallel link: the per-micro-batch exchange of ZeRO-3 over that
+            // link would charge Megatron-FSDP's one expert run (ModelZoo Qwen3-235B, pp 1,
+            // edp 32 one GPU a node) 32 s of a published 17.6, so how FSDP shards and
+            // gathers routed experts is left at this approximation.
+            let expert_share = if n > 1 {
+                (edp - 1) as f64 / edp as f64 / ((n - 1) as f64 / n as f64)
+            } else {
+                0.0
+            };
+            let params = dense + (experts as f64 * expert_share).round() as u64;
             let per = |kind, bytes: u64| {
                 pieces as f64 * profile.collective_time_s(kind, bytes.div_ceil(pieces), n, link)
             };
-            let comm = 2.0 * per(AllGather, weight_bytes) + per(ReduceScatter, grad_bytes);
+            let w = memory::WEIGHT_BYTES_PER_PARAM;
+            let comm = 2.0 * per(AllGather, params * w)
+                + per(ReduceScatter, params * grad_bytes_per_param);
             let compute: f64 = stages.iter().map(|s| s.forward_s() + s.backward_s()).sum();
             m as f64 * eff.exposed_comm_s(comm, compute)
         }
     }
+}
+
+/// The link of a routed expert's expert-data-parallel group: `edp = tp · cp · dp / (ep · etp)`
+/// GPUs, `ep · etp` apart, since Megatron-Core orders the expert ranks of a pipeline rank
+/// etp fastest, then ep, then edp (`parallel_state.py`, the expert `RankGenerator` of order
+/// `tp-ep-dp-pp` with `tp = etp`; Liu et al. 2025, arXiv 2504.14960, §3). A ring collective
+/// over it runs on one rail per member that shares a node ([`crate::config::Runtime::ring_link`]):
+/// with ep 8 on 8-GPU nodes every member sits on its own node, and the experts' gradients
+/// cross one NIC per GPU where the data-parallel group's (8 members a node) use eight.
+pub fn expert_dp_link(profile: &AnalyticProfile, c: &ParallelConfig) -> autopp_hardware::Link {
+    let edp = c.experts.expert_dp(&c.degrees);
+    let stride = c.experts.ep.max(1) * c.experts.etp.max(1);
+    c.settings.runtime.ring_link(&profile.cluster, edp, stride)
 }
