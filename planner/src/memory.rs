@@ -6,9 +6,9 @@
 //! over the data-parallel group (`6 + 12/d`), ZeRO-2 also the gradients (`2 + 16/d`), ZeRO-3 also
 //! the weights (`18/d`, plus the layers gathered in flight). Frameworks that keep 16-bit
 //! gradients (Megatron-LM 2021 in fp16, DeepSpeed's fp16 optimizers) hold 2 B of gradients and
-//! make a 4 B fp32 copy for the optimizer, sharded with it: `4 + 16/d` under ZeRO-1. DeepSpeed's
-//! `BF16_Optimizer` keeps both: 2 B of bf16 gradients beside 4 B of fp32 ones, unsharded
-//! ([`resident_half_grad_bytes_per_param`]).
+//! make a 4 B fp32 copy for the optimizer, sharded with it: `4 + 16/d` under ZeRO-1. The
+//! `BF16_Optimizer` BigScience's Megatron-DeepSpeed ran keeps both: 2 B of bf16 gradients
+//! beside 4 B of fp32 ones, unsharded ([`resident_half_grad_bytes_per_param`]).
 //!
 //! PyTorch FSDP (torchtitan's FSDP2, Composer's FSDP) is different at ZeRO-3: the sharded
 //! parameters *are* the fp32 master weights (`MixedPrecisionPolicy(param_dtype=bf16)` casts them
@@ -87,8 +87,11 @@ pub struct StackMemory {
     /// is held with the activations (the 2021 fp16 optimizer, DeepSpeed's as fitted on BLOOM).
     pub grad_copy_at_step: bool,
     /// With fp32 gradient accumulation at ZeRO 0–1 the optimizer is DeepSpeed's
-    /// `BF16_Optimizer`, which keeps the 16-bit gradients beside the fp32 ones
-    /// ([`resident_half_grad_bytes_per_param`]).
+    /// `BF16_Optimizer` as BigScience ran it (Megatron-DeepSpeed, 2022), which keeps the 16-bit
+    /// gradients beside the fp32 ones ([`resident_half_grad_bytes_per_param`]). Not DeepSpeed
+    /// 0.16's: its `BF16_Optimizer` may add each gradient from a per-parameter hook and free it
+    /// at once (`immediate_grad_update`: `accumulate_hp_grads_and_remove_lp` calls
+    /// `_update_hp_grad(…, clear_lp_grads=True)`), so that stack is left as it was.
     pub half_grads_beside_fp32: bool,
 }
 
@@ -106,7 +109,11 @@ impl StackMemory {
                 fsdp: true,
                 ..StackMemory::default()
             },
-            Stack::Deepspeed | Stack::MegatronDeepspeed => StackMemory {
+            Stack::Deepspeed => StackMemory {
+                fitted_context: true,
+                ..StackMemory::default()
+            },
+            Stack::MegatronDeepspeed => StackMemory {
                 fitted_context: true,
                 half_grads_beside_fp32: true,
                 ..StackMemory::default()
@@ -288,8 +295,9 @@ pub fn fp32_grad_copy_bytes(params: u64, zero_stage: u8, shard: u64) -> u64 {
 }
 
 /// Bytes per parameter of 16-bit gradients a stack keeps beside its fp32 gradients, unsharded:
-/// 2 under DeepSpeed's `BF16_Optimizer` ([`StackMemory::half_grads_beside_fp32`], chosen for
-/// bf16 with fp32 gradient accumulation at ZeRO 0–1), else 0.
+/// 2 under the `BF16_Optimizer` of BigScience's DeepSpeed ([`StackMemory::half_grads_beside_fp32`];
+/// DeepSpeed's engine picks it for bf16 with fp32 gradient accumulation at ZeRO 0–1,
+/// `DeepSpeedEngine._do_optimizer_sanity_check`), else 0.
 ///
 /// `BF16_Optimizer._setup_for_real_optimizer` (`deepspeed/runtime/bf16_optimizer.py`)
 /// allocates the fp32 gradients whole on every rank (`fp32_groups_gradients_flat =

@@ -111,7 +111,8 @@ fn fp32_gradient_copy_only_at_the_step_hand_worked() {
 /// holds 2 + 2 + 16/8 = 6 GB: 3.5 GB = (4 − 4/8) B/param more, BigScience's "additional
 /// memory usage is 4bytes x params and it's not sharded" (`chronicles-prequel.md`,
 /// "Rebalancing layers"). Megatron-Core's fp32 main gradients keep no bf16 copy (7.5 GB),
-/// nor does DeepSpeed at ZeRO 2, whose optimizer is not `BF16_Optimizer`.
+/// nor does DeepSpeed at ZeRO 2, whose optimizer is not `BF16_Optimizer`, nor DeepSpeed 0.16,
+/// whose `BF16_Optimizer` may free each bf16 gradient in a hook (`immediate_grad_update`).
 #[test]
 fn bf16_optimizer_keeps_both_gradients_hand_worked() {
     let p = 1_000_000_000u64;
@@ -157,6 +158,11 @@ fn bf16_optimizer_keeps_both_gradients_hand_worked() {
         ..ctx
     };
     assert_eq!(states(rank_memory(&[&stage], 0, &zero2)).1, p / 2);
+    let ds16 = MemoryContext {
+        stack: StackMemory::of(crate::Stack::Deepspeed),
+        ..ctx
+    };
+    assert_eq!(states(rank_memory(&[&stage], 0, &ds16)).1, 4 * p);
 }
 
 #[test]
