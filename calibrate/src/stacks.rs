@@ -73,9 +73,11 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
             r.overlap_grad_reduce = zero.contains("'torch'") && !always_zero3(row, stack);
         }
         Stack::Composer => r.fp32_main_grads = !precision.contains("pure"),
-        // BigScience's BF16 optimizer (from 2022-02-28) accumulates the gradients in fp32,
-        // "4bytes x params and it's not sharded" (tr11 `chronicles-prequel.md`, "Rebalancing
-        // layers"); the fp16 ZeRO-1 optimizer before it kept 16-bit gradients
+        // BigScience's BF16 optimizer (DeepSpeed's `BF16_Optimizer`, from 2022-02-28)
+        // accumulates the gradients in fp32 beside the bf16 ones, "4bytes x params and it's not
+        // sharded" (tr11 `chronicles-prequel.md`, "Rebalancing layers"; the memory model's
+        // `resident_half_grad_bytes_per_param`); the fp16 ZeRO-1 optimizer before it kept
+        // 16-bit gradients only
         Stack::MegatronDeepspeed if precision.starts_with("bf16") => r.fp32_main_grads = true,
         Stack::Torchtitan => {
             r.tp_comm_overlap = notes.contains("asynctp");

@@ -6,7 +6,9 @@
 //! over the data-parallel group (`6 + 12/d`), ZeRO-2 also the gradients (`2 + 16/d`), ZeRO-3 also
 //! the weights (`18/d`, plus the layers gathered in flight). Frameworks that keep 16-bit
 //! gradients (Megatron-LM 2021 in fp16, DeepSpeed's fp16 optimizers) hold 2 B of gradients and
-//! make a 4 B fp32 copy for the optimizer, sharded with it: `4 + 16/d` under ZeRO-1.
+//! make a 4 B fp32 copy for the optimizer, sharded with it: `4 + 16/d` under ZeRO-1. The
+//! `BF16_Optimizer` BigScience's Megatron-DeepSpeed ran keeps both: 2 B of bf16 gradients
+//! beside 4 B of fp32 ones, unsharded ([`resident_half_grad_bytes_per_param`]).
 //!
 //! PyTorch FSDP (torchtitan's FSDP2, Composer's FSDP) is different at ZeRO-3: the sharded
 //! parameters *are* the fp32 master weights (`MixedPrecisionPolicy(param_dtype=bf16)` casts them
@@ -84,6 +86,13 @@ pub struct StackMemory {
     /// `distributed_fused_adam` steps on the bf16 shards directly. Where it is false the copy
     /// is held with the activations (the 2021 fp16 optimizer, DeepSpeed's as fitted on BLOOM).
     pub grad_copy_at_step: bool,
+    /// With fp32 gradient accumulation at ZeRO 0–1 the optimizer is DeepSpeed's
+    /// `BF16_Optimizer` as BigScience ran it (Megatron-DeepSpeed, 2022), which keeps the 16-bit
+    /// gradients beside the fp32 ones ([`resident_half_grad_bytes_per_param`]). Not DeepSpeed
+    /// 0.16's: its `BF16_Optimizer` may add each gradient from a per-parameter hook and free it
+    /// at once (`immediate_grad_update`: `accumulate_hp_grads_and_remove_lp` calls
+    /// `_update_hp_grad(…, clear_lp_grads=True)`), so that stack is left as it was.
+    pub half_grads_beside_fp32: bool,
 }
 
 impl StackMemory {
@@ -100,8 +109,13 @@ impl StackMemory {
                 fsdp: true,
                 ..StackMemory::default()
             },
-            Stack::Deepspeed | Stack::MegatronDeepspeed => StackMemory {
+            Stack::Deepspeed => StackMemory {
                 fitted_context: true,
+                ..StackMemory::default()
+            },
+            Stack::MegatronDeepspeed => StackMemory {
+                fitted_context: true,
+                half_grads_beside_fp32: true,
                 ..StackMemory::default()
             },
             Stack::MegatronCore | Stack::MegatronCoreEpOverlap | Stack::Nemo => StackMemory {
@@ -280,6 +294,34 @@ pub fn fp32_grad_copy_bytes(params: u64, zero_stage: u8, shard: u64) -> u64 {
     }
 }
 
+/// Bytes per parameter of 16-bit gradients a stack keeps beside its fp32 gradients, unsharded:
+/// 2 under the `BF16_Optimizer` of BigScience's DeepSpeed ([`StackMemory::half_grads_beside_fp32`];
+/// DeepSpeed's engine picks it for bf16 with fp32 gradient accumulation at ZeRO 0–1,
+/// `DeepSpeedEngine._do_optimizer_sanity_check`), else 0.
+///
+/// `BF16_Optimizer._setup_for_real_optimizer` (`deepspeed/runtime/bf16_optimizer.py`)
+/// allocates the fp32 gradients whole on every rank (`fp32_groups_gradients_flat =
+/// torch.zeros_like(bf16_groups_flat, dtype=torch.float32)`; only the fp32 master weights
+/// and Adam's moments are partitioned over the data-parallel group). The pipeline engine
+/// (`deepspeed/runtime/pipe/engine.py`, `PipelineEngine._exec_backward_pass`) frees the bf16
+/// `param.grad` tensors only before each backward (`optimizer.clear_lp_grads()`) and adds them
+/// to the fp32 ones after it with `update_hp_grads(clear_lp_grads=False)`, so a whole stage's
+/// bf16 gradients stay allocated beside its fp32 gradients from one backward to the next.
+/// Against DeepSpeed's fp16 ZeRO-1 optimizer (2 + 2 + 16/d B/param) that is `4 − 4/d` B/param
+/// more, BigScience's "additional memory usage is 4bytes x params and it's not sharded"
+/// (`bigscience` `train/tr11-176B-ml/chronicles-prequel.md`, "Rebalancing layers", 2022-02-28).
+pub fn resident_half_grad_bytes_per_param(
+    stack: StackMemory,
+    zero_stage: u8,
+    fp32_main_grads: bool,
+) -> u64 {
+    if stack.half_grads_beside_fp32 && fp32_main_grads && zero_stage <= 1 {
+        HALF_GRAD_BYTES_PER_PARAM
+    } else {
+        0
+    }
+}
+
 /// Everything besides the stages that decides a rank's memory.
 #[derive(Debug, Clone, Copy)]
 pub struct MemoryContext {
@@ -336,6 +378,9 @@ pub fn rank_memory(
     }
     let mut optimizer = optimizer + eo;
     grads += eg;
+    // 16-bit gradients kept beside the fp32 ones (DeepSpeed's BF16_Optimizer)
+    grads +=
+        params * resident_half_grad_bytes_per_param(ctx.stack, ctx.zero_stage, ctx.fp32_main_grads);
     // the fp32 gradient copy of 16-bit gradients, made at the step (see StackMemory)
     let step = if ctx.stack.grad_copy_at_step && !ctx.fp32_main_grads && !fsdp {
         let copy = |params: u64, shard: u64| fp32_grad_copy_bytes(params, ctx.zero_stage, shard);
@@ -374,173 +419,4 @@ pub fn rank_memory(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Hand-worked: 1e9 parameters, ZeRO 0 → 18 B/param; ZeRO 1 over d = 8 → 6 + 12/8 = 7.5
-    /// B/param (Narayanan et al. 2021; Megatron's distributed optimizer).
-    #[test]
-    fn bytes_per_param_hand_worked() {
-        let p = 1_000_000_000u64;
-        let (w, g, o) = model_state_bytes(p, 0, 8);
-        assert_eq!(w + g + o, 18 * p);
-        let (w, g, o) = model_state_bytes(p, 1, 8);
-        assert_eq!(w + g + o, 7_500_000_000);
-        let (w, g, o) = model_state_bytes(p, 2, 8);
-        assert_eq!(w + g + o, 2 * p + 2 * p);
-        let (w, g, o) = model_state_bytes(p, 3, 8);
-        assert_eq!(w + g + o, 18 * p / 8);
-    }
-
-    /// Hand-worked: 16-bit gradients (DeepSpeed fp16, Megatron-LM 2021): 2 + 2 + 16 = 20 B/param
-    /// unsharded; ZeRO-1 over d = 4 → 2 + 2 + 16/4 = 8 B/param.
-    #[test]
-    fn half_gradients_hand_worked() {
-        let p = 1_000_000_000u64;
-        let (w, g, o) = model_state_bytes_for(p, 0, 4, false);
-        assert_eq!((w, g, o), (2 * p, 2 * p, 16 * p));
-        let (w, g, o) = model_state_bytes_for(p, 1, 4, false);
-        assert_eq!(w + g + o, 8 * p);
-        assert_eq!(
-            model_state_bytes_for(p, 1, 4, true),
-            model_state_bytes(p, 1, 4)
-        );
-    }
-
-    /// Fragmentation applies to the dynamic memory only; the context is fixed.
-    #[test]
-    fn calibrated_terms_hand_worked() {
-        let m = RankMemory {
-            weights_bytes: 100,
-            activations_bytes: 300,
-            transient_bytes: 100,
-            reserve_bytes: 7,
-            fragmentation_bytes: fragmentation_bytes(400, 0.25),
-            context_bytes: 50,
-            context_fitted: true,
-            ..RankMemory::default()
-        };
-        assert_eq!(m.fragmentation_bytes, 100);
-        assert_eq!(m.total_bytes(), 100 + 400 + 7 + 100 + 50);
-        assert_eq!(m.total_bytes_with(0.5, 10), 100 + 400 + 7 + 200 + 10);
-    }
-
-    /// Hand-worked: 1e9 parameters under NeMo's bf16 gradients and the distributed optimizer
-    /// over d = 8: 2 B weights + 2 B gradients + 12/8 B master weights and moments resident;
-    /// the fp32 gradient copy, 4/8 B, only at the step (Megatron-Core `distrib_optimizer.py`
-    /// `_copy_model_grads_to_main_grads`, freed by `zero_grad(set_to_none=True)`). With 3 GB of
-    /// activations the peak is 2 + 2 + 1.5 + 3 = 8.5 GB, not 9 GB; with 0.1 GB the step's
-    /// 0.5 GB copy is the larger: 5.5 + 0.5 = 6 GB. DeepSpeed's optimizer keeps the copy
-    /// resident, as fitted: 9 GB.
-    #[test]
-    fn fp32_gradient_copy_only_at_the_step_hand_worked() {
-        let p = 1_000_000_000u64;
-        let stage = StageCost {
-            params: p,
-            ..StageCost::default()
-        };
-        let ctx = MemoryContext {
-            zero_stage: 1,
-            zero_shard: 8,
-            expert_zero_shard: 8,
-            comm_groups: 0,
-            reserve_bytes: 0,
-            fp32_main_grads: false,
-            fp8_copy_bytes_per_param: 0,
-            stack: StackMemory::of(crate::Stack::Nemo),
-        };
-        let without_terms = |m: RankMemory| m.total_bytes_with(0.0, 0) - m.context_bytes;
-        let m = rank_memory(&[&stage], 3 * p, &ctx);
-        assert_eq!(
-            (
-                m.weights_bytes,
-                m.grads_bytes,
-                m.optimizer_bytes,
-                m.step_bytes
-            ),
-            (2 * p, 2 * p, 1_500_000_000, 500_000_000)
-        );
-        assert_eq!(without_terms(m), 8_500_000_000);
-        let small = rank_memory(&[&stage], p / 10, &ctx);
-        assert_eq!(without_terms(small), 6_000_000_000);
-        let ds = MemoryContext {
-            stack: StackMemory::of(crate::Stack::MegatronDeepspeed),
-            ..ctx
-        };
-        let m = rank_memory(&[&stage], 3 * p, &ds);
-        assert_eq!((m.optimizer_bytes, m.step_bytes), (2 * p, 0));
-        assert_eq!(m.total_bytes_with(0.0, 0), 9 * p);
-        // fp32 main gradients are what the optimizer reads: no copy
-        let fp32 = MemoryContext {
-            fp32_main_grads: true,
-            ..ctx
-        };
-        assert_eq!(rank_memory(&[&stage], 3 * p, &fp32).step_bytes, 0);
-    }
-
-    #[test]
-    fn tied_head_copy_only_away_from_the_embedding() {
-        let emb = StageCost {
-            params: 10,
-            has_embedding: true,
-            ..StageCost::default()
-        };
-        let head = StageCost {
-            params: 5,
-            tied_params: 7,
-            has_head: true,
-            ..StageCost::default()
-        };
-        assert_eq!(rank_params(&[&emb, &head]), 15);
-        assert_eq!(rank_params(&[&head]), 12);
-    }
-
-    /// Routed experts shard their ZeRO states over the expert-data-parallel group. DeepSeek-V3
-    /// at pp 16, dp 128, ep 64 (arXiv 2412.19437 §3.2): edp = 128 / 64 = 2. One MoE layer on
-    /// one GPU holds 176,160,768 expert parameters (4 experts of 3·7168·2048) and 232,997,120
-    /// others (`models/tests/moe_formulas.rs`); under ZeRO-1 the experts keep 2 + 4 + 12/2 =
-    /// 12 B per parameter and the rest 2 + 4 + 12/128 B.
-    #[test]
-    fn expert_states_shard_over_expert_dp_hand_worked() {
-        let (experts, rest) = (176_160_768u64, 232_997_120u64);
-        let layer = StageCost {
-            params: experts + rest,
-            expert_params: experts,
-            ..StageCost::default()
-        };
-        let ctx = MemoryContext {
-            zero_stage: 1,
-            zero_shard: 128,
-            expert_zero_shard: 2,
-            comm_groups: 0,
-            reserve_bytes: 0,
-            fp32_main_grads: true,
-            fp8_copy_bytes_per_param: 0,
-            stack: StackMemory::default(),
-        };
-        let m = rank_memory(&[&layer], 0, &ctx);
-        assert_eq!(m.weights_bytes, 2 * (experts + rest));
-        // under FP8 delayed scaling: an FP8 weight and its transpose per block parameter
-        let block = StageCost {
-            block_params: experts + rest,
-            ..layer.clone()
-        };
-        let fp8 = MemoryContext {
-            fp8_copy_bytes_per_param: 2,
-            ..ctx
-        };
-        let m8 = rank_memory(&[&block], 0, &fp8);
-        assert_eq!(m8.weights_bytes, 4 * (experts + rest));
-        assert_eq!(
-            (m8.grads_bytes, m8.optimizer_bytes),
-            (m.grads_bytes, m.optimizer_bytes)
-        );
-        assert_eq!(m.grads_bytes, 4 * (experts + rest));
-        assert_eq!(
-            m.optimizer_bytes,
-            12 * experts / 2 + (12 * rest).div_ceil(128)
-        );
-        // 2.11 GB of expert states beyond the weights and gradients, per MoE layer
-        assert_eq!(12 * experts / 2, 1_056_964_608);
-    }
-}
+mod tests;

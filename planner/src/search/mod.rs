@@ -197,9 +197,12 @@ fn state_bytes_per_param(opts: &SearchOptions, zero_stage: u8, shard: u64, fsdp:
             let fp32_main_grads = opts.settings.runtime.fp32_main_grads;
             let (w, g, o) =
                 memory::model_state_bytes_for(1_000_000, zero_stage, shard, fp32_main_grads);
+            let stack = memory::StackMemory::of(opts.settings.runtime.stack);
+            // 16-bit gradients beside the fp32 ones (DeepSpeed's BF16_Optimizer)
+            let g = g + 1_000_000
+                * memory::resident_half_grad_bytes_per_param(stack, zero_stage, fp32_main_grads);
             // the fp32 gradient copy some stacks hold only at the step is no resident state
-            let at_step = !fp32_main_grads
-                && memory::StackMemory::of(opts.settings.runtime.stack).grad_copy_at_step;
+            let at_step = !fp32_main_grads && stack.grad_copy_at_step;
             let copy = if at_step {
                 memory::fp32_grad_copy_bytes(1_000_000, zero_stage, shard)
             } else {
