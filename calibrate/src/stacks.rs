@@ -5,6 +5,7 @@
 
 use autopp_models::{presets, Model};
 use autopp_planner::config::Runtime;
+use autopp_planner::runtime::OptimizerStates;
 use autopp_planner::Stack;
 
 use super::rows::PublishedRow;
@@ -91,6 +92,7 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
         }
         _ => {}
     }
+    r.optimizer_states = optimizer_states_of(&zero);
     r.ep_dispatch_dedup = dedup_dispatcher(row);
     // the source says its expert all-to-alls overlap another micro-batch's compute
     // (Megatron-MoE-ModelZoo's "+1f1b overlap", Megatron-Bridge's `moe_a2a_overlap`)
@@ -102,6 +104,20 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
     .iter()
     .any(|k| notes.contains(k));
     r
+}
+
+/// The optimizer states the row's `zero_or_distributed_optimizer` phrase (lower case) names:
+/// NeMo 1.x's Apex `distributed_fused_adam` keeps 16-bit remainders of fp32 master weights, or
+/// with `optim.dtype bf16` bf16 states and no master copy
+/// ([`autopp_planner::runtime::OptimizerStates`]); anything else fp32 master weights and moments.
+pub fn optimizer_states_of(zero: &str) -> OptimizerStates {
+    if !zero.contains("distributed_fused_adam") {
+        OptimizerStates::Fp32
+    } else if zero.contains("optim.dtype bf16") {
+        OptimizerStates::Bf16
+    } else {
+        OptimizerStates::Fp32Remainders
+    }
 }
 
 /// Whether a torchtitan row ran in PyTorch eager mode, without `torch.compile`: its notes say
@@ -238,6 +254,27 @@ mod tests {
             &row("Megatron-LM + DeepSpeed ZeRO-3"),
             Stack::MegatronLm2021
         ));
+    }
+
+    /// The optimizer a row's recipe names: Apex's `distributed_fused_adam` keeps 16-bit master
+    /// remainders, or bf16 states with `optim.dtype bf16`; the distributed optimizer and
+    /// unnamed ones fp32 master weights and moments.
+    #[test]
+    fn optimizer_states_follow_the_recipe() {
+        for (text, states) in [
+            (
+                "apex distributed_fused_adam (nemo 1.x launcher config; fp32 optimizer dtype)",
+                OptimizerStates::Fp32Remainders,
+            ),
+            (
+                "apex distributed_fused_adam (optim.dtype bf16, grad_sync_dtype bf16)",
+                OptimizerStates::Bf16,
+            ),
+            ("distributed optimizer", OptimizerStates::Fp32),
+            ("", OptimizerStates::Fp32),
+        ] {
+            assert_eq!(optimizer_states_of(text), states, "{text}");
+        }
     }
 
     /// The dispatcher a row names wins; a Megatron-Bridge run uses the flex dispatcher its

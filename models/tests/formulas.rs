@@ -207,6 +207,19 @@ fn fp8_linear_inputs_are_kept_in_one_byte() {
     assert_eq!(l.activation_bytes.none, 29 * s * h / tp + 4 * a * s / tp);
     // full recompute keeps the layer input, in 16 bits
     assert_eq!(l.activation_bytes.full, 2 * s * h / tp);
+    // selective recompute of the core (Megatron-Core's `core_attn`) drops the softmax
+    // statistics and, the core's outputs not being saved inside the checkpoint, the fused
+    // kernel's 16-bit output: the output projection keeps only its FP8 copy, 29 − 2 = 27sbh/t
+    assert_eq!(l.activation_bytes.selective, 27 * s * h / tp);
+    // in bf16 the projection keeps the 16-bit output itself: only the statistics go
+    let bf16 = block(
+        &t,
+        &ShardSpec {
+            fp8_saved_inputs: false,
+            ..fp8
+        },
+    );
+    assert_eq!(bf16.activation_bytes.selective, 34 * s * h / tp);
 }
 
 #[test]

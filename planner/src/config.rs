@@ -182,6 +182,14 @@ pub struct Runtime {
     /// Megatron's.
     #[serde(default)]
     pub tp_collectives: crate::runtime::TpCollectives,
+    /// What the optimizer keeps per parameter ([`crate::runtime::OptimizerStates`]): every
+    /// stack's own is fp32 master weights and moments; a published run's recipe may say
+    /// otherwise (NeMo 1.x's Apex optimizer). Plan files written before this field read fp32.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::runtime::OptimizerStates::is_default"
+    )]
+    pub optimizer_states: crate::runtime::OptimizerStates,
 }
 
 impl Default for Runtime {

@@ -281,6 +281,24 @@ pub fn model_state_bytes_for(
     (weights, grads, optimizer)
 }
 
+/// Bytes the optimizer's `states` save against fp32 master weights and moments
+/// ([`OPTIMIZER_BYTES_PER_PARAM`]) for `params` parameters under a ZeRO stage with `shard`
+/// data-parallel members (sharded from ZeRO-1, as the states are): 2 B/param for NeMo 1.x's
+/// 16-bit master remainders, 8 B/param for bf16 states.
+pub fn optimizer_states_saving_bytes(
+    params: u64,
+    zero_stage: u8,
+    shard: u64,
+    states: crate::runtime::OptimizerStates,
+) -> u64 {
+    let bytes = params * OPTIMIZER_BYTES_PER_PARAM.saturating_sub(states.bytes_per_param());
+    if zero_stage >= 1 {
+        bytes.div_ceil(shard.max(1))
+    } else {
+        bytes
+    }
+}
+
 /// Bytes of the optimizer's fp32 copy of 16-bit gradients for `params` parameters under a ZeRO
 /// stage with `shard` data-parallel members (sharded from ZeRO-1): the part of
 /// [`model_state_bytes_for`]'s optimizer bytes without fp32 main gradients that a stack with
@@ -343,6 +361,8 @@ pub struct MemoryContext {
     pub fp8_copy_bytes_per_param: u64,
     /// The stack's memory facts.
     pub stack: StackMemory,
+    /// What the optimizer keeps per parameter ([`crate::runtime::OptimizerStates`]).
+    pub optimizer_states: crate::runtime::OptimizerStates,
 }
 
 /// One rank's memory given its stages and the simulated peak of its in-flight activations.
@@ -377,6 +397,26 @@ pub fn rank_memory(
             ctx.fp8_copy_bytes_per_param * stages.iter().map(|s| s.block_params).sum::<u64>();
     }
     let mut optimizer = optimizer + eo;
+    // states lighter than fp32 master weights and moments (NeMo 1.x's Apex optimizer); FSDP's
+    // sharded fp32 parameters are their own master weights
+    let dense_states = if fsdp {
+        0
+    } else {
+        params - experts.min(params)
+    };
+    optimizer = optimizer.saturating_sub(
+        optimizer_states_saving_bytes(
+            dense_states,
+            ctx.zero_stage,
+            ctx.zero_shard,
+            ctx.optimizer_states,
+        ) + optimizer_states_saving_bytes(
+            experts,
+            ctx.zero_stage,
+            ctx.expert_zero_shard,
+            ctx.optimizer_states,
+        ),
+    );
     grads += eg;
     // 16-bit gradients kept beside the fp32 ones (DeepSpeed's BF16_Optimizer)
     grads +=

@@ -129,6 +129,7 @@ impl Stack {
             attention_kernel: AttentionKernel::Native,
             fused_elementwise: true,
             tp_collectives: TpCollectives::Megatron,
+            optimizer_states: OptimizerStates::Fp32,
         };
         match self {
             // every overlap any framework offers, but the expert all-to-all overlap (opt-in in
@@ -234,6 +235,44 @@ impl Runtime {
         } else {
             cluster.group_link(size, stride)
         }
+    }
+}
+
+/// What the optimizer keeps per parameter beside the 16-bit weights and the gradients (ZeRO
+/// shards it from stage 1 on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerStates {
+    /// fp32 master weights and Adam's two fp32 moments, 12 B/param: Megatron-Core's
+    /// distributed optimizer, DeepSpeed's ZeRO, PyTorch's AdamW over fp32 FSDP shards.
+    #[default]
+    Fp32,
+    /// Apex's `DistributedFusedAdam` as NeMo 1.x runs it under bf16 O2 with an fp32 optimizer
+    /// (`optim.name: distributed_fused_adam`, the optimizer of NeMo-Framework-Launcher's
+    /// training configs): `store_params=False, store_param_remainders=True`
+    /// (`megatron_base_model.py` `setup_optimization`), so the fp32 master weight is the bf16
+    /// weight plus a 16-bit remainder shard, beside fp32 `exp_avg` and `exp_avg_sq`:
+    /// 2 + 4 + 4 = 10 B/param.
+    Fp32Remainders,
+    /// The same optimizer with `optim.dtype: bf16`: optimizer dtype equal to the model's, so
+    /// no master copy (`store_params=False`; the bf16 weights are updated in place) and the
+    /// two Adam moments in bf16: 4 B/param.
+    Bf16,
+}
+
+impl OptimizerStates {
+    /// Bytes per parameter of the states, before sharding.
+    pub fn bytes_per_param(self) -> u64 {
+        match self {
+            OptimizerStates::Fp32 => crate::memory::OPTIMIZER_BYTES_PER_PARAM,
+            OptimizerStates::Fp32Remainders => 10,
+            OptimizerStates::Bf16 => 4,
+        }
+    }
+
+    /// Whether these are the default states (plan files leave them out).
+    pub fn is_default(&self) -> bool {
+        *self == OptimizerStates::Fp32
     }
 }
 

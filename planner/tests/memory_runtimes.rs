@@ -4,6 +4,7 @@ use autopp_models::{presets, LayerKind, ShardSpec};
 use autopp_planner::memory::{
     fsdp_state_bytes, rank_memory, MemoryContext, StackMemory, CONTEXT_BYTES, CUDA_CONTEXT_BYTES,
 };
+use autopp_planner::runtime::OptimizerStates;
 use autopp_planner::stages::{op_sac_bytes, unfused_loss_bytes, StageCost};
 use autopp_planner::Stack;
 
@@ -72,6 +73,7 @@ fn fsdp_states_hand_worked() {
         fp32_main_grads: true,
         fp8_copy_bytes_per_param: 2,
         stack: StackMemory::of(Stack::Torchtitan),
+        optimizer_states: OptimizerStates::Fp32,
     };
     let m = rank_memory(&[&stage], 0, &ctx);
     let states = fsdp_state_bytes(p / 8, 8);

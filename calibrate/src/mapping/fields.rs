@@ -112,6 +112,9 @@ pub(super) fn zero_stage_of(
         ("full_shard", 3),
         ("fsdp", 3),
         ("distributed optimizer", 1),
+        // Apex's DistributedFusedAdam (NeMo 1.x's `distributed_fused_adam`) shards the
+        // optimizer states over the data-parallel group, ZeRO-1 style
+        ("distributed_fused_adam", 1),
     ] {
         if t.contains(needle) {
             return Ok(stage);

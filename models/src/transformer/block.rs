@@ -426,7 +426,14 @@ impl TransformerSpec {
     /// The bytes [`crate::Recompute::Selective`] does not keep, module by module
     /// ([`crate::RecomputeModules`]), of the recompute-none bytes: `core` the attention
     /// core's, `mlp_in` the bytes per element of the MLP input as kept.
-    /// - `core_attn`: the attention core's stored tensors (`core`);
+    /// - `core_attn`: the attention core's stored tensors (`core`); under an FP8 recipe with a
+    ///   fused kernel also the attention output's 16-bit copy, `s·b·w·e` (`w` the output
+    ///   projection's input width per GPU): the kernel keeps it for its own backward (cuDNN's
+    ///   and FlashAttention's backward read `O` for `rowsum(dO∘O)`) while the output
+    ///   projection keeps its FP8 copy; checkpointed, the core's outputs are not saved
+    ///   (Megatron-Core `TEDotProductAttention` under `--recompute-granularity selective`
+    ///   runs the core in `te.distributed.checkpoint`), so only the FP8 copy stays. Without
+    ///   FP8 the projection keeps the 16-bit output itself and nothing more goes;
     /// - `layernorm`: each stand-alone norm's 16-bit output, `s·b·h·e` (`/t` with sequence
     ///   parallelism) — under an FP8 recipe MLA's down projections keep their own FP8 copies,
     ///   so only the MoE norm's (kept by the 16-bit router) goes;
@@ -443,6 +450,9 @@ impl TransformerSpec {
         let mut dropped = 0;
         if m.core_attn {
             dropped += core;
+            if fp8 && shard.flash_attention {
+                dropped += p.attn_out.0 * p.attn_out.2 * e;
+            }
         }
         if m.layernorm {
             let norms = u64::from(p.router.is_some()) + u64::from(self.mla.is_some() && !fp8);

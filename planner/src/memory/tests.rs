@@ -1,6 +1,7 @@
 //! Hand-worked memory figures.
 
 use super::*;
+use crate::runtime::OptimizerStates;
 
 /// Hand-worked: 1e9 parameters, ZeRO 0 → 18 B/param; ZeRO 1 over d = 8 → 6 + 12/8 = 7.5
 /// B/param (Narayanan et al. 2021; Megatron's distributed optimizer).
@@ -73,6 +74,7 @@ fn fp32_gradient_copy_only_at_the_step_hand_worked() {
         fp32_main_grads: false,
         fp8_copy_bytes_per_param: 0,
         stack: StackMemory::of(crate::Stack::Nemo),
+        optimizer_states: OptimizerStates::Fp32,
     };
     let without_terms = |m: RankMemory| m.total_bytes_with(0.0, 0) - m.context_bytes;
     let m = rank_memory(&[&stage], 3 * p, &ctx);
@@ -129,6 +131,7 @@ fn bf16_optimizer_keeps_both_gradients_hand_worked() {
         fp32_main_grads: true,
         fp8_copy_bytes_per_param: 0,
         stack: StackMemory::of(crate::Stack::MegatronDeepspeed),
+        optimizer_states: OptimizerStates::Fp32,
     };
     let states = |m: RankMemory| (m.weights_bytes, m.grads_bytes, m.optimizer_bytes);
     let bf16 = rank_memory(&[&stage], 0, &ctx);
@@ -204,6 +207,7 @@ fn expert_states_shard_over_expert_dp_hand_worked() {
         fp32_main_grads: true,
         fp8_copy_bytes_per_param: 0,
         stack: StackMemory::default(),
+        optimizer_states: OptimizerStates::Fp32,
     };
     let m = rank_memory(&[&layer], 0, &ctx);
     assert_eq!(m.weights_bytes, 2 * (experts + rest));
@@ -229,4 +233,57 @@ fn expert_states_shard_over_expert_dp_hand_worked() {
     );
     // 2.11 GB of expert states beyond the weights and gradients, per MoE layer
     assert_eq!(12 * experts / 2, 1_056_964_608);
+}
+
+/// NeMo 1.x's Apex `DistributedFusedAdam` under bf16 O2 (`megatron_base_model.py`
+/// `setup_optimization`): with an fp32 optimizer it stores 16-bit remainders of the master
+/// weights (`store_param_remainders=True`), 2 + 4 + 4 = 10 B/param; with `optim.dtype: bf16`
+/// no master copy and bf16 moments, 4 B/param. Both sharded over the data-parallel group.
+/// 1e9 parameters at ZeRO-1 over 8 with bf16 gradients (NeMo's runtime):
+/// - fp32 master and moments, the fp32 gradient copy at the step: (12 + 4)/8 = 2 B/param,
+///   1.5 of it resident (the 0.5 copy held only at the step);
+/// - remainders: 12 − 2 = 10 → 1.25 resident; bf16 states: 4 → 0.5 resident.
+#[test]
+fn nemo_apex_optimizer_states_hand_worked() {
+    let p = 1_000_000_000u64;
+    let stage = StageCost {
+        params: p,
+        ..StageCost::default()
+    };
+    let ctx = MemoryContext {
+        zero_stage: 1,
+        zero_shard: 8,
+        expert_zero_shard: 8,
+        comm_groups: 0,
+        reserve_bytes: 0,
+        fp32_main_grads: false,
+        fp8_copy_bytes_per_param: 0,
+        stack: StackMemory::of(crate::Stack::Nemo),
+        optimizer_states: OptimizerStates::Fp32,
+    };
+    let optimizer = |states| {
+        rank_memory(
+            &[&stage],
+            0,
+            &MemoryContext {
+                optimizer_states: states,
+                ..ctx
+            },
+        )
+        .optimizer_bytes
+    };
+    assert_eq!(optimizer(OptimizerStates::Fp32), 1_500_000_000);
+    assert_eq!(optimizer(OptimizerStates::Fp32Remainders), 1_250_000_000);
+    assert_eq!(optimizer(OptimizerStates::Bf16), 500_000_000);
+    // unsharded at ZeRO 0: 10 B and 4 B per parameter, beside the 4 B gradient copy
+    let zero0 = MemoryContext {
+        zero_stage: 0,
+        optimizer_states: OptimizerStates::Fp32Remainders,
+        ..ctx
+    };
+    assert_eq!(rank_memory(&[&stage], 0, &zero0).optimizer_bytes, 10 * p);
+    assert_eq!(
+        optimizer_states_saving_bytes(p, 1, 8, OptimizerStates::Bf16),
+        1_000_000_000
+    );
 }

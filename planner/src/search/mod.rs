@@ -208,7 +208,13 @@ fn state_bytes_per_param(opts: &SearchOptions, zero_stage: u8, shard: u64, fsdp:
             } else {
                 0
             };
-            (w, g, o.saturating_sub(copy))
+            let states = memory::optimizer_states_saving_bytes(
+                1_000_000,
+                zero_stage,
+                shard,
+                opts.settings.runtime.optimizer_states,
+            );
+            (w, g, o.saturating_sub(copy + states))
         };
     (w + g + o) as f64 / 1e6
 }

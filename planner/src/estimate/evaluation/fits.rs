@@ -18,6 +18,7 @@ impl Evaluation<'_> {
             fp32_main_grads: c.settings.runtime.fp32_main_grads,
             fp8_copy_bytes_per_param: c.settings.precision.fp8_weight_copy_bytes_per_param(),
             stack: memory::StackMemory::of(c.settings.runtime.stack),
+            optimizer_states: c.settings.runtime.optimizer_states,
         }
     }
 
