@@ -92,6 +92,13 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
         _ => {}
     }
     r.ep_dispatch_dedup = dedup_dispatcher(row);
+    // a token-drop run pads every expert to its capacity: static shapes, no host sync in the
+    // dispatcher, and the whole iteration replayed from a CUDA graph (Megatron-Bridge's 25.09-era
+    // Qwen3 recipes, `configs/qwen3/workload_base_configs.py`: `cuda_graph_scope`
+    // `full_iteration` on B200, GB200 and GB300), so the host never binds its MoE layers
+    if row.routing == Some(crate::rows::Routing::TokenDrop) {
+        r.expert_host_launches = false;
+    }
     // the source says its expert all-to-alls overlap another micro-batch's compute
     // (Megatron-MoE-ModelZoo's "+1f1b overlap", Megatron-Bridge's `moe_a2a_overlap`)
     r.ep_a2a_overlap |= [
@@ -284,6 +291,9 @@ mod tests {
         assert!(!dedup_dispatcher(&with(mbridge, tokendrop)));
         let dropless = r#", "num_experts": 128, "routing": "forced-balanced""#;
         assert!(dedup_dispatcher(&with(mbridge, dropless)));
+        // and they replay the iteration from a CUDA graph: the host never binds
+        assert!(!runtime_of(&with(mbridge, tokendrop), Stack::Nemo).expert_host_launches);
+        assert!(runtime_of(&with(mbridge, dropless), Stack::Nemo).expert_host_launches);
         assert!(dedup_dispatcher(&with(
             core,
             r#", "notes": "HybridEP on NVL72""#
