@@ -82,6 +82,34 @@ fn larger_imbalance_is_slower_expert_time() {
     assert_eq!(a.breakdown_s.ep_comm, c.breakdown_s.ep_comm);
 }
 
+/// One Qwen3-30B-A3B block's stage context on one node's `link` at ep 8, no recompute: `share`
+/// of each all-to-all run beside another micro-batch, `launches` the host floor of the experts.
+fn ep8_ctx(
+    p: &AnalyticProfile,
+    link: autopp_hardware::Link,
+    share: f64,
+    launches: bool,
+) -> StageContext<'_> {
+    StageContext {
+        profile: p,
+        tp: 1,
+        tp_link: link,
+        recompute: Recompute::None,
+        cp: 1,
+        cp_link: link,
+        cp_kv_bytes: 0,
+        tp_comm_overlap: false,
+        ep: 8,
+        ep_link: link,
+        ep_hidden_share: share,
+        ep_across_share: 1.0,
+        selective_linear_share: 0.0,
+        dtensor_tp: false,
+        torch_native: false,
+        expert_host_launches: launches,
+    }
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1e-12)
 }
@@ -107,24 +135,7 @@ fn hidden_all_to_all_hand_worked() {
         .position(|l| l.kind == LayerKind::Transformer)
         .unwrap();
     let link = p.cluster.group_link(8, 1);
-    let ctx = |share: f64| StageContext {
-        profile: &p,
-        tp: 1,
-        tp_link: link,
-        recompute: Recompute::None,
-        cp: 1,
-        cp_link: link,
-        cp_kv_bytes: 0,
-        tp_comm_overlap: false,
-        ep: 8,
-        ep_link: link,
-        ep_hidden_share: share,
-        ep_across_share: 1.0,
-        selective_linear_share: 0.0,
-        dtensor_tp: false,
-        torch_native: false,
-        expert_host_launches: false,
-    };
+    let ctx = |share: f64| ep8_ctx(&p, link, share, false);
     let t = p.layer_times(&layers[i]);
     // one dispatch (or combine) all-to-all over the 8 expert ranks of one node
     let a2a = p.all_to_all_time_s(layers[i].ep_a2a_bytes, 8, &link);
@@ -303,24 +314,7 @@ fn host_floor_of_expert_passes_hand_worked() {
         .position(|l| l.kind == LayerKind::Transformer)
         .unwrap();
     let link = p.cluster.group_link(8, 1);
-    let ctx = |launches: bool| StageContext {
-        profile: &p,
-        tp: 1,
-        tp_link: link,
-        recompute: Recompute::None,
-        cp: 1,
-        cp_link: link,
-        cp_kv_bytes: 0,
-        tp_comm_overlap: false,
-        ep: 8,
-        ep_link: link,
-        ep_hidden_share: 0.0,
-        ep_across_share: 1.0,
-        selective_linear_share: 0.0,
-        dtensor_tp: false,
-        torch_native: false,
-        expert_host_launches: launches,
-    };
+    let ctx = |launches: bool| ep8_ctx(&p, link, 0.0, launches);
     let t = p.layer_times(&layers[i]);
     let a2a = p.all_to_all_time_s(layers[i].ep_a2a_bytes, 8, &link);
     let host = 32.0 * 100e-6;
