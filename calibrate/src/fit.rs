@@ -41,6 +41,7 @@ pub const PRIOR: Efficiency = Efficiency {
     grouped_gemm_half_dim: autopp_hardware::analytic::GROUPED_GEMM_HALF_DIM,
     moe_layer_overhead_s: autopp_hardware::analytic::MOE_LAYER_OVERHEAD_S,
     grouped_gemm_half_rows: autopp_hardware::analytic::GROUPED_GEMM_HALF_ROWS,
+    grouped_gemm_host_s: autopp_hardware::analytic::GROUPED_GEMM_HOST_S,
     hbm: 0.70,
     comm_intra: 0.75,
     comm_inter: 0.85,

@@ -1,5 +1,6 @@
-//! The fit of the three mixture-of-experts knobs ([`Efficiency::grouped_gemm_half_dim`],
-//! [`Efficiency::grouped_gemm_half_rows`] and [`Efficiency::moe_layer_overhead_s`]) on the mapped MoE rows' iteration times, in sample and
+//! The fit of the four mixture-of-experts knobs ([`Efficiency::grouped_gemm_half_dim`],
+//! [`Efficiency::grouped_gemm_half_rows`], [`Efficiency::moe_layer_overhead_s`] and
+//! [`Efficiency::grouped_gemm_host_s`]) on the mapped MoE rows' iteration times, in sample and
 //! leaving out each GPU kind × precision × family group ([`crate::moe::group_of`]). The other
 //! knobs stay at the shipped fit of the dense runs, so the dense rows' predictions do not move.
 
@@ -35,6 +36,8 @@ pub struct MoeFit {
     pub grouped_gemm_half_rows: f64,
     /// Fitted [`Efficiency::moe_layer_overhead_s`], seconds.
     pub moe_layer_overhead_s: f64,
+    /// Fitted [`Efficiency::grouped_gemm_host_s`], seconds per expert GEMM.
+    pub grouped_gemm_host_s: f64,
     /// Per group.
     pub groups: Vec<GroupFit>,
     /// MAPE over every MoE row: shipped, fitted, and each row predicted by the fit that left
@@ -47,18 +50,23 @@ const HALF_ROWS: [f64; 9] = [
     0.0, 128.0, 256.0, 384.0, 512.0, 768.0, 1024.0, 1536.0, 2048.0,
 ];
 
-/// One point of the grid: grouped-GEMM half size (elements), half rows (rows per expert),
-/// overhead (seconds).
-type Point = (f64, f64, f64);
+/// Host seconds per expert GEMM the grid tries for [`Efficiency::grouped_gemm_host_s`].
+const HOST_S: [f64; 6] = [0.0, 25e-6, 50e-6, 75e-6, 100e-6, 150e-6];
 
-/// The grid the fit searches: grouped-GEMM half size 0–4096 elements by 256, half rows
-/// [`HALF_ROWS`], overhead 0–4 ms by 0.25 ms.
+/// One point of the grid: grouped-GEMM half size (elements), half rows (rows per expert),
+/// overhead (seconds), host time per expert GEMM (seconds).
+type Point = (f64, f64, f64, f64);
+
+/// The grid the fit searches: grouped-GEMM half size 0–4096 elements by 512, half rows
+/// [`HALF_ROWS`], overhead 0–2 ms by 0.25 ms, host time [`HOST_S`].
 fn grid() -> Vec<Point> {
     let mut points = Vec::new();
-    for g in 0..=16 {
+    for g in 0..=8 {
         for &r in &HALF_ROWS {
-            for o in 0..=16 {
-                points.push((256.0 * g as f64, r, 0.25e-3 * o as f64));
+            for o in 0..=8 {
+                for &h in &HOST_S {
+                    points.push((512.0 * g as f64, r, 0.25e-3 * o as f64, h));
+                }
             }
         }
     }
@@ -99,20 +107,18 @@ pub fn fit(prepared: &[PreparedRow]) -> Option<MoeFit> {
         .iter()
         .map(|r| r.moe_group.as_deref().unwrap_or(""))
         .collect();
-    let at = |g: f64, r: f64, o: f64| Calibration {
+    let at = |(g, r, o, h): Point| Calibration {
         efficiency: Efficiency {
             grouped_gemm_half_dim: g,
             grouped_gemm_half_rows: r,
             moe_layer_overhead_s: o,
+            grouped_gemm_host_s: h,
             ..Efficiency::default()
         },
         ..Calibration::default()
     };
     let points = grid();
-    let table: Vec<Vec<Option<f64>>> = points
-        .iter()
-        .map(|&(g, r, o)| errors(&rows, &at(g, r, o)))
-        .collect();
+    let table: Vec<Vec<Option<f64>>> = points.iter().map(|&p| errors(&rows, &at(p))).collect();
     let shipped = errors(&rows, &Calibration::default());
     if shipped.iter().all(Option::is_none) {
         return None;
@@ -160,6 +166,7 @@ pub fn fit(prepared: &[PreparedRow]) -> Option<MoeFit> {
         grouped_gemm_half_dim: points[all].0,
         grouped_gemm_half_rows: points[all].1,
         moe_layer_overhead_s: points[all].2,
+        grouped_gemm_host_s: points[all].3,
         groups,
         overall: [
             mean(shipped.iter().filter_map(|e| *e)),
@@ -172,10 +179,11 @@ pub fn fit(prepared: &[PreparedRow]) -> Option<MoeFit> {
 /// The fit as text.
 pub fn text(f: &MoeFit) -> String {
     let mut o = format!(
-        "\nmixture-of-experts knobs fitted on the MoE rows: grouped_gemm_half_dim {:.0}, grouped_gemm_half_rows {:.0}, moe_layer_overhead_s {:.2} ms\n{:<28} {:>5} {:>8} {:>8} {:>9}\n",
+        "\nmixture-of-experts knobs fitted on the MoE rows: grouped_gemm_half_dim {:.0}, grouped_gemm_half_rows {:.0}, moe_layer_overhead_s {:.2} ms, grouped_gemm_host_s {:.0} us\n{:<28} {:>5} {:>8} {:>8} {:>9}\n",
         f.grouped_gemm_half_dim,
         f.grouped_gemm_half_rows,
         f.moe_layer_overhead_s * 1e3,
+        f.grouped_gemm_host_s * 1e6,
         "group",
         "n",
         "shipped",

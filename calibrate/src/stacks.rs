@@ -94,6 +94,13 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
     }
     r.optimizer_states = optimizer_states_of(&zero);
     r.ep_dispatch_dedup = dedup_dispatcher(row);
+    // a token-drop run pads every expert to its capacity: static shapes, no host sync in the
+    // dispatcher, and the whole iteration replayed from a CUDA graph (Megatron-Bridge's 25.09-era
+    // Qwen3 recipes, `configs/qwen3/workload_base_configs.py`: `cuda_graph_scope`
+    // `full_iteration` on B200, GB200 and GB300), so the host never binds its MoE layers
+    if row.routing == Some(crate::rows::Routing::TokenDrop) {
+        r.expert_host_launches = false;
+    }
     // the source says its expert all-to-alls overlap another micro-batch's compute
     // (Megatron-MoE-ModelZoo's "+1f1b overlap", Megatron-Bridge's `moe_a2a_overlap`)
     r.ep_a2a_overlap |= [
@@ -141,7 +148,12 @@ pub fn ran_eager(row: &PublishedRow) -> bool {
 /// (Megatron-Core's `flex` dispatcher), or it is a Megatron-Bridge performance run, whose
 /// recipes select the flex dispatcher (`scripts/performance/configs/*/…_workload_base_configs.py`:
 /// `moe_flex_dispatcher_backend` `deepep` or `hybridep`). A dispatcher named `alltoall` or
-/// `A2A` wins over the rest.
+/// `A2A` wins over the rest. A token-drop run names none and sends every (token, expert) pair:
+/// dropping pads each expert to its capacity, which the flex dispatcher refuses (Megatron-Core
+/// `TransformerConfig.__post_init__`: "Flex token dispatcher does not support
+/// moe_pad_expert_input_to_capacity"), and Megatron-Bridge's `apply_moe_token_drop` (capacity
+/// factor 1.0, padded) asserts `moe_token_dispatcher_type` `alltoall` — the 25.09 tables'
+/// "(tokendrop)" rows.
 pub fn dedup_dispatcher(row: &PublishedRow) -> bool {
     let said = |t: &str| {
         let t = t.to_ascii_lowercase();
@@ -160,6 +172,9 @@ pub fn dedup_dispatcher(row: &PublishedRow) -> bool {
         .and_then(said)
     {
         return d;
+    }
+    if row.routing == Some(crate::rows::Routing::TokenDrop) {
+        return false;
     }
     let framework = row.framework.as_deref().unwrap_or("");
     let notes = row.notes.as_deref().unwrap_or("").to_ascii_lowercase();
@@ -278,7 +293,8 @@ mod tests {
     }
 
     /// The dispatcher a row names wins; a Megatron-Bridge run uses the flex dispatcher its
-    /// recipes select; NeMo 2's recipes (dgxc-benchmarking) and unnamed stacks the all-to-all.
+    /// recipes select, but for its token-drop runs; NeMo 2's recipes (dgxc-benchmarking) and
+    /// unnamed stacks the all-to-all.
     /// The ModelZoo's "+1f1b overlap" turns the all-to-all overlap on.
     #[test]
     fn dispatchers_and_overlap() {
@@ -307,6 +323,14 @@ mod tests {
             mbridge,
             r#", "token_dispatcher": "AlltoAll (NCCL)""#
         )));
+        // the 25.09 tables' "(tokendrop)" runs pad each expert to its capacity: `alltoall`
+        let tokendrop = r#", "num_experts": 128, "routing": "token-drop""#;
+        assert!(!dedup_dispatcher(&with(mbridge, tokendrop)));
+        let dropless = r#", "num_experts": 128, "routing": "forced-balanced""#;
+        assert!(dedup_dispatcher(&with(mbridge, dropless)));
+        // and they replay the iteration from a CUDA graph: the host never binds
+        assert!(!runtime_of(&with(mbridge, tokendrop), Stack::Nemo).expert_host_launches);
+        assert!(runtime_of(&with(mbridge, dropless), Stack::Nemo).expert_host_launches);
         assert!(dedup_dispatcher(&with(
             core,
             r#", "notes": "HybridEP on NVL72""#

@@ -1,13 +1,14 @@
 //! The mixture-of-experts runs of `validation/moe/runs.json` against autopp: every row is
 //! compared or listed with its reason, and the iteration-time MAPE stays at what the shipped
-//! knobs achieve (20.1% over 86 rows with the node-deduplicating dispatcher; 22.8% before it)
-//! plus a small margin, so a regression of the MoE cost model fails here.
+//! knobs achieve (14.7% over 86 rows with the host floor of the experts' GEMMs; 16.1% before
+//! it, 20.1% before the rows-per-expert factor, 22.8% before the node-deduplicating
+//! dispatcher) plus a small margin, so a regression of the MoE cost model fails here.
 
 use autopp_calibrate::rows::parse_rows;
 use autopp_calibrate::{evaluate_all, moe, prepare, Calibration, Metric};
 
 /// The MoE MAPE the shipped knobs reach, and the margin a change may cost before it fails.
-const MOE_MAPE: f64 = 0.201;
+const MOE_MAPE: f64 = 0.147;
 const MARGIN: f64 = 0.015;
 
 #[test]

@@ -82,6 +82,13 @@ pub struct Efficiency {
     /// same FLOPs. Set from the MoE runs ([`GROUPED_GEMM_HALF_ROWS`]).
     #[serde(default = "default_grouped_gemm_half_rows")]
     pub grouped_gemm_half_rows: f64,
+    /// Host seconds per expert GEMM of a grouped GEMM (a linear op run `count > 1` times):
+    /// Transformer Engine's `GroupedLinear` issues one cuBLAS GEMM per expert, each with its own
+    /// host work, so a mixture-of-experts layer's pass cannot run faster than the host issues
+    /// it ([`AnalyticProfile::expert_host_s`]; the planner applies the floor where the stack
+    /// launches the experts eagerly). Set from the MoE runs ([`GROUPED_GEMM_HOST_S`]).
+    #[serde(default = "default_grouped_gemm_host_s")]
+    pub grouped_gemm_host_s: f64,
     /// Fraction of the HBM bandwidth that memory-bound kernels reach.
     pub hbm: f64,
     /// Fraction of NVLink bandwidth a collective reaches inside a node.
@@ -192,6 +199,41 @@ fn default_grouped_gemm_half_rows() -> f64 {
     GROUPED_GEMM_HALF_ROWS
 }
 
+/// The default [`Efficiency::grouped_gemm_host_s`], seconds of host work per expert GEMM.
+///
+/// Why a floor: Transformer Engine's `GroupedLinear` is not one kernel but a loop of cuBLAS
+/// GEMMs, one per local expert, on a few streams (NVIDIA/TransformerEngine PR #853, issue
+/// #1386), whose host work — splitting the input, allocating each output, quantizing each
+/// expert's operands under FP8 — grows with the GEMM count (issue #1499); on Blackwell a
+/// single-launch grouped kernel beats it 1.5–3.9× at 128 rows per expert (PR #3134), and the
+/// GPU idles between the per-expert GEMMs when the host falls behind ("Partial CUDA Graph"
+/// write-up of Megatron-LM, magic3007.github.io 2025-12-30: "the default grouped GEMM loops
+/// over GEMM kernels … a bubble appears before the activation"). The dropless dispatcher also
+/// syncs the host with the device once per MoE layer (Megatron-Core `MoEAlltoAllTokenDispatcher`:
+/// `cuda_sync_point` `before_ep_alltoall` for the split sizes), so the host cannot run ahead
+/// of a layer: each pass of a layer lasts at least the host time of its grouped GEMMs. A run
+/// whose shapes are static (token drop padded to capacity) replays the iteration from a CUDA
+/// graph instead (Megatron-Bridge's CUDA-graph guide: full-iteration capture needs static
+/// shapes).
+///
+/// The evidence in the MoE runs: Megatron-Bridge publishes Qwen3-30B-A3B on 8 B200 (ep 8, 16
+/// experts a GPU, micro-batch 1) at 18066 tokens/s/GPU with token drop (25.09) and 9299 and
+/// 9691 dropless (25.11, 26.02), the same layout; its 25.09-era recipe captured the full
+/// iteration (`scripts/performance/configs/qwen3/workload_base_configs.py`: `cuda_graph_impl`
+/// `local`, `cuda_graph_scope` `full_iteration`). The grid fit (0–150 µs, with the three other
+/// MoE knobs; `autopp validate validation/moe/runs.json --fit`, `validation/README.md`) settles
+/// at 100 µs, the other knobs where they were: MoE iteration-time MAPE 16.0% → 14.7% (86 rows).
+/// Qwen3-30B-A3B's 16 experts a GPU then take the host 3.2 ms a pass, 9.6 ms a layer and
+/// micro-batch: the dropless B200 runs at micro-batch 1 (published 8.8–9.2 ms a layer and
+/// micro-batch) go from −48 and −50% to +11 and +6%; 235B-A22B on B200 (16 experts a GPU) from
+/// −15 and −27% to −1 and −15%. Larger micro-batches and fewer experts a GPU hide it: the GPU
+/// outlasts the host.
+pub const GROUPED_GEMM_HOST_S: f64 = 100e-6;
+
+fn default_grouped_gemm_host_s() -> f64 {
+    GROUPED_GEMM_HOST_S
+}
+
 impl Default for Efficiency {
     /// The all-groups fit of `validation/published-runs.json` to four significant figures
     /// (`autopp validate validation/published-runs.json --fit`). `gemm_misaligned`, `hbm` and
@@ -210,6 +252,7 @@ impl Default for Efficiency {
             grouped_gemm_half_dim: GROUPED_GEMM_HALF_DIM,
             moe_layer_overhead_s: MOE_LAYER_OVERHEAD_S,
             grouped_gemm_half_rows: GROUPED_GEMM_HALF_ROWS,
+            grouped_gemm_host_s: GROUPED_GEMM_HOST_S,
             hbm: 0.95,
             comm_intra: 0.95,
             comm_inter: 0.7723,
@@ -448,6 +491,41 @@ impl AnalyticProfile {
             },
             None => analytic,
         }
+    }
+
+    /// Host seconds to issue the grouped GEMMs of each of `layer`'s passes, `(F, I, W)`:
+    /// [`Efficiency::grouped_gemm_host_s`] times the expert GEMMs of the pass (the `count` of
+    /// every linear GEMM run more than once). Zero for a layer without grouped GEMMs and for a
+    /// layer whose times are measured (a measurement includes its host time).
+    pub fn expert_host_s(&self, layer: &LayerCost) -> [f64; 3] {
+        if self
+            .measured
+            .as_ref()
+            .and_then(|m| m.times_of(layer))
+            .is_some()
+        {
+            return [0.0; 3];
+        }
+        let per_gemm = self.efficiency.grouped_gemm_host_s;
+        let host = |ops: &[Op]| -> f64 {
+            let gemms: u64 = ops
+                .iter()
+                .map(|op| match *op {
+                    Op::Gemm {
+                        count,
+                        linear: true,
+                        ..
+                    } if count > 1 => count,
+                    _ => 0,
+                })
+                .sum();
+            gemms as f64 * per_gemm
+        };
+        [
+            host(&layer.forward_ops),
+            host(&layer.backward_input_ops),
+            host(&layer.backward_weight_ops),
+        ]
     }
 
     /// Effective bandwidth of a link for collectives, bytes/s.

@@ -144,6 +144,15 @@ pub struct Runtime {
     /// [`crate::experts::node_dedup_share`].
     #[serde(default)]
     pub ep_dispatch_dedup: bool,
+    /// The routed experts' grouped GEMMs are issued from the host every micro-batch, one GEMM
+    /// per local expert (Transformer Engine's `GroupedLinear` under Megatron-Core), behind the
+    /// dropless dispatcher's host sync of each MoE layer: a MoE layer's pass lasts at least
+    /// their host time ([`autopp_hardware::AnalyticProfile::expert_host_s`]). `false`: the
+    /// host never binds (a single-launch grouped GEMM, or an iteration replayed from a CUDA
+    /// graph, which static shapes allow: token drop padded to capacity). Plan files written
+    /// before this field read `false`, as they were predicted.
+    #[serde(default)]
+    pub expert_host_launches: bool,
     /// The vocabulary is padded to a multiple of this times `tp` (Megatron-LM's
     /// `--make-vocab-size-divisible-by`, 128; 1 for frameworks that do not pad).
     pub vocab_pad_multiple: u64,

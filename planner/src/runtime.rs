@@ -122,6 +122,7 @@ impl Stack {
             pp_blocking_sends: false,
             ep_a2a_overlap: false,
             ep_dispatch_dedup: false,
+            expert_host_launches: true,
             vocab_pad_multiple: 128,
             multi_rail_rings: true,
             selective: SelectiveRecompute::AttentionCore,
@@ -185,7 +186,11 @@ impl Stack {
             // Its tensor parallelism is PyTorch DTensor's parallel styles
             // (`ColwiseParallel`, `RowwiseParallel`, `SequenceParallel`; torchtitan
             // `models/llama3/infra/parallelize.py`, `apply_tp`).
+            // Its MoE experts run `torch._grouped_mm`, one kernel for every local expert
+            // (torchtitan's `GroupedExperts`, `_run_experts_grouped_mm`): no per-expert host
+            // work.
             Stack::Torchtitan => Runtime {
+                expert_host_launches: false,
                 tp_collectives: TpCollectives::Dtensor,
                 pp_scatter_gather: false,
                 vocab_pad_multiple: 1,

@@ -127,6 +127,10 @@ pub struct StageContext<'a> {
     /// checkpointing ([`op_sac_bytes`]) rather than Megatron's (attention core only), and its
     /// loss is PyTorch's unfused cross-entropy ([`unfused_loss_bytes`]).
     pub torch_native: bool,
+    /// The stack issues the routed experts' GEMMs from the host one by one
+    /// ([`crate::config::Runtime::expert_host_launches`]): each pass of a MoE layer lasts at
+    /// least their host time ([`AnalyticProfile::expert_host_s`]).
+    pub expert_host_launches: bool,
 }
 
 impl StageContext<'_> {
@@ -381,6 +385,14 @@ fn add_layer(
     st.ep_comm_hidden_s += 2.0 * a2a - a2a_f - a2a_b;
     st.backward_input_compute_s += times.backward_input_s;
     st.backward_weight_compute_s += times.backward_weight_s;
+    // a pass whose grouped GEMMs take the host longer to issue than the GPU to run (with the
+    // pass's exposed all-to-all) waits for the host: the difference counts as compute
+    if ctx.expert_host_launches {
+        let [host_f, host_i, host_w] = profile.expert_host_s(layer);
+        st.forward_compute_s += (host_f - times.forward_s - a2a_f).max(0.0);
+        st.backward_input_compute_s += (host_i - times.backward_input_s - a2a_b).max(0.0);
+        st.backward_weight_compute_s += (host_w - times.backward_weight_s).max(0.0);
+    }
     // Megatron launches the input-gradient all-reduce (with sequence parallelism:
     // the all-gather and reduce-scatter) asynchronously and runs the weight-gradient
     // GEMMs meanwhile: only what they cannot hide is exposed.

@@ -59,6 +59,7 @@ fn block(p: &AnalyticProfile, dtensor: bool, overlap: bool) -> StageCost {
         selective_linear_share: every_other_matmul_share(&m),
         dtensor_tp: dtensor,
         torch_native: true,
+        expert_host_launches: false,
     };
     stage_costs(&layers, &[[i, i]], &ctx).remove(0)
 }

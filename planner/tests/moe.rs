@@ -82,6 +82,34 @@ fn larger_imbalance_is_slower_expert_time() {
     assert_eq!(a.breakdown_s.ep_comm, c.breakdown_s.ep_comm);
 }
 
+/// One Qwen3-30B-A3B block's stage context on one node's `link` at ep 8, no recompute: `share`
+/// of each all-to-all run beside another micro-batch, `launches` the host floor of the experts.
+fn ep8_ctx(
+    p: &AnalyticProfile,
+    link: autopp_hardware::Link,
+    share: f64,
+    launches: bool,
+) -> StageContext<'_> {
+    StageContext {
+        profile: p,
+        tp: 1,
+        tp_link: link,
+        recompute: Recompute::None,
+        cp: 1,
+        cp_link: link,
+        cp_kv_bytes: 0,
+        tp_comm_overlap: false,
+        ep: 8,
+        ep_link: link,
+        ep_hidden_share: share,
+        ep_across_share: 1.0,
+        selective_linear_share: 0.0,
+        dtensor_tp: false,
+        torch_native: false,
+        expert_host_launches: launches,
+    }
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1e-12)
 }
@@ -107,23 +135,7 @@ fn hidden_all_to_all_hand_worked() {
         .position(|l| l.kind == LayerKind::Transformer)
         .unwrap();
     let link = p.cluster.group_link(8, 1);
-    let ctx = |share: f64| StageContext {
-        profile: &p,
-        tp: 1,
-        tp_link: link,
-        recompute: Recompute::None,
-        cp: 1,
-        cp_link: link,
-        cp_kv_bytes: 0,
-        tp_comm_overlap: false,
-        ep: 8,
-        ep_link: link,
-        ep_hidden_share: share,
-        ep_across_share: 1.0,
-        selective_linear_share: 0.0,
-        dtensor_tp: false,
-        torch_native: false,
-    };
+    let ctx = |share: f64| ep8_ctx(&p, link, share, false);
     let t = p.layer_times(&layers[i]);
     // one dispatch (or combine) all-to-all over the 8 expert ranks of one node
     let a2a = p.all_to_all_time_s(layers[i].ep_a2a_bytes, 8, &link);
@@ -279,4 +291,49 @@ fn expert_gradients_reduce_over_the_expert_data_parallel_link_hand_worked() {
     let on_rails = p.collective_time_s(ReduceScatter, experts * 4, 2, &rails)
         + p.collective_time_s(AllGather, experts * 2, 2, &rails);
     assert!(expert_s > 5.0 * on_rails, "{expert_s} vs {on_rails}");
+}
+
+/// The host floor of a MoE layer's passes (`Runtime::expert_host_launches`): one Qwen3-30B-A3B
+/// block at ep 8 on an H100 node, micro-batch 1, with 100 µs of host work per expert GEMM. Each
+/// pass issues 32 expert GEMMs (`AnalyticProfile::expert_host_s`), 3.2 ms of host time; a pass
+/// whose GPU time (its compute and, in F and I, its exposed all-to-all) is shorter waits for the
+/// host: `compute' = compute + max(host − compute − a2a, 0)`. Without the flag (a CUDA-graph
+/// replay, a single-launch grouped GEMM) nothing changes, and nothing else moves with it.
+#[test]
+fn host_floor_of_expert_passes_hand_worked() {
+    let m = preset("qwen3-30b-a3b");
+    let mut p = profile(8);
+    p.efficiency.grouped_gemm_host_s = 100e-6;
+    let shard = ShardSpec {
+        ep: 8,
+        ..ShardSpec::default()
+    };
+    let layers = m.layers(&shard).unwrap();
+    let i = layers
+        .iter()
+        .position(|l| l.kind == LayerKind::Transformer)
+        .unwrap();
+    let link = p.cluster.group_link(8, 1);
+    let ctx = |launches: bool| ep8_ctx(&p, link, 0.0, launches);
+    let t = p.layer_times(&layers[i]);
+    let a2a = p.all_to_all_time_s(layers[i].ep_a2a_bytes, 8, &link);
+    let host = 32.0 * 100e-6;
+    assert_eq!(p.expert_host_s(&layers[i]), [host; 3]);
+    let off = stage_costs(&layers, &[[i, i]], &ctx(false)).remove(0);
+    let on = stage_costs(&layers, &[[i, i]], &ctx(true)).remove(0);
+    let floor = |gpu: f64, comm: f64| gpu + (host - gpu - comm).max(0.0);
+    assert!(close(off.forward_compute_s, t.forward_s));
+    assert!(close(on.forward_compute_s, floor(t.forward_s, a2a)));
+    assert!(close(
+        on.backward_input_compute_s,
+        floor(t.backward_input_s, a2a)
+    ));
+    assert!(close(
+        on.backward_weight_compute_s,
+        floor(t.backward_weight_s, 0.0)
+    ));
+    // at 4,096 tokens the weight gradients take the GPU less than the host's 3.2 ms
+    assert!(t.backward_weight_s < host && on.backward_weight_compute_s == host);
+    assert_eq!(on.ep_comm_s, off.ep_comm_s);
+    assert_eq!(on.activation_bytes, off.activation_bytes);
 }

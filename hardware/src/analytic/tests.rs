@@ -361,3 +361,39 @@ fn flash_attention_2_on_hopper_runs_at_half_the_native_rate() {
         a100.op_time_s(&attn(AttentionKernel::Native))
     );
 }
+
+/// Hand-worked host time of the grouped GEMMs: Qwen3-30B-A3B (128 experts, top-8) at ep 8
+/// holds 16 experts a GPU, and each pass of a block runs two grouped GEMMs of 16 (fc1 and fc2
+/// in the forward; their input gradients in `I`, their weight gradients in `W`): 32 expert
+/// GEMMs, so at 100 µs each every pass takes the host 3.2 ms. The router (one GEMM, not a
+/// linear layer's) and the attention GEMMs add nothing; a dense block has no grouped GEMM.
+#[test]
+fn expert_host_time_hand_worked() {
+    let load = |name: &str| {
+        autopp_models::presets::preset(name)
+            .and_then(|p| p.load().ok())
+            .expect("a bundled preset")
+    };
+    let block = |name: &str, ep: u64| {
+        let shard = autopp_models::ShardSpec {
+            ep,
+            ..autopp_models::ShardSpec::default()
+        };
+        load(name)
+            .layers(&shard)
+            .unwrap()
+            .into_iter()
+            .find(|l| l.kind == autopp_models::LayerKind::Transformer)
+            .expect("a block")
+    };
+    let c = Cluster::new(hardware::gpu("b200").unwrap(), 8, 8, None).unwrap();
+    let mut p = AnalyticProfile::new(c, Precision::Bf16).unwrap();
+    p.efficiency.grouped_gemm_host_s = 100e-6;
+    let moe = block("qwen3-30b-a3b", 8);
+    for host in p.expert_host_s(&moe) {
+        assert!((host - 32.0 * 100e-6).abs() < 1e-15, "{host}");
+    }
+    assert_eq!(p.expert_host_s(&block("llama3-8b", 1)), [0.0; 3]);
+    p.efficiency.grouped_gemm_host_s = 0.0;
+    assert_eq!(p.expert_host_s(&moe), [0.0; 3]);
+}

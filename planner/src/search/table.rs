@@ -337,6 +337,7 @@ fn layer_table(
                 dtensor_tp: c.settings.runtime.tp_collectives
                     == crate::runtime::TpCollectives::Dtensor,
                 torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
+                expert_host_launches: c.settings.runtime.expert_host_launches,
             };
             stages::stage_costs_timed(&distinct, &distinct_timed, &firsts, &ctx, &[])
         })
