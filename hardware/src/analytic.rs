@@ -291,6 +291,11 @@ pub struct LayerTimes {
     pub backward_weight_s: f64,
     /// Extra forward work under selective recompute.
     pub selective_recompute_s: f64,
+    /// Host seconds to issue the grouped GEMMs of the forward, input-gradient and
+    /// weight-gradient passes ([`AnalyticProfile::expert_host_s`]), taken when the layer is
+    /// timed so that they travel with its times (the planner's layer tables drop the
+    /// operation lists once timed).
+    pub expert_host_s: [f64; 3],
 }
 
 /// Per-layer and communication times computed from hardware figures.
@@ -477,6 +482,7 @@ impl AnalyticProfile {
             backward_input_s: self.ops_time_s(&layer.backward_input_ops) + moe,
             backward_weight_s: self.ops_time_s(&layer.backward_weight_ops),
             selective_recompute_s: self.ops_time_s(&layer.selective_recompute_ops),
+            expert_host_s: self.expert_host_s(layer),
         };
         match self.measured.as_ref().and_then(|m| m.times_of(layer)) {
             Some([f, i, w]) => LayerTimes {
@@ -488,6 +494,8 @@ impl AnalyticProfile {
                 } else {
                     0.0
                 },
+                // a measurement includes its host time
+                expert_host_s: [0.0; 3],
             },
             None => analytic,
         }

@@ -129,7 +129,7 @@ pub struct StageContext<'a> {
     pub torch_native: bool,
     /// The stack issues the routed experts' GEMMs from the host one by one
     /// ([`crate::config::Runtime::expert_host_launches`]): each pass of a MoE layer lasts at
-    /// least their host time ([`AnalyticProfile::expert_host_s`]).
+    /// least their host time ([`autopp_hardware::LayerTimes::expert_host_s`]).
     pub expert_host_launches: bool,
 }
 
@@ -388,7 +388,7 @@ fn add_layer(
     // a pass whose grouped GEMMs take the host longer to issue than the GPU to run (with the
     // pass's exposed all-to-all) waits for the host: the difference counts as compute
     if ctx.expert_host_launches {
-        let [host_f, host_i, host_w] = profile.expert_host_s(layer);
+        let [host_f, host_i, host_w] = times.expert_host_s;
         st.forward_compute_s += (host_f - times.forward_s - a2a_f).max(0.0);
         st.backward_input_compute_s += (host_i - times.backward_input_s - a2a_b).max(0.0);
         st.backward_weight_compute_s += (host_w - times.backward_weight_s).max(0.0);
