@@ -53,7 +53,7 @@ run_case() {  # args: target, plan args...
   best=$(best_of_5 "$bin" "$json" "$@")
   if "$bin" plan "$@" --json > "$json" 2>/dev/null; then ok=1; else ok=0; fi
   if [ "$ok" = 1 ]; then
-    local plan; plan=$(field "$json" "'tp %d · pp %d · dp %d, v %d, mbs %d, %s, recompute %s' % tuple(d['plan'][k] for k in ['tp','pp','dp','virtual_stages','micro_batch_size','schedule','recompute'])")
+    local plan; plan=$(field "$json" "'tp %d · pp %d · dp %d · cp %d · ep %d, v %d, mbs %d, %s, recompute %s' % tuple(d['plan'].get(k, 1) for k in ['tp','pp','dp','cp','ep','virtual_stages','micro_batch_size','schedule','recompute'])")
     local it; it=$(field "$json" "'%.2f s' % d['predicted']['iteration_time_s']")
     local cands; cands=$(field "$json" "d['search']['candidates']")
     echo "| \`autopp plan $*\` | $cands | $plan | $it | $best s |$highs < $target s |"
@@ -99,22 +99,22 @@ echo "even split cannot."
 echo
 echo "## Partial recompute"
 echo
-echo "GPT-3 175B on 64 A100 80GB, global batch 512, tensor parallelism within 4 GPUs (\`--max-tp 4\`):"
-echo "no layer split fits without recomputing on the first ranks. The best plan with partial"
-echo "recompute (the fully recomputed layers per rank chosen with the split, see"
+echo "GPT-3 175B on 64 A100 80GB, global batch 512, tensor parallelism within 4 GPUs (\`--max-tp 4\`)"
+echo "and no context parallelism (\`--fix cp=1\`; with it, memory binds less). The best plan with"
+echo "partial recompute (the fully recomputed layers per rank chosen with the split, see"
 echo "[frameworks.md](frameworks.md#partial-recompute)) against the best plan with every layer alike:"
 echo
 echo "| framework | recompute | best plan | recomputed layers per rank | peak memory | predicted iteration |"
 echo "|---|---|---|---|---:|---:|"
 partial_case() {  # args: framework, fix-or-empty
   local json; json=$(mktemp)
-  local fix=(); [ -n "$2" ] && fix=(--fix "recompute=$2")
+  local fix=(--fix "cp=1${2:+,recompute=$2}")
   if "$bin" plan gpt3-175b --gpus 64 --gpu a100-80g --global-batch 512 --max-tp 4 --framework "$1" "${fix[@]}" --json > "$json" 2>/dev/null; then
     python3 - "$json" "$1" "${2:-}" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); p = d["plan"]; pr = d["predicted"]
 mode = sys.argv[3] or ("partial, the others " + p["recompute"])
-plan = "tp %d · pp %d · dp %d, v %d, mbs %d, %s, ZeRO %d" % (p["tp"], p["pp"], p["dp"], p["virtual_stages"], p["micro_batch_size"], p["schedule"], p["zero_stage"])
+plan = "tp %d · pp %d · dp %d · cp %d, v %d, mbs %d, %s, ZeRO %d" % (p["tp"], p["pp"], p["dp"], p["cp"], p["virtual_stages"], p["micro_batch_size"], p["schedule"], p["zero_stage"])
 counts = ", ".join(str(r["recompute_num_layers"]) for r in p["ranks"])
 print(f"| {sys.argv[2]} | {mode} | {plan} | {counts} | {pr['peak_memory_bytes']/2**30:.1f} GiB | {pr['iteration_time_s']:.2f} s |")
 PY
