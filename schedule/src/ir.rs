@@ -529,12 +529,28 @@ impl Schedule {
             .map(|list| {
                 let (mut alive, mut peak) = (0i64, 0i64);
                 for step in list {
-                    alive += step.actions().filter(|a| a.kind == ActionKind::F).count() as i64;
-                    peak = peak.max(alive);
-                    alive -= step
-                        .actions()
-                        .filter(|a| matches!(a.kind, ActionKind::B | ActionKind::W))
-                        .count() as i64;
+                    match *step {
+                        // The common case, one action, without the iterators of a pair
+                        // (`alive` never exceeds `peak` between steps, so only an `F` can
+                        // raise it).
+                        Step::One(x) => match x.kind {
+                            ActionKind::F => {
+                                alive += 1;
+                                peak = peak.max(alive);
+                            }
+                            ActionKind::B | ActionKind::W => alive -= 1,
+                            ActionKind::I => {}
+                        },
+                        Step::Overlapped(..) => {
+                            let started = step.actions().filter(|a| a.kind == ActionKind::F);
+                            alive += started.count() as i64;
+                            peak = peak.max(alive);
+                            alive -= step
+                                .actions()
+                                .filter(|a| matches!(a.kind, ActionKind::B | ActionKind::W))
+                                .count() as i64;
+                        }
+                    }
                 }
                 peak.max(0) as u32
             })
