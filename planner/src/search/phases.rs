@@ -401,7 +401,7 @@ impl<'a> Search<'a> {
             // its split goes with its recompute counts
             return first.clone();
         }
-        let even = split::default_split(&table.kinds(), s.split.len()).ok();
+        let even = split::default_split(table.kinds(), s.split.len()).ok();
         let mut others: Vec<Vec<usize>> = even.into_iter().collect();
         if let Some(isolated) = refine::isolate_ends(table.layers(), &s.split) {
             others.push(isolated);

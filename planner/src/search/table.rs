@@ -78,6 +78,8 @@ pub(crate) struct LayerTable {
     weights: WeightParams,
     /// The distinct layers the table expands.
     distinct: Distinct,
+    /// The kinds of the layer list, listed on first use.
+    kinds: OnceLock<Vec<LayerKind>>,
     /// The per-layer table, expanded from `distinct` on first use.
     expanded: OnceLock<Expanded>,
     /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
@@ -204,9 +206,11 @@ impl LayerTable {
     }
 
     /// The kinds of the layer list.
-    pub(super) fn kinds(&self) -> Vec<LayerKind> {
-        let kinds = &self.distinct.layers;
-        self.distinct.slot.iter().map(|&j| kinds[j].kind).collect()
+    pub(super) fn kinds(&self) -> &[LayerKind] {
+        self.kinds.get_or_init(|| {
+            let kinds = &self.distinct.layers;
+            self.distinct.slot.iter().map(|&j| kinds[j].kind).collect()
+        })
     }
 
     /// The smallest per-micro-batch bottleneck of any split of the layers into `stages`
@@ -388,6 +392,7 @@ fn layer_table(
             timed: distinct_timed,
             per_mode,
         },
+        kinds: OnceLock::new(),
         expanded: OnceLock::new(),
         free_bottleneck: Default::default(),
         weighted_sums: Default::default(),
