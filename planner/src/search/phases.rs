@@ -510,38 +510,37 @@ impl<'a> Search<'a> {
     }
 
     /// What more memory would buy: the fastest candidate that does not fit but beats `best`,
-    /// among those within twice the GPU's memory (a bigger GPU, not a fantasy).
+    /// among those within twice the GPU's memory (a bigger GPU, not a fantasy). The first of
+    /// the [`UNFIT_TRIED`] fastest by closed form that does, in that order: they are simulated
+    /// a few at a time (as many as threads), until one does, each only when its memory and its
+    /// busiest rank's work allow it ([`Evaluator::beating`]).
     pub fn fastest_unfit(&self, scored: &[Scored], best: &Estimate) -> Option<Estimate> {
         let best_time = time_of(best);
-        let capacity = self.profile.cluster.gpu.memory_bytes;
+        let within = 2 * self.profile.cluster.gpu.memory_bytes;
         let mut unfit: Vec<&Scored> = scored
             .iter()
             .filter(|s| !s.fits && s.approx_s < best_time)
             .collect();
         unfit.sort_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)));
-        let tried: Vec<Option<Estimate>> = unfit
-            .iter()
-            .take(UNFIT_TRIED)
-            .collect::<Vec<_>>()
-            .par_iter()
-            .with_max_len(1)
-            .map(|s| {
-                let table = self.tables.get(&group_of(&s.key))?;
-                let layers = s.recompute_layers.clone();
-                self.eval
-                    .time_and_memory(&s.key, table, Some(s.split.clone()), layers)
-            })
-            .collect();
-        tried
-            .into_iter()
-            .flatten()
-            .find(|e| {
-                time_of(e) < best_time && e.result.predicted.peak_memory_bytes <= 2 * capacity
-            })
-            .and_then(|e| {
-                self.eval
-                    .again(&e, self.table(&key_of(&e)), Detail::Breakdown)
-            })
+        unfit.truncate(UNFIT_TRIED);
+        let at_once = rayon::current_num_threads().max(1);
+        let beats =
+            |e: &Estimate| time_of(e) < best_time && e.result.predicted.peak_memory_bytes <= within;
+        let found = unfit.chunks(at_once).find_map(|few| {
+            let tried: Vec<Option<Estimate>> = few
+                .par_iter()
+                .with_max_len(1)
+                .map(|s| {
+                    let table = self.tables.get(&group_of(&s.key))?;
+                    let choice = (Some(s.split.clone()), s.recompute_layers.clone());
+                    self.eval
+                        .beating(&s.key, table, choice, (best_time, within))
+                })
+                .collect();
+            tried.into_iter().flatten().find(beats)
+        })?;
+        self.eval
+            .again(&found, self.table(&key_of(&found)), Detail::Breakdown)
     }
 
     /// The error when nothing fits: what the leanest configuration needs; or, when the other
