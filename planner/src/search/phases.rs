@@ -155,17 +155,18 @@ impl<'a> Search<'a> {
         }
         let parts = std::mem::take(&mut self.parts);
         Bounded::new(parts, |run| {
-            // keys come in runs of one sharding: the last table found is usually it (`None`:
-            // a key without a table)
-            let mut table: Option<(GroupKey, &LayerTable)> = None;
+            // keys come in runs of one sharding, alternating between two (without and with
+            // sequence parallelism): one of the last two tables found is usually it (`None`: a
+            // key without a table)
+            let mut recent: [Option<(GroupKey, &LayerTable)>; 2] = [None, None];
             run.iter()
                 .map(|k| {
                     let g = group_of(k);
-                    let t = match table {
-                        Some((tg, t)) if tg == g => t,
+                    let t = match recent {
+                        [Some((tg, t)), _] | [_, Some((tg, t))] if tg == g => t,
                         _ => {
                             let t = self.tables.get(&g)?;
-                            table = Some((g, t));
+                            recent = [Some((g, t)), recent[0]];
                             t
                         }
                     };

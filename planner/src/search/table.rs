@@ -43,14 +43,15 @@ pub(super) fn layer_tables<'k>(
     keys: impl IntoIterator<Item = &'k Key>,
 ) -> Result<HashMap<GroupKey, LayerTable>, PlanError> {
     // each sharding's first key, found in one pass (not one pass over the keys per sharding);
-    // keys come in runs of one sharding, so only a change of sharding is looked up
+    // keys come in runs of one sharding, alternating between two (without and with sequence
+    // parallelism), so only a sharding other than the last two is looked up
     let mut firsts: HashMap<GroupKey, &Key> = HashMap::default();
-    let mut last: Option<GroupKey> = None;
+    let mut recent: [Option<GroupKey>; 2] = [None, None];
     for k in keys {
         let g = group_of(k);
-        if last != Some(g) {
+        if !recent.contains(&Some(g)) {
             firsts.entry(g).or_insert(k);
-            last = Some(g);
+            recent = [Some(g), recent[0]];
         }
     }
     let mut group_keys: Vec<(GroupKey, &Key)> = firsts.into_iter().collect();
