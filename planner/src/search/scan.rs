@@ -77,13 +77,15 @@ type Logged = ((Key, Variant), Option<usize>, Option<Item>);
 #[derive(Default)]
 pub(super) struct Scanned {
     pub scored: Vec<Scored>,
-    pub log: Vec<Logged>,
+    /// One part per chunk scored: most scans are not followed by another, and one vector of
+    /// every item grown by doubling copied them over and over for nothing.
+    pub log: Vec<Vec<Logged>>,
 }
 
 impl Scanned {
     /// Adds the scores of this scan to `scores`.
     pub fn record(&self, scores: &mut Scores) {
-        for &(item, at, later) in &self.log {
+        for &(item, at, later) in self.log.iter().flatten() {
             let s = at.and_then(|i| self.scored.get(i)).cloned();
             scores.entry(item).or_insert((s, later));
         }
@@ -138,9 +140,10 @@ impl Scan<'_> {
                 .par_iter()
                 .map(|&(_, key, variant)| self.score_item_once(&key, variant))
                 .collect();
+            let mut log = Vec::with_capacity(chunk.len());
             for (&(_, key, variant), (s, later)) in chunk.iter().zip(results) {
                 let at = s.as_ref().map(|_| scanned.scored.len());
-                scanned.log.push(((key, variant), at, later));
+                log.push(((key, variant), at, later));
                 if let Some(s) = s {
                     if s.fits {
                         fit_times.push(s.approx_s);
@@ -153,6 +156,7 @@ impl Scan<'_> {
                 }
                 pending.extend(later);
             }
+            scanned.log.push(log);
             pending.sort_by(item_cmp);
             fit_times.sort_by(f64::total_cmp);
             for t in kind_times.values_mut() {
