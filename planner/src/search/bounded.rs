@@ -9,33 +9,17 @@ use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
 
+use super::heap::{HeapOrder, Smallest};
 use super::Key;
 
 /// (bound as [`ordered`] gives it, part, index in the part) of one key.
 type Entry = (i64, u32, u32);
 
-/// An entry in the heap, the smallest bound on top (entries with equal bounds in any order:
-/// they are sorted by key when taken).
-#[derive(Debug, Clone, Copy)]
-struct Waiting(Entry);
-
-impl PartialEq for Waiting {
-    fn eq(&self, other: &Self) -> bool {
-        self.0 .0 == other.0 .0
-    }
-}
-
-impl Eq for Waiting {}
-
-impl PartialOrd for Waiting {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Waiting {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.0 .0.cmp(&self.0 .0)
+/// Entries wait smallest bound first (entries with equal bounds in any order: they are
+/// sorted by key when taken).
+impl HeapOrder for Entry {
+    fn order(&self, other: &Self) -> Ordering {
+        self.0.cmp(&other.0)
     }
 }
 
@@ -48,25 +32,25 @@ pub(super) struct Bounded {
     /// The entries in order so far (each bound's entries all at once).
     order: Vec<Entry>,
     /// The entries not yet in `order`, smallest bound first.
-    rest: BinaryHeap<Waiting>,
+    rest: BinaryHeap<Smallest<Entry>>,
 }
 
 impl Bounded {
     /// The keys of `parts` with their lower bounds, which `bounds` gives for one part (`None`:
     /// the key is left out), one part per parallel task.
     pub fn new(parts: Vec<Vec<Key>>, bounds: impl Fn(&[Key]) -> Vec<Option<f64>> + Sync) -> Self {
-        let per_part: Vec<Vec<Waiting>> = parts
+        let per_part: Vec<Vec<Smallest<Entry>>> = parts
             .par_iter()
             .with_max_len(1)
             .enumerate()
             .map(|(p, keys)| {
                 let entries = bounds(keys).into_iter().enumerate();
                 entries
-                    .filter_map(|(i, b)| Some(Waiting((ordered(b?), p as u32, i as u32))))
+                    .filter_map(|(i, b)| Some(Smallest((ordered(b?), p as u32, i as u32))))
                     .collect()
             })
             .collect();
-        let mut all: Vec<Waiting> = Vec::with_capacity(per_part.iter().map(Vec::len).sum());
+        let mut all: Vec<Smallest<Entry>> = Vec::with_capacity(per_part.iter().map(Vec::len).sum());
         all.extend(per_part.into_iter().flatten());
         Bounded {
             parts,
@@ -94,12 +78,12 @@ impl Bounded {
     /// Moves the entries with the smallest bound left from the heap to `order`, sorted by key;
     /// `false` when none is left.
     fn take_bound(&mut self) -> bool {
-        let Some(Waiting(first)) = self.rest.pop() else {
+        let Some(Smallest(first)) = self.rest.pop() else {
             return false;
         };
         let from = self.order.len();
         self.order.push(first);
-        while let Some(&Waiting(e)) = self.rest.peek().filter(|w| w.0 .0 == first.0) {
+        while let Some(&Smallest(e)) = self.rest.peek().filter(|w| w.0 .0 == first.0) {
             self.rest.pop();
             self.order.push(e);
         }

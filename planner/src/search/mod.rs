@@ -23,6 +23,7 @@ mod ceiling;
 mod errors;
 mod evaluator;
 pub mod explain;
+mod heap;
 mod memo;
 mod partial;
 mod phases;
