@@ -14,7 +14,7 @@ use super::errors::{no_candidates, nothing_fits};
 use super::evaluator::{Evaluator, ScheduleShape, Schedules};
 use super::memo::Memo;
 use super::score::{lower_bound_s, solve_partial};
-use super::table::{group_of, layer_tables, GroupKey, LayerTable};
+use super::table::{group_of, tables_of, GroupKey, LayerTable};
 use super::{
     key_of, prune, rank_cmp, refine, scan, shape_of, time_of, Key, Scored, SearchOptions,
     GIVE_UP_FACTOR, PARTIAL_SOLVED, PARTIAL_SOLVED_MAX_PP, PER_KIND, SECOND_TIER, UNFIT_TRIED,
@@ -87,7 +87,7 @@ impl<'a> Search<'a> {
         if space.candidates == 0 {
             return Err(no_candidates(model, gpus, opts));
         }
-        let tables = layer_tables(model, profile, opts, space.keys())?;
+        let tables = tables_of(model, profile, opts, space.firsts)?;
         Ok(Search {
             model,
             profile,

@@ -36,31 +36,61 @@ pub(crate) fn group_of(k: &Key) -> GroupKey {
 
 /// One [`LayerTable`] per layer sharding of `keys`; shardings the model cannot take (e.g. kv
 /// heads vs tp) have none, and their keys no candidates.
+#[cfg(test)]
 pub(super) fn layer_tables<'k>(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     keys: impl IntoIterator<Item = &'k Key>,
 ) -> Result<HashMap<GroupKey, LayerTable>, PlanError> {
-    // each sharding's first key, found in one pass (not one pass over the keys per sharding);
-    // keys come in runs of one sharding, alternating between two (without and with sequence
-    // parallelism), so only a sharding other than the last two is looked up
-    let mut firsts: HashMap<GroupKey, &Key> = HashMap::default();
-    let mut recent: [Option<GroupKey>; 2] = [None, None];
+    let mut firsts = Firsts::default();
     for k in keys {
+        firsts.offer(k);
+    }
+    tables_of(model, profile, opts, firsts.into_keys())
+}
+
+/// Each sharding's first key, found in one pass over keys in enumeration order (not one pass
+/// over the keys per sharding). Keys come in runs of one sharding, alternating between two
+/// (without and with sequence parallelism), so only a sharding other than the last two is
+/// looked up.
+#[derive(Default)]
+pub(super) struct Firsts {
+    firsts: HashMap<GroupKey, Key>,
+    recent: [Option<GroupKey>; 2],
+}
+
+impl Firsts {
+    /// Notes `k`, the next key in enumeration order.
+    pub(super) fn offer(&mut self, k: &Key) {
         let g = group_of(k);
-        if !recent.contains(&Some(g)) {
-            firsts.entry(g).or_insert(k);
-            recent = [Some(g), recent[0]];
+        if !self.recent.contains(&Some(g)) {
+            self.firsts.entry(g).or_insert(*k);
+            self.recent = [Some(g), self.recent[0]];
         }
     }
-    let mut group_keys: Vec<(GroupKey, &Key)> = firsts.into_iter().collect();
+
+    /// Each sharding's first key, in no particular order.
+    pub(super) fn into_keys(self) -> Vec<Key> {
+        self.firsts.into_values().collect()
+    }
+}
+
+/// [`layer_tables`] from each sharding's first key (`firsts`: one key per sharding).
+pub(super) fn tables_of(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    firsts: Vec<Key>,
+) -> Result<HashMap<GroupKey, LayerTable>, PlanError> {
+    let mut group_keys: Vec<(GroupKey, Key)> =
+        firsts.into_iter().map(|k| (group_of(&k), k)).collect();
     group_keys.sort_unstable_by_key(|&(g, _)| g);
     group_keys
         .par_iter()
-        .filter_map(|&(g, key)| {
+        .filter_map(|(g, key)| {
             match layer_table(model, profile, opts, key) {
-                Ok(t) => Some(Ok((g, t))),
+                Ok(t) => Some(Ok((*g, t))),
                 // a sharding the model cannot take (e.g. kv heads vs tp): no candidates there
                 Err(PlanError::Model(_)) => None,
                 Err(e) => Some(Err(e)),
