@@ -272,13 +272,15 @@ fn search_under(
     let (exact, passed_over) = prefer_simple(exact, opts.tolerance);
     let (best, alternatives) = phases.answers(exact)?;
     let fastest_unfit = phases.fastest_unfit(&scored, &best);
+    let (candidates, simulated) = (phases.candidates, phases.simulated);
+    phases.release();
     Ok(SearchResult {
         best,
         alternatives,
         passed_over,
         fastest_unfit,
-        candidates: phases.candidates,
-        simulated: phases.simulated,
+        candidates,
+        simulated,
         elapsed_s: start.elapsed().as_secs_f64(),
     })
 }
