@@ -173,7 +173,7 @@ fn offer_lean(leanest: &mut Vec<Key>, k: Key) {
 }
 
 /// The layer table's parameter counts ([`super::table::LayerTable::weight_params`]) of `k`'s
-/// weight sharding, from one model expansion (`None` where the model cannot take the
+/// weight sharding, from one expansion of the model's distinct layers (`None` where the model cannot take the
 /// sharding). Parameters do not depend on cp, the micro-batch size or sequence parallelism:
 /// the expansion takes the plainest of them.
 fn weight_params(model: &Model, opts: &SearchOptions, k: &Key) -> Option<WeightParams> {
@@ -183,12 +183,13 @@ fn weight_params(model: &Model, opts: &SearchOptions, k: &Key) -> Option<WeightP
         sequence_parallel: false,
         ..*k
     };
-    let layers = model
-        .layers(&shard_spec(&config_of(&plain, opts, None)))
+    // each distinct layer once, counted as often as the list holds it
+    let (layers, slot) = model
+        .distinct_layers(&shard_spec(&config_of(&plain, opts, None)))
         .ok()?;
     Some(WeightParams {
-        all: layers.iter().map(|l| l.params).sum(),
-        experts: layers.iter().map(|l| l.expert_params).sum(),
+        all: slot.iter().map(|&j| layers[j].params).sum(),
+        experts: slot.iter().map(|&j| layers[j].expert_params).sum(),
     })
 }
 
