@@ -343,35 +343,38 @@ fn layer_table(
     // compute times do not depend on the recompute mode: each distinct layer is timed once
     let distinct_timed: Vec<LayerTimes> = distinct.iter().map(|l| profile.layer_times(l)).collect();
     let firsts: Vec<[usize; 2]> = (0..distinct.len()).map(|j| [j, j]).collect();
+    // the links and shares of the context are the same for every recompute mode
+    let shared = StageContext {
+        profile,
+        tp: d.tp,
+        tp_link: c
+            .settings
+            .runtime
+            .ring_link(cluster, d.tp, layout.tp_stride()),
+        recompute: Recompute::None,
+        cp: d.cp,
+        cp_link: cluster.group_link(d.cp, layout.cp_stride()),
+        cp_kv_bytes,
+        tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
+        ep: c.experts.ep,
+        ep_link: cluster.group_link(c.experts.ep, c.experts.etp),
+        ep_hidden_share: 0.0,
+        ep_across_share: crate::experts::node_dedup_share(model, &c, cluster.gpus_per_node),
+        selective_linear_share: StageContext::selective_share_of(&c.settings.runtime, model),
+        dtensor_tp: c.settings.runtime.tp_collectives == crate::runtime::TpCollectives::Dtensor,
+        torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
+    };
+    let mtp_layers = crate::experts::mtp_layers(model);
     let per_mode: Vec<Vec<StageCost>> = Recompute::ALL
         .iter()
         .map(|&mode| {
             let ctx = StageContext {
-                profile,
-                tp: d.tp,
-                tp_link: c
-                    .settings
-                    .runtime
-                    .ring_link(cluster, d.tp, layout.tp_stride()),
                 recompute: mode,
-                cp: d.cp,
-                cp_link: cluster.group_link(d.cp, layout.cp_stride()),
-                cp_kv_bytes,
-                tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
-                ep: c.experts.ep,
-                ep_link: cluster.group_link(c.experts.ep, c.experts.etp),
                 ep_hidden_share: crate::experts::a2a_hidden_share(
                     &c.clone().with_recompute(mode),
-                    crate::experts::mtp_layers(model),
+                    mtp_layers,
                 ),
-                ep_across_share: crate::experts::node_dedup_share(model, &c, cluster.gpus_per_node),
-                selective_linear_share: StageContext::selective_share_of(
-                    &c.settings.runtime,
-                    model,
-                ),
-                dtensor_tp: c.settings.runtime.tp_collectives
-                    == crate::runtime::TpCollectives::Dtensor,
-                torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
+                ..shared
             };
             stages::stage_costs_timed(&distinct, &distinct_timed, &firsts, &ctx, &[])
         })
