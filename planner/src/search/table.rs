@@ -62,9 +62,11 @@ pub(super) struct Firsts {
 
 impl Firsts {
     /// Notes `k`, the next key in enumeration order.
+    #[inline]
     pub(super) fn offer(&mut self, k: &Key) {
         let g = group_of(k);
-        if !self.recent.contains(&Some(g)) {
+        let seen = |r: &Option<GroupKey>| r.is_some_and(|r| r == g);
+        if !seen(&self.recent[0]) && !seen(&self.recent[1]) {
             self.firsts.entry(g).or_insert(*k);
             self.recent = [Some(g), self.recent[0]];
         }
