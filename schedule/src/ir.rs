@@ -228,8 +228,28 @@ pub struct ParseStepError {
 }
 
 impl fmt::Display for Action {
+    /// `{stage}{F|B|I|W}{microbatch}`, written as one string (schedules print tens of
+    /// thousands of actions; the formatting machinery per number cost more than the rest).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}{}", self.stage, self.kind.letter(), self.microbatch)
+        // two u32 in decimal (10 digits each) and the letter
+        let mut buf = [0u8; 21];
+        let mut end = buf.len();
+        for (i, n) in [self.microbatch, self.stage].into_iter().enumerate() {
+            let mut n = n;
+            loop {
+                end -= 1;
+                buf[end] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+            if i == 0 {
+                end -= 1;
+                buf[end] = self.kind.letter() as u8;
+            }
+        }
+        f.write_str(std::str::from_utf8(&buf[end..]).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -529,15 +549,56 @@ impl Schedule {
             .map(|list| {
                 let (mut alive, mut peak) = (0i64, 0i64);
                 for step in list {
-                    alive += step.actions().filter(|a| a.kind == ActionKind::F).count() as i64;
-                    peak = peak.max(alive);
-                    alive -= step
-                        .actions()
-                        .filter(|a| matches!(a.kind, ActionKind::B | ActionKind::W))
-                        .count() as i64;
+                    match *step {
+                        // The common case, one action, without the iterators of a pair
+                        // (`alive` never exceeds `peak` between steps, so only an `F` can
+                        // raise it).
+                        Step::One(x) => match x.kind {
+                            ActionKind::F => {
+                                alive += 1;
+                                peak = peak.max(alive);
+                            }
+                            ActionKind::B | ActionKind::W => alive -= 1,
+                            ActionKind::I => {}
+                        },
+                        Step::Overlapped(..) => {
+                            let started = step.actions().filter(|a| a.kind == ActionKind::F);
+                            alive += started.count() as i64;
+                            peak = peak.max(alive);
+                            alive -= step
+                                .actions()
+                                .filter(|a| matches!(a.kind, ActionKind::B | ActionKind::W))
+                                .count() as i64;
+                        }
+                    }
                 }
                 peak.max(0) as u32
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An action prints as `{stage}{letter}{microbatch}`, as `format!` of the three would,
+    /// at the ends of the range too, and parses back.
+    #[test]
+    fn actions_print_as_stage_letter_microbatch() {
+        let kinds = [ActionKind::F, ActionKind::B, ActionKind::I, ActionKind::W];
+        for (stage, microbatch) in [(0, 0), (7, 12), (10, 9), (123, 4567), (u32::MAX, u32::MAX)] {
+            for kind in kinds {
+                let a = Action {
+                    stage,
+                    microbatch,
+                    kind,
+                };
+                let want = format!("{stage}{}{microbatch}", kind.letter());
+                assert_eq!(a.to_string(), want);
+                assert_eq!(format!("{a:>30}"), want, "no padding, as before");
+                assert_eq!(want.parse::<Action>(), Ok(a));
+            }
+        }
     }
 }

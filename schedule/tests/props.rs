@@ -48,6 +48,10 @@ fn valid(s: &Schedule) -> Result<(), TestCaseError> {
     let fast = simulate_metrics(s, &costs).map_err(|e| TestCaseError::fail(format!("{e}")))?;
     prop_assert_eq!(&walked, &full.peak_activation_bytes);
     prop_assert_eq!(&walked, &fast.peak_activation_bytes);
+    // the metrics-only loop's answers are the general loop's, bit for bit
+    prop_assert_eq!(full.makespan_s.to_bits(), fast.makespan_s.to_bits());
+    prop_assert_eq!(&full.busy_s, &fast.busy_s);
+    prop_assert_eq!(&full.peak_inflight, &fast.peak_inflight);
     for (rank, list) in r.timeline.iter().enumerate() {
         prop_assert_eq!(list.len(), s.ranks[rank].len());
         for w in list.windows(2) {

@@ -287,23 +287,43 @@ pub fn evaluate_scheduled(
     model_flops_per_sequence: f64,
 ) -> Result<Estimate, PlanError> {
     let args = (detail, sched, model_flops_per_sequence);
-    evaluate_scheduled_when(model, profile, c, layers, args, false)
+    evaluate_scheduled_when(model, profile, c, layers, args, None)
         .map(|e| e.expect("evaluated unconditionally"))
 }
 
-/// [`evaluate_scheduled`], or — when `only_fitting` — `None` for a configuration that does not
-/// fit with its margin, decided before simulating ([`Evaluation::fits_unsimulated`]), so that
-/// the search's configurations over memory cost no simulation.
+/// What a configuration must be able to be for [`evaluate_scheduled_when`] to simulate it,
+/// decided before simulating.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Gate {
+    /// It fits with its margin ([`Evaluation::fits_unsimulated`]).
+    Fitting,
+    /// Its iteration time may be under `time_s` seconds (its busiest rank's work alone,
+    /// [`busiest_rank_s`], is not over it) and its peak memory is at most `peak_bytes`.
+    Beating {
+        /// Seconds the iteration must take less than.
+        time_s: f64,
+        /// Bytes the peak memory must stay within.
+        peak_bytes: u64,
+    },
+}
+
+/// Relative rounding allowed between the busiest rank's work summed per micro-batch
+/// ([`busiest_rank_s`]) and summed action by action in the simulation.
+const BUSIEST_ROUNDING: f64 = 1e-9;
+
+/// [`evaluate_scheduled`], or `None` for a configuration that cannot pass `gate`, decided
+/// before simulating (see [`Gate`]), so that the search's configurations over memory, or too
+/// slow for what it asks, cost no simulation.
 pub fn evaluate_scheduled_when(
     model: &Model,
     profile: &AnalyticProfile,
     c: &ParallelConfig,
     layers: LayerList<'_>,
     (detail, sched, model_flops_per_sequence): (Detail, Arc<Schedule>, f64),
-    only_fitting: bool,
+    gate: Option<Gate>,
 ) -> Result<Option<Estimate>, PlanError> {
     let args = (detail, sched, model_flops_per_sequence);
-    evaluate_scheduled_with(model, profile, c, layers, args, only_fitting, None)
+    evaluate_scheduled_with(model, profile, c, layers, args, gate, None)
 }
 
 /// [`evaluate_scheduled`] of a configuration evaluated before (`before`): where its stages
@@ -322,7 +342,7 @@ pub(crate) fn evaluate_scheduled_again(
     // a Full evaluation recorded a timeline, which the other details leave out
     let recorded = !sim.timeline.is_empty() || !sim.memory.is_empty();
     let known = (args.0 != Detail::Full && !recorded).then_some((before.stages.as_slice(), sim));
-    evaluate_scheduled_with(model, profile, c, layers, args, false, known)
+    evaluate_scheduled_with(model, profile, c, layers, args, None, known)
         .map(|e| e.expect("evaluated unconditionally"))
 }
 
@@ -335,14 +355,24 @@ fn evaluate_scheduled_with(
     c: &ParallelConfig,
     layers: LayerList<'_>,
     (detail, sched, model_flops_per_sequence): (Detail, Arc<Schedule>, f64),
-    only_fitting: bool,
+    gate: Option<Gate>,
     known: Option<(&[StageCost], &SimResult)>,
 ) -> Result<Option<Estimate>, PlanError> {
     let evaluation =
         Evaluation::new(model, profile, c, layers.layers, &sched)?.with_timed(layers.timed);
     let warnings = evaluation.warnings();
     let stages = evaluation.stage_costs()?;
-    if only_fitting && !evaluation.fits_unsimulated(&stages.costs) {
+    let only_fitting = gate == Some(Gate::Fitting);
+    let passes = match gate {
+        None => true,
+        Some(Gate::Fitting) => evaluation.fits_unsimulated(&stages.costs),
+        Some(Gate::Beating { time_s, peak_bytes }) => {
+            let busiest = evaluation.busiest_rank_s(&stages.costs);
+            busiest * (1.0 - BUSIEST_ROUNDING) < time_s
+                && evaluation.peak_memory_unsimulated(&stages.costs) <= peak_bytes
+        }
+    };
+    if !passes {
         return Ok(None);
     }
     let known = known

@@ -24,6 +24,7 @@ use autopp_models::Model;
 use autopp_schedule::ScheduleKind;
 use serde::Serialize;
 
+use crate::config::PlanError;
 use crate::framework::Framework;
 use crate::planfile::PlanFile;
 pub use torchtitan::Era as TorchtitanEra;
@@ -278,37 +279,7 @@ pub fn check_emittable(model: &Model, framework: Framework) -> Result<(), Launch
 
 /// The launch files of `file` for `framework`, or why it cannot run them.
 pub fn emit(file: &PlanFile, framework: Framework) -> Result<Launch, LaunchError> {
-    let version = match framework {
-        Framework::Megatron => MEGATRON_VERSION,
-        Framework::Torchtitan => TORCHTITAN_VERSION,
-        Framework::Deepspeed => DEEPSPEED_VERSION,
-        Framework::Any => {
-            return Err(LaunchError::Invalid {
-                field: "--framework".into(),
-                message: "name the framework to launch: megatron, torchtitan or deepspeed".into(),
-            })
-        }
-    };
-    let refused = |refusal| LaunchError::Refused { framework, refusal };
-    if let Ok(model) = file.model() {
-        check_emittable(&model, framework)?;
-    }
-    let view = view_for(file, framework)?;
-    if view.precision.is_fp8() {
-        return Err(refused(Refusal::Precision(framework, view.precision)));
-    }
-    if view.gpus > view.gpus_per_node && view.gpus % view.gpus_per_node != 0 {
-        return Err(refused(Refusal::NotWholeNodes {
-            gpus: view.gpus,
-            gpus_per_node: view.gpus_per_node,
-        }));
-    }
-    let entry = match framework {
-        Framework::Megatron => megatron::emit(&view),
-        Framework::Torchtitan => torchtitan::emit(&view),
-        _ => deepspeed::emit(&view),
-    }
-    .map_err(refused)?;
+    let (view, entry, version) = accepted(file, file.model(), framework)?;
     let mut files: BTreeMap<String, String> = entry.files.iter().cloned().collect();
     files.insert(
         "launch.sh".into(),
@@ -326,10 +297,53 @@ pub fn emit(file: &PlanFile, framework: Framework) -> Result<Launch, LaunchError
     })
 }
 
+/// What [`emit`] checks and builds before writing the scripts, with `file`'s model given
+/// (`file.model()`, read once by a caller that asks several frameworks): the plan's view, the
+/// framework's entry and its version; or why the framework cannot run the plan.
+fn accepted(
+    file: &PlanFile,
+    model: Result<Model, PlanError>,
+    framework: Framework,
+) -> Result<(PlanView, Entry, &'static str), LaunchError> {
+    let version = match framework {
+        Framework::Megatron => MEGATRON_VERSION,
+        Framework::Torchtitan => TORCHTITAN_VERSION,
+        Framework::Deepspeed => DEEPSPEED_VERSION,
+        Framework::Any => {
+            return Err(LaunchError::Invalid {
+                field: "--framework".into(),
+                message: "name the framework to launch: megatron, torchtitan or deepspeed".into(),
+            })
+        }
+    };
+    let refused = |refusal| LaunchError::Refused { framework, refusal };
+    if let Ok(model) = &model {
+        check_emittable(model, framework)?;
+    }
+    let view = view_for(file, model, framework)?;
+    if view.precision.is_fp8() {
+        return Err(refused(Refusal::Precision(framework, view.precision)));
+    }
+    if view.gpus > view.gpus_per_node && view.gpus % view.gpus_per_node != 0 {
+        return Err(refused(Refusal::NotWholeNodes {
+            gpus: view.gpus,
+            gpus_per_node: view.gpus_per_node,
+        }));
+    }
+    let entry = match framework {
+        Framework::Megatron => megatron::emit(&view),
+        Framework::Torchtitan => torchtitan::emit(&view),
+        _ => deepspeed::emit(&view),
+    }
+    .map_err(refused)?;
+    Ok((view, entry, version))
+}
+
 /// The frameworks that run `file`'s plan, in [`Framework::RUNNABLE`] order: those for which
 /// [`check_model`] and [`emit`] — the rules `autopp launch` and `plan --framework` apply —
-/// accept it. Empty when none does (a layer list, GPUs that do not fill whole nodes, features
-/// of different frameworks mixed under `--framework any-mix`).
+/// accept it (the scripts, which refuse nothing, are not written). Empty when none does (a
+/// layer list, GPUs that do not fill whole nodes, features of different frameworks mixed
+/// under `--framework any-mix`).
 pub fn runs_on(file: &PlanFile) -> Vec<Framework> {
     let Ok(model) = file.model() else {
         return Vec::new();
@@ -337,7 +351,10 @@ pub fn runs_on(file: &PlanFile) -> Vec<Framework> {
     let precision = file.settings.evaluation.precision;
     Framework::RUNNABLE
         .into_iter()
-        .filter(|&fw| check_model(&model, precision, fw).is_ok() && emit(file, fw).is_ok())
+        .filter(|&fw| {
+            check_model(&model, precision, fw).is_ok()
+                && accepted(file, Ok(model.clone()), fw).is_ok()
+        })
         .collect()
 }
 
@@ -402,15 +419,19 @@ fn fp8_recipes_missing(framework: Framework, precision: Precision) -> Option<&'s
 /// [`TorchtitanEra::Release03`], the PyPI release's).
 pub fn torchtitan_args(file: &PlanFile, era: TorchtitanEra) -> Result<Vec<String>, LaunchError> {
     let framework = Framework::Torchtitan;
-    let view = view_for(file, framework)?;
+    let view = view_for(file, file.model(), framework)?;
     let entry = torchtitan::emit_for(&view, era)
         .map_err(|refusal| LaunchError::Refused { framework, refusal })?;
     Ok(entry.args)
 }
 
 /// The plan file's view, its refusals attributed to `framework`.
-fn view_for(file: &PlanFile, framework: Framework) -> Result<PlanView, LaunchError> {
-    PlanView::new(file).map_err(|e| match e {
+fn view_for(
+    file: &PlanFile,
+    model: Result<Model, PlanError>,
+    framework: Framework,
+) -> Result<PlanView, LaunchError> {
+    PlanView::with_model(file, model).map_err(|e| match e {
         LaunchError::Refused { refusal, .. } => LaunchError::Refused { framework, refusal },
         other => other,
     })

@@ -8,6 +8,8 @@
 //! through `parallelism.module_fqns_per_model_part`. [`Era`] holds what differs in the
 //! configuration eras before and after it (`../shared/reference/torchtitan-deepspeed.md`).
 
+use std::fmt::Write as _;
+
 use autopp_hardware::Precision;
 use autopp_models::{Norm, PositionEmbedding, Recompute, TransformerSpec};
 use autopp_schedule::{generate, ScheduleKind, ScheduleSpec, Step};
@@ -428,16 +430,16 @@ pub(super) fn csv(view: &PlanView) -> Result<String, Refusal> {
     let schedule = generate(&spec).map_err(|e| Refusal::Microbatches(FW, e.to_string()))?;
     let mut text = String::new();
     for rank in &schedule.ranks {
-        let mut row = Vec::with_capacity(rank.len());
-        for step in rank {
-            match step {
-                Step::One(a) => row.push(a.to_string()),
-                Step::Overlapped(..) => {
-                    return Err(Refusal::Schedule(FW, view.schedule));
-                }
+        for (i, step) in rank.iter().enumerate() {
+            let Step::One(a) = step else {
+                return Err(Refusal::Schedule(FW, view.schedule));
+            };
+            if i > 0 {
+                text.push(',');
             }
+            // writing to a String cannot fail
+            let _ = write!(text, "{a}");
         }
-        text.push_str(&row.join(","));
         text.push('\n');
     }
     Ok(text)

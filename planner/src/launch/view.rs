@@ -10,6 +10,7 @@ use autopp_models::{Recompute, TransformerSpec};
 use autopp_schedule::{resolve_group_size, Placement, ScheduleKind, ScheduleSpec};
 
 use super::{LaunchError, Refusal};
+use crate::config::PlanError;
 use crate::config::Runtime;
 use crate::framework::Framework;
 use crate::planfile::PlanFile;
@@ -118,7 +119,15 @@ impl PlanView {
     /// Reads and checks `file`. A layer-list model is refused (no framework can lay it out);
     /// an inconsistent file is an error naming its field.
     pub fn new(file: &PlanFile) -> Result<PlanView, LaunchError> {
-        let model = match file.model().map_err(|e| invalid("model", e.to_string()))? {
+        PlanView::with_model(file, file.model())
+    }
+
+    /// [`PlanView::new`] with `file`'s model read already (`file.model()`).
+    pub(super) fn with_model(
+        file: &PlanFile,
+        model: Result<autopp_models::Model, PlanError>,
+    ) -> Result<PlanView, LaunchError> {
+        let model = match model.map_err(|e| invalid("model", e.to_string()))? {
             autopp_models::Model::Transformer(t) => t,
             autopp_models::Model::Layers(l) => return Err(Refusal::LayerList(l.name).into()),
         };

@@ -1,103 +1,96 @@
-//! The scan's keys in ascending order of their lower bounds, sorted only as far as the scans
+//! The scan's keys in ascending order of their lower bounds, ordered only as far as the scans
 //! read them: a scan usually stops long before the end, and sorting every key of a large space
-//! (hundreds of thousands) cost more than scoring the few thousand it reads.
+//! (hundreds of thousands) cost more than scoring the few thousand it reads. The keys wait in
+//! a binary heap by bound (built in one linear pass); each bound taken from it brings every
+//! key with that bound, sorted by key.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
 
+use super::heap::{HeapOrder, Smallest};
 use super::Key;
-
-/// The smallest prefix sorted at once: scans of large spaces read 5,000–15,000 keys (qwen3-30b-a3b
-/// on 32 GPUs), and each further prefix costs a pass over all the keys not yet sorted.
-const FIRST_SORTED: usize = 16384;
 
 /// (bound as [`ordered`] gives it, part, index in the part) of one key.
 type Entry = (i64, u32, u32);
 
+/// Entries wait smallest bound first (entries with equal bounds in any order: they are
+/// sorted by key when taken).
+impl HeapOrder for Entry {
+    fn order(&self, other: &Self) -> Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
 /// Keys with their lower bounds, handed out in ascending order of (bound, key). Keys are
-/// distinct, so the order is total: the prefix sorted so far is the same as a full sort's.
+/// distinct, so the order is total: the keys handed out so far are the first of a full sort.
 #[derive(Debug, Default)]
 pub(super) struct Bounded {
     /// The keys in the parts the space was enumerated in (moved here, not copied).
     parts: Vec<Vec<Key>>,
-    /// One entry per key with a bound: `order[..sorted]` in ascending order, and no later
-    /// entry before any of them.
+    /// The entries in order so far (each bound's entries all at once).
     order: Vec<Entry>,
-    sorted: usize,
+    /// The entries not yet in `order`, smallest bound first.
+    rest: BinaryHeap<Smallest<Entry>>,
 }
 
 impl Bounded {
     /// The keys of `parts` with their lower bounds, which `bounds` gives for one part (`None`:
     /// the key is left out), one part per parallel task.
     pub fn new(parts: Vec<Vec<Key>>, bounds: impl Fn(&[Key]) -> Vec<Option<f64>> + Sync) -> Self {
-        let per_part: Vec<Vec<Entry>> = parts
+        let per_part: Vec<Vec<Smallest<Entry>>> = parts
             .par_iter()
             .with_max_len(1)
             .enumerate()
             .map(|(p, keys)| {
                 let entries = bounds(keys).into_iter().enumerate();
                 entries
-                    .filter_map(|(i, b)| Some((ordered(b?), p as u32, i as u32)))
+                    .filter_map(|(i, b)| Some(Smallest((ordered(b?), p as u32, i as u32))))
                     .collect()
             })
             .collect();
-        let mut order: Vec<Entry> = Vec::with_capacity(per_part.iter().map(Vec::len).sum());
-        order.extend(per_part.into_iter().flatten());
+        let mut all: Vec<Smallest<Entry>> = Vec::with_capacity(per_part.iter().map(Vec::len).sum());
+        all.extend(per_part.into_iter().flatten());
         Bounded {
             parts,
-            order,
-            sorted: 0,
+            order: Vec::new(),
+            rest: BinaryHeap::from(all),
         }
     }
 
     /// Keys in all.
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.order.len() + self.rest.len()
     }
 
     fn key(&self, e: &Entry) -> Key {
         self.parts[e.1 as usize][e.2 as usize]
     }
 
-    /// The `i`-th key in ascending order with its bound, sorting further when needed.
+    /// The `i`-th key in ascending order with its bound, ordering further when needed.
     pub fn get(&mut self, i: usize) -> Option<(f64, Key)> {
-        if i >= self.order.len() {
-            return None;
-        }
-        if i >= self.sorted {
-            self.sort_past(i);
-        }
-        let e = self.order[i];
+        while i >= self.order.len() && self.take_bound() {}
+        let e = *self.order.get(i)?;
         Some((bound_of(e.0), self.key(&e)))
     }
 
-    /// Sorts a prefix that holds index `i`: at least twice the prefix sorted so far, and every
-    /// entry whose bound equals the last one's. The entries of the prefix are chosen by their
-    /// bounds alone (integer comparisons, no key read), and only they are sorted with the keys
-    /// breaking ties: the entries with a bound below the prefix's largest, and all those with
-    /// that bound, are the first of a full sort.
-    fn sort_past(&mut self, i: usize) {
-        let end = (i + 1)
-            .max(2 * self.sorted)
-            .max(FIRST_SORTED)
-            .min(self.order.len());
-        let rest = &mut self.order[self.sorted..];
-        let mut take = end - self.sorted;
-        if take < rest.len() {
-            // the `take` smallest bounds of the rest first, in any order, then every other
-            // entry with the largest of them
-            rest.select_nth_unstable_by_key(take - 1, |e| e.0);
-            let (edge, first) = (rest[take - 1].0, take);
-            for k in first..rest.len() {
-                if rest[k].0 == edge {
-                    rest.swap(take, k);
-                    take += 1;
-                }
-            }
+    /// Moves the entries with the smallest bound left from the heap to `order`, sorted by key;
+    /// `false` when none is left.
+    fn take_bound(&mut self) -> bool {
+        let Some(Smallest(first)) = self.rest.pop() else {
+            return false;
+        };
+        let from = self.order.len();
+        self.order.push(first);
+        while let Some(&Smallest(e)) = self.rest.peek().filter(|w| w.0 .0 == first.0) {
+            self.rest.pop();
+            self.order.push(e);
         }
         let parts = &self.parts;
         let key = |e: &Entry| &parts[e.1 as usize][e.2 as usize];
-        rest[..take].sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| key(a).cmp(key(b))));
-        self.sorted += take;
+        self.order[from..].sort_unstable_by(|a, b| key(a).cmp(key(b)));
+        true
     }
 }
 
@@ -143,6 +136,9 @@ mod tests {
             }
         }
     }
+
+    /// Enough keys that a scan reads only part of them.
+    const FIRST_SORTED: usize = 16384;
 
     /// `items` in parts of three keys, each with its bound.
     fn from_items(items: Vec<(f64, Key)>) -> Bounded {

@@ -12,7 +12,7 @@ use super::{config_with, key_of, Key, SearchOptions};
 use crate::config::ParallelConfig;
 use crate::estimate::{
     busiest_rank_s, evaluate_scheduled_again, evaluate_scheduled_when, schedule_for, Detail,
-    Estimate,
+    Estimate, Gate,
 };
 use crate::schedule::{Schedule, ScheduleKind};
 
@@ -60,42 +60,23 @@ impl<'a> Evaluator<'a> {
     }
 
     /// Evaluates a key with a split (`None`: the even split) and, for partial recompute, the
-    /// fully recomputed layers per stage, at the given detail.
-    pub fn evaluate(
-        &self,
-        key: &Key,
-        table: &LayerTable,
-        split: Option<Vec<usize>>,
-        recompute_layers: Option<Vec<u64>>,
-        detail: Detail,
-    ) -> Option<Estimate> {
-        self.evaluate_when(key, table, (split, recompute_layers), detail, false)
-    }
-
-    /// [`Evaluator::evaluate`], or — `only_fitting` — `None` without simulating a
-    /// configuration over memory.
+    /// fully recomputed layers per stage, at the given detail; or `None` without simulating a
+    /// configuration that cannot pass `gate`.
     fn evaluate_when(
         &self,
         key: &Key,
         table: &LayerTable,
         (split, recompute_layers): (Option<Vec<usize>>, Option<Vec<u64>>),
         detail: Detail,
-        only_fitting: bool,
+        gate: Option<Gate>,
     ) -> Option<Estimate> {
         let c = config_with(key, self.opts, split, recompute_layers);
         let sched = self.schedule(&c)?;
         let flops = self.model_flops_per_sequence?;
         let args = (detail, sched, flops);
-        evaluate_scheduled_when(
-            self.model,
-            self.profile,
-            &c,
-            table.list(),
-            args,
-            only_fitting,
-        )
-        .ok()
-        .flatten()
+        evaluate_scheduled_when(self.model, self.profile, &c, table.list(), args, gate)
+            .ok()
+            .flatten()
     }
 
     /// A lower bound on the iteration time of a key with a split (`None`: the even split),
@@ -112,19 +93,23 @@ impl<'a> Evaluator<'a> {
         busiest_rank_s(self.model, self.profile, &c, table.list(), &sched).ok()
     }
 
-    /// Iteration time and memory of a key with a split (the search's inner loop).
-    pub fn time_and_memory(
+    /// Iteration time and memory of a key with a split, fitting or not, when it may take less
+    /// than `time_s` seconds with a peak memory of at most `peak_bytes` ([`Gate::Beating`]);
+    /// `None` without simulating when it cannot (or does not evaluate).
+    pub fn beating(
         &self,
         key: &Key,
         table: &LayerTable,
-        split: Option<Vec<usize>>,
-        recompute_layers: Option<Vec<u64>>,
+        (split, recompute_layers): (Option<Vec<usize>>, Option<Vec<u64>>),
+        (time_s, peak_bytes): (f64, u64),
     ) -> Option<Estimate> {
-        self.evaluate(key, table, split, recompute_layers, Detail::TimeAndMemory)
+        let gate = Gate::Beating { time_s, peak_bytes };
+        let choice = (split, recompute_layers);
+        self.evaluate_when(key, table, choice, Detail::TimeAndMemory, Some(gate))
     }
 
-    /// [`Evaluator::time_and_memory`] of a configuration that fits with its margin; `None`
-    /// without simulating when it does not (or does not evaluate).
+    /// Iteration time and memory of a key with a split (the search's inner loop) when it fits
+    /// with its margin; `None` without simulating when it does not (or does not evaluate).
     pub fn fitting(
         &self,
         key: &Key,
@@ -133,7 +118,13 @@ impl<'a> Evaluator<'a> {
         recompute_layers: Option<Vec<u64>>,
     ) -> Option<Estimate> {
         let choice = (split, recompute_layers);
-        self.evaluate_when(key, table, choice, Detail::TimeAndMemory, true)
+        self.evaluate_when(
+            key,
+            table,
+            choice,
+            Detail::TimeAndMemory,
+            Some(Gate::Fitting),
+        )
     }
 
     /// Evaluates an estimate's configuration again, with its exact split and recompute; its

@@ -23,6 +23,7 @@ mod ceiling;
 mod errors;
 mod evaluator;
 pub mod explain;
+mod heap;
 mod memo;
 mod partial;
 mod phases;
@@ -277,13 +278,15 @@ fn search_under(
     let (exact, passed_over) = prefer_simple(exact, opts.tolerance);
     let (best, alternatives) = phases.answers(exact)?;
     let fastest_unfit = phases.fastest_unfit(&scored, &best);
+    let (candidates, simulated) = (phases.candidates, phases.simulated);
+    phases.release();
     Ok(SearchResult {
         best,
         alternatives,
         passed_over,
         fastest_unfit,
-        candidates: phases.candidates,
-        simulated: phases.simulated,
+        candidates,
+        simulated,
         elapsed_s: start.elapsed().as_secs_f64(),
     })
 }

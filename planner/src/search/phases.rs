@@ -14,7 +14,7 @@ use super::errors::{no_candidates, nothing_fits};
 use super::evaluator::{Evaluator, ScheduleShape, Schedules};
 use super::memo::Memo;
 use super::score::{lower_bound_s, solve_partial};
-use super::table::{group_of, layer_tables, GroupKey, LayerTable};
+use super::table::{group_of, tables_of, GroupKey, LayerTable};
 use super::{
     key_of, prune, rank_cmp, refine, scan, shape_of, time_of, Key, Scored, SearchOptions,
     GIVE_UP_FACTOR, PARTIAL_SOLVED, PARTIAL_SOLVED_MAX_PP, PER_KIND, SECOND_TIER, UNFIT_TRIED,
@@ -87,7 +87,7 @@ impl<'a> Search<'a> {
         if space.candidates == 0 {
             return Err(no_candidates(model, gpus, opts));
         }
-        let tables = layer_tables(model, profile, opts, space.keys())?;
+        let tables = tables_of(model, profile, opts, space.firsts)?;
         Ok(Search {
             model,
             profile,
@@ -155,17 +155,18 @@ impl<'a> Search<'a> {
         }
         let parts = std::mem::take(&mut self.parts);
         Bounded::new(parts, |run| {
-            // keys come in runs of one sharding: the last table found is usually it (`None`:
-            // a key without a table)
-            let mut table: Option<(GroupKey, &LayerTable)> = None;
+            // keys come in runs of one sharding, alternating between two (without and with
+            // sequence parallelism): one of the last two tables found is usually it (`None`: a
+            // key without a table)
+            let mut recent: [Option<(GroupKey, &LayerTable)>; 2] = [None, None];
             run.iter()
                 .map(|k| {
                     let g = group_of(k);
-                    let t = match table {
-                        Some((tg, t)) if tg == g => t,
+                    let t = match recent {
+                        [Some((tg, t)), _] | [_, Some((tg, t))] if tg == g => t,
                         _ => {
                             let t = self.tables.get(&g)?;
-                            table = Some((g, t));
+                            recent = [Some((g, t)), recent[0]];
                             t
                         }
                     };
@@ -401,7 +402,7 @@ impl<'a> Search<'a> {
             // its split goes with its recompute counts
             return first.clone();
         }
-        let even = split::default_split(&table.kinds(), s.split.len()).ok();
+        let even = split::default_split(table.kinds(), s.split.len()).ok();
         let mut others: Vec<Vec<usize>> = even.into_iter().collect();
         if let Some(isolated) = refine::isolate_ends(table.layers(), &s.split) {
             others.push(isolated);
@@ -510,38 +511,45 @@ impl<'a> Search<'a> {
     }
 
     /// What more memory would buy: the fastest candidate that does not fit but beats `best`,
-    /// among those within twice the GPU's memory (a bigger GPU, not a fantasy).
+    /// among those within twice the GPU's memory (a bigger GPU, not a fantasy). The first of
+    /// the [`UNFIT_TRIED`] fastest by closed form that does, in that order: they are simulated
+    /// a few at a time (as many as threads), until one does, each only when its memory and its
+    /// busiest rank's work allow it ([`Evaluator::beating`]).
     pub fn fastest_unfit(&self, scored: &[Scored], best: &Estimate) -> Option<Estimate> {
         let best_time = time_of(best);
-        let capacity = self.profile.cluster.gpu.memory_bytes;
+        let within = 2 * self.profile.cluster.gpu.memory_bytes;
         let mut unfit: Vec<&Scored> = scored
             .iter()
             .filter(|s| !s.fits && s.approx_s < best_time)
             .collect();
         unfit.sort_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)));
-        let tried: Vec<Option<Estimate>> = unfit
-            .iter()
-            .take(UNFIT_TRIED)
-            .collect::<Vec<_>>()
-            .par_iter()
-            .with_max_len(1)
-            .map(|s| {
-                let table = self.tables.get(&group_of(&s.key))?;
-                let layers = s.recompute_layers.clone();
-                self.eval
-                    .time_and_memory(&s.key, table, Some(s.split.clone()), layers)
-            })
-            .collect();
-        tried
-            .into_iter()
-            .flatten()
-            .find(|e| {
-                time_of(e) < best_time && e.result.predicted.peak_memory_bytes <= 2 * capacity
-            })
-            .and_then(|e| {
-                self.eval
-                    .again(&e, self.table(&key_of(&e)), Detail::Breakdown)
-            })
+        unfit.truncate(UNFIT_TRIED);
+        let at_once = rayon::current_num_threads().max(1);
+        let beats =
+            |e: &Estimate| time_of(e) < best_time && e.result.predicted.peak_memory_bytes <= within;
+        let found = unfit.chunks(at_once).find_map(|few| {
+            let tried: Vec<Option<Estimate>> = few
+                .par_iter()
+                .with_max_len(1)
+                .map(|s| {
+                    let table = self.tables.get(&group_of(&s.key))?;
+                    let choice = (Some(s.split.clone()), s.recompute_layers.clone());
+                    self.eval
+                        .beating(&s.key, table, choice, (best_time, within))
+                })
+                .collect();
+            tried.into_iter().flatten().find(beats)
+        })?;
+        self.eval
+            .again(&found, self.table(&key_of(&found)), Detail::Breakdown)
+    }
+
+    /// Ends the search, its layer tables freed on a thread of the pool, out of the caller's
+    /// way: thousands of small allocations, many made on other threads, whose freeing took
+    /// milliseconds of the plan's wall time.
+    pub fn release(mut self) {
+        let tables = std::mem::take(&mut self.tables);
+        rayon::spawn(move || drop(tables));
     }
 
     /// The error when nothing fits: what the leanest configuration needs; or, when the other

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 
 use super::errors::{lean_order, LEANEST};
 use super::score::{below_memory_floor, WeightParams};
+use super::table::Firsts;
 use super::{config_of, space, Key, SearchOptions};
 use crate::degrees::Degrees;
 use crate::estimate::shard_spec;
@@ -22,10 +23,14 @@ pub(super) struct Space {
     pub parts: Vec<Vec<Key>>,
     /// Every configuration enumerated, kept or not.
     pub candidates: usize,
+    /// The first kept key of each layer sharding, in no particular order (found as the keys
+    /// are kept: what the layer tables are built from, see [`super::table::tables_of`]).
+    pub firsts: Vec<Key>,
 }
 
 impl Space {
     /// The kept configurations, in enumeration order.
+    #[cfg(test)]
     pub fn keys(&self) -> impl Iterator<Item = &Key> {
         self.parts.iter().flatten()
     }
@@ -50,16 +55,23 @@ pub(super) fn enumerate(
     gpus: u64,
 ) -> Space {
     let (limits, fixed) = (&opts.limits, &opts.fixed);
-    // one task per tensor-parallel degree, each part in the visit's order
-    let per_tp: Vec<(Vec<Vec<Key>>, usize)> = space::tp_options(model, gpus, limits, fixed)
+    // one task per tensor-parallel degree, each part in the visit's order (shardings differ
+    // between degrees: each task's first keys are the space's)
+    let per_tp: Vec<Enumerated> = space::tp_options(model, gpus, limits, fixed)
         .into_par_iter()
         .with_max_len(1)
         .map(|tp| enumerate_tp(model, profile, opts, gpus, tp))
         .collect();
-    Space {
-        candidates: per_tp.iter().map(|p| p.1).sum(),
-        parts: per_tp.into_iter().flat_map(|p| p.0).collect(),
+    let mut space = Space {
+        candidates: per_tp.iter().map(|p| p.candidates).sum(),
+        parts: Vec::new(),
+        firsts: Vec::new(),
+    };
+    for p in per_tp {
+        space.parts.extend(p.parts);
+        space.firsts.extend(p.firsts.into_keys());
     }
+    space
 }
 
 /// The leanest [`LEANEST`] configurations of the space of `opts` on `gpus` GPUs, kept or not,
@@ -74,18 +86,28 @@ pub(super) fn leanest(model: &Model, opts: &SearchOptions, gpus: u64) -> Vec<Key
     leanest
 }
 
-/// [`enumerate`]'s configurations with tensor-parallel degree `tp`: those kept (in parts of
-/// [`PART`]), and how many were enumerated.
+/// The configurations of one tensor-parallel degree (see [`enumerate_tp`]).
+struct Enumerated {
+    /// Those kept, in parts of [`PART`].
+    parts: Vec<Vec<Key>>,
+    /// How many were enumerated.
+    candidates: usize,
+    /// The first kept key of each layer sharding.
+    firsts: Firsts,
+}
+
+/// [`enumerate`]'s configurations with tensor-parallel degree `tp`.
 fn enumerate_tp(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     gpus: u64,
     tp: u64,
-) -> (Vec<Vec<Key>>, usize) {
+) -> Enumerated {
     let mut params: HashMap<WeightKey, Option<WeightParams>> = HashMap::default();
     let mut last: Option<(WeightKey, Option<WeightParams>)> = None;
     let (mut parts, mut candidates): (Vec<Vec<Key>>, usize) = (Vec::new(), 0);
+    let mut firsts = Firsts::default();
     // The floor is a function of the floor key alone, and the space is visited one
     // (degrees, ep, etp) at a time with the ZeRO stage innermost: each stage's answer is kept
     // while the rest of the floor key stays.
@@ -114,6 +136,7 @@ fn enumerate_tp(
             None => below_memory_floor(profile, opts, &k, p),
         });
         if !below {
+            firsts.offer(&k);
             if parts.last().is_none_or(|p| p.len() == PART) {
                 parts.push(Vec::with_capacity(PART));
             }
@@ -122,7 +145,11 @@ fn enumerate_tp(
             }
         }
     });
-    (parts, candidates)
+    Enumerated {
+        parts,
+        candidates,
+        firsts,
+    }
 }
 
 /// What [`below_memory_floor`] reads of a key besides its ZeRO stage: (tp, pp, dp, cp, ep,
@@ -146,7 +173,7 @@ fn offer_lean(leanest: &mut Vec<Key>, k: Key) {
 }
 
 /// The layer table's parameter counts ([`super::table::LayerTable::weight_params`]) of `k`'s
-/// weight sharding, from one model expansion (`None` where the model cannot take the
+/// weight sharding, from one expansion of the model's distinct layers (`None` where the model cannot take the
 /// sharding). Parameters do not depend on cp, the micro-batch size or sequence parallelism:
 /// the expansion takes the plainest of them.
 fn weight_params(model: &Model, opts: &SearchOptions, k: &Key) -> Option<WeightParams> {
@@ -156,12 +183,13 @@ fn weight_params(model: &Model, opts: &SearchOptions, k: &Key) -> Option<WeightP
         sequence_parallel: false,
         ..*k
     };
-    let layers = model
-        .layers(&shard_spec(&config_of(&plain, opts, None)))
+    // each distinct layer once, counted as often as the list holds it
+    let (layers, slot) = model
+        .distinct_layers(&shard_spec(&config_of(&plain, opts, None)))
         .ok()?;
     Some(WeightParams {
-        all: layers.iter().map(|l| l.params).sum(),
-        experts: layers.iter().map(|l| l.expert_params).sum(),
+        all: slot.iter().map(|&j| layers[j].params).sum(),
+        experts: slot.iter().map(|&j| layers[j].expert_params).sum(),
     })
 }
 

@@ -14,12 +14,14 @@
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 use rayon::prelude::*;
 
 use super::bounded::Bounded;
+use super::heap::{HeapOrder, Smallest};
 use super::score::{below_memory_floor, unfit_base, KeyScorer};
 use super::table::{group_of, GroupKey, LayerTable};
 use super::{config_of, shape_of, Key, Scored, SearchOptions, GIVE_UP_FACTOR, PER_KIND};
@@ -52,6 +54,12 @@ fn item_cmp(a: &Item, b: &Item) -> Ordering {
     a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
 }
 
+impl HeapOrder for Item {
+    fn order(&self, other: &Self) -> Ordering {
+        item_cmp(self, other)
+    }
+}
+
 /// What the scan needs from the search.
 pub(super) struct Scan<'a> {
     pub model: &'a Model,
@@ -77,15 +85,17 @@ type Logged = ((Key, Variant), Option<usize>, Option<Item>);
 #[derive(Default)]
 pub(super) struct Scanned {
     pub scored: Vec<Scored>,
-    pub log: Vec<Logged>,
+    /// One part per chunk scored: most scans are not followed by another, and one vector of
+    /// every item grown by doubling copied them over and over for nothing.
+    pub log: Vec<Vec<Logged>>,
 }
 
 impl Scanned {
     /// Adds the scores of this scan to `scores`.
     pub fn record(&self, scores: &mut Scores) {
-        for &(item, at, later) in &self.log {
-            let s = at.and_then(|i| self.scored.get(i)).cloned();
-            scores.entry(item).or_insert((s, later));
+        for &(item, at, later) in self.log.iter().flatten() {
+            let scored = || at.and_then(|i| self.scored.get(i)).cloned();
+            scores.entry(item).or_insert_with(|| (scored(), later));
         }
     }
 }
@@ -96,41 +106,35 @@ impl Scan<'_> {
     pub fn run(&self, bounded: &mut Bounded, progress: &(dyn Fn(usize, usize) + Sync)) -> Scanned {
         let total = bounded.len();
         let mut next_key = 0;
-        // partial variants waiting for their bound to come up, in ascending order
-        let mut pending: Vec<Item> = Vec::new();
+        // partial variants waiting for their bound to come up, smallest first
+        let mut pending: BinaryHeap<Smallest<Item>> = BinaryHeap::new();
         let mut scanned = Scanned::default();
+        // the fastest fitting closed forms, overall and per kind: as many as the cutoff reads
         let mut fit_times: Vec<f64> = Vec::new();
         let mut kind_times: HashMap<ScheduleKind, Vec<f64>> = HashMap::default();
         loop {
             let cutoff_s = self.cutoff_s(&fit_times, &kind_times);
             // the next chunk: the smallest items of both queues
             let mut chunk: Vec<Item> = Vec::with_capacity(SCORE_CHUNK);
-            let mut taken = 0;
             while chunk.len() < SCORE_CHUNK {
                 let key = bounded
                     .get(next_key)
                     .map(|(bound, key)| (bound, key, Variant::Base));
-                let item = match (key, pending.get(taken)) {
-                    (Some(k), Some(p)) if item_cmp(p, &k).is_lt() => {
-                        taken += 1;
-                        *p
-                    }
+                let item = match (key, pending.peek()) {
+                    (Some(k), Some(p)) if item_cmp(&p.0, &k).is_lt() => pending.pop().map(|p| p.0),
                     (Some(k), _) => {
                         next_key += 1;
-                        k
+                        Some(k)
                     }
-                    (None, Some(p)) => {
-                        taken += 1;
-                        *p
-                    }
-                    (None, None) => break,
+                    (None, Some(_)) => pending.pop().map(|p| p.0),
+                    (None, None) => None,
                 };
-                if item.0 > cutoff_s {
-                    break;
+                // (an item over the cutoff is dropped: every later one is too)
+                match item {
+                    Some(item) if item.0 <= cutoff_s => chunk.push(item),
+                    _ => break,
                 }
-                chunk.push(item);
             }
-            pending.drain(..taken);
             if chunk.is_empty() {
                 break;
             }
@@ -138,9 +142,10 @@ impl Scan<'_> {
                 .par_iter()
                 .map(|&(_, key, variant)| self.score_item_once(&key, variant))
                 .collect();
+            let mut log = Vec::with_capacity(chunk.len());
             for (&(_, key, variant), (s, later)) in chunk.iter().zip(results) {
                 let at = s.as_ref().map(|_| scanned.scored.len());
-                scanned.log.push(((key, variant), at, later));
+                log.push(((key, variant), at, later));
                 if let Some(s) = s {
                     if s.fits {
                         fit_times.push(s.approx_s);
@@ -151,12 +156,14 @@ impl Scan<'_> {
                     }
                     scanned.scored.push(s);
                 }
-                pending.extend(later);
+                pending.extend(later.map(Smallest));
             }
-            pending.sort_by(item_cmp);
+            scanned.log.push(log);
             fit_times.sort_by(f64::total_cmp);
+            fit_times.truncate(self.shortlist);
             for t in kind_times.values_mut() {
                 t.sort_by(f64::total_cmp);
+                t.truncate(PER_KIND);
             }
             progress(next_key, total);
         }

@@ -250,7 +250,7 @@ impl<'a> KeyScorer<'a> {
             None => Scored {
                 key: *key,
                 approx_s: lower_bound_s(key, table, self.opts),
-                split: split::default_split(&table.kinds(), s).ok()?,
+                split: split::default_split(table.kinds(), s).ok()?,
                 recompute_layers: None,
                 fits: false,
             },
@@ -466,7 +466,7 @@ pub(super) fn unfit_base(
     if !beyond_rounding {
         return None;
     }
-    let Ok(split) = split::default_split(&table.kinds(), s) else {
+    let Ok(split) = split::default_split(table.kinds(), s) else {
         return Some(None);
     };
     let scored = Scored {

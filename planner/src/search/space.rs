@@ -174,7 +174,7 @@ pub fn visit(
     global_batch: u64,
     limits: &SpaceLimits,
     fixed: &Fixed,
-    sink: &mut dyn FnMut(Key),
+    sink: &mut impl FnMut(Key),
 ) {
     for tp in tp_options(model, gpus, limits, fixed) {
         visit_tp(model, (gpus, global_batch), limits, fixed, tp, sink);
@@ -187,14 +187,15 @@ pub fn tp_options(model: &Model, gpus: u64, limits: &SpaceLimits, fixed: &Fixed)
 }
 
 /// [`visit`]'s configurations with tensor-parallel degree `tp` (one of [`tp_options`]), in
-/// its order, on `gpus` GPUs with `global_batch` sequences.
+/// its order, on `gpus` GPUs with `global_batch` sequences. (`sink` is a type parameter, not a
+/// trait object: called for each of hundreds of thousands of keys, it is inlined.)
 pub fn visit_tp(
     model: &Model,
     (gpus, global_batch): (u64, u64),
     limits: &SpaceLimits,
     fixed: &Fixed,
     tp: u64,
-    sink: &mut dyn FnMut(Key),
+    sink: &mut impl FnMut(Key),
 ) {
     let body_layers = match model {
         Model::Transformer(t) => t.num_layers,
@@ -296,7 +297,7 @@ pub fn expert_degrees(model: &Model, d: &Degrees, framework: Framework) -> Vec<(
 /// Adds every schedule, stage count, recompute mode, sequence-parallel and ZeRO choice for the
 /// degrees and micro-batching in `base` (whose other fields are ignored).
 fn push_schedules(
-    out: &mut dyn FnMut(Key),
+    out: &mut impl FnMut(Key),
     base: Key,
     m: u64,
     body_layers: u64,

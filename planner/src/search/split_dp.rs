@@ -240,15 +240,19 @@ pub fn best_split_with(
         return None;
     }
     let inf = f64::INFINITY;
-    // best[k][j], choice[k][j] = the i of stage k's range i+1..=j (usize::MAX for k = 0)
-    let mut best = vec![vec![inf; n]; s];
-    let mut choice = vec![vec![usize::MAX; n]; s];
-    for (j, slot) in best[0].iter_mut().enumerate() {
+    // best[k][j], choice[k][j] = the i of stage k's range i+1..=j (usize::MAX for k = 0), one
+    // row of n per stage in one vector each
+    let mut best = vec![inf; s * n];
+    let mut choice = vec![usize::MAX; s * n];
+    for (j, slot) in best[..n].iter_mut().enumerate() {
         if fits(0, 0, j) {
             *slot = time_s(0, 0, j);
         }
     }
     for k in 1..s {
+        let (done, rest) = best.split_at_mut(k * n);
+        let (prev, row) = (&done[(k - 1) * n..], &mut rest[..n]);
+        let choices = &mut choice[k * n..(k + 1) * n];
         // Stage k's range is i+1..=j. As j grows, both the smallest fitting i (memory grows
         // with the range) and the crossing point (the first i where best[k−1][i] reaches the
         // stage's time) only move right, so two pointers find them in O(n) per stage.
@@ -264,7 +268,7 @@ pub fn best_split_with(
                 continue;
             }
             cross = cross.max(i_min);
-            while cross <= hi && best[k - 1][cross] < time_s(k, cross + 1, j) {
+            while cross <= hi && prev[cross] < time_s(k, cross + 1, j) {
                 cross += 1;
             }
             let mut pick = (inf, usize::MAX);
@@ -272,23 +276,23 @@ pub fn best_split_with(
                 if i < i_min || i > hi {
                     continue;
                 }
-                let v = best[k - 1][i].max(time_s(k, i + 1, j));
+                let v = prev[i].max(time_s(k, i + 1, j));
                 if v < pick.0 {
                     pick = (v, i);
                 }
             }
-            best[k][j] = pick.0;
-            choice[k][j] = pick.1;
+            row[j] = pick.0;
+            choices[j] = pick.1;
         }
     }
-    let bottleneck = best[s - 1][n - 1];
+    let bottleneck = best[s * n - 1];
     if !bottleneck.is_finite() {
         return None;
     }
     let mut counts = vec![0; s];
     let mut j = n - 1;
     for k in (1..s).rev() {
-        let i = choice[k][j];
+        let i = choice[k * n + j];
         counts[k] = j - i;
         j = i;
     }

@@ -36,30 +36,63 @@ pub(crate) fn group_of(k: &Key) -> GroupKey {
 
 /// One [`LayerTable`] per layer sharding of `keys`; shardings the model cannot take (e.g. kv
 /// heads vs tp) have none, and their keys no candidates.
+#[cfg(test)]
 pub(super) fn layer_tables<'k>(
     model: &Model,
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     keys: impl IntoIterator<Item = &'k Key>,
 ) -> Result<HashMap<GroupKey, LayerTable>, PlanError> {
-    // each sharding's first key, found in one pass (not one pass over the keys per sharding);
-    // keys come in runs of one sharding, so only a change of sharding is looked up
-    let mut firsts: HashMap<GroupKey, &Key> = HashMap::default();
-    let mut last: Option<GroupKey> = None;
+    let mut firsts = Firsts::default();
     for k in keys {
+        firsts.offer(k);
+    }
+    tables_of(model, profile, opts, firsts.into_keys())
+}
+
+/// Each sharding's first key, found in one pass over keys in enumeration order (not one pass
+/// over the keys per sharding). Keys come in runs of one sharding, alternating between two
+/// (without and with sequence parallelism), so only a sharding other than the last two is
+/// looked up.
+#[derive(Default)]
+pub(super) struct Firsts {
+    firsts: HashMap<GroupKey, Key>,
+    recent: [Option<GroupKey>; 2],
+}
+
+impl Firsts {
+    /// Notes `k`, the next key in enumeration order.
+    #[inline]
+    pub(super) fn offer(&mut self, k: &Key) {
         let g = group_of(k);
-        if last != Some(g) {
-            firsts.entry(g).or_insert(k);
-            last = Some(g);
+        let seen = |r: &Option<GroupKey>| r.is_some_and(|r| r == g);
+        if !seen(&self.recent[0]) && !seen(&self.recent[1]) {
+            self.firsts.entry(g).or_insert(*k);
+            self.recent = [Some(g), self.recent[0]];
         }
     }
-    let mut group_keys: Vec<(GroupKey, &Key)> = firsts.into_iter().collect();
+
+    /// Each sharding's first key, in no particular order.
+    pub(super) fn into_keys(self) -> Vec<Key> {
+        self.firsts.into_values().collect()
+    }
+}
+
+/// [`layer_tables`] from each sharding's first key (`firsts`: one key per sharding).
+pub(super) fn tables_of(
+    model: &Model,
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    firsts: Vec<Key>,
+) -> Result<HashMap<GroupKey, LayerTable>, PlanError> {
+    let mut group_keys: Vec<(GroupKey, Key)> =
+        firsts.into_iter().map(|k| (group_of(&k), k)).collect();
     group_keys.sort_unstable_by_key(|&(g, _)| g);
     group_keys
         .par_iter()
-        .filter_map(|&(g, key)| {
+        .filter_map(|(g, key)| {
             match layer_table(model, profile, opts, key) {
-                Ok(t) => Some(Ok((g, t))),
+                Ok(t) => Some(Ok((*g, t))),
                 // a sharding the model cannot take (e.g. kv heads vs tp): no candidates there
                 Err(PlanError::Model(_)) => None,
                 Err(e) => Some(Err(e)),
@@ -78,6 +111,8 @@ pub(crate) struct LayerTable {
     weights: WeightParams,
     /// The distinct layers the table expands.
     distinct: Distinct,
+    /// The kinds of the layer list, listed on first use.
+    kinds: OnceLock<Vec<LayerKind>>,
     /// The per-layer table, expanded from `distinct` on first use.
     expanded: OnceLock<Expanded>,
     /// Per (recompute mode, stages): the smallest bottleneck of any split with memory
@@ -204,9 +239,11 @@ impl LayerTable {
     }
 
     /// The kinds of the layer list.
-    pub(super) fn kinds(&self) -> Vec<LayerKind> {
-        let kinds = &self.distinct.layers;
-        self.distinct.slot.iter().map(|&j| kinds[j].kind).collect()
+    pub(super) fn kinds(&self) -> &[LayerKind] {
+        self.kinds.get_or_init(|| {
+            let kinds = &self.distinct.layers;
+            self.distinct.slot.iter().map(|&j| kinds[j].kind).collect()
+        })
     }
 
     /// The smallest per-micro-batch bottleneck of any split of the layers into `stages`
@@ -308,36 +345,39 @@ fn layer_table(
     // compute times do not depend on the recompute mode: each distinct layer is timed once
     let distinct_timed: Vec<LayerTimes> = distinct.iter().map(|l| profile.layer_times(l)).collect();
     let firsts: Vec<[usize; 2]> = (0..distinct.len()).map(|j| [j, j]).collect();
+    // the links and shares of the context are the same for every recompute mode
+    let shared = StageContext {
+        profile,
+        tp: d.tp,
+        tp_link: c
+            .settings
+            .runtime
+            .ring_link(cluster, d.tp, layout.tp_stride()),
+        recompute: Recompute::None,
+        cp: d.cp,
+        cp_link: cluster.group_link(d.cp, layout.cp_stride()),
+        cp_kv_bytes,
+        tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
+        ep: c.experts.ep,
+        ep_link: cluster.group_link(c.experts.ep, c.experts.etp),
+        ep_hidden_share: 0.0,
+        ep_across_share: crate::experts::node_dedup_share(model, &c, cluster.gpus_per_node),
+        selective_linear_share: StageContext::selective_share_of(&c.settings.runtime, model),
+        dtensor_tp: c.settings.runtime.tp_collectives == crate::runtime::TpCollectives::Dtensor,
+        torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
+        expert_host_launches: c.settings.runtime.expert_host_launches,
+    };
+    let mtp_layers = crate::experts::mtp_layers(model);
     let per_mode: Vec<Vec<StageCost>> = Recompute::ALL
         .iter()
         .map(|&mode| {
             let ctx = StageContext {
-                profile,
-                tp: d.tp,
-                tp_link: c
-                    .settings
-                    .runtime
-                    .ring_link(cluster, d.tp, layout.tp_stride()),
                 recompute: mode,
-                cp: d.cp,
-                cp_link: cluster.group_link(d.cp, layout.cp_stride()),
-                cp_kv_bytes,
-                tp_comm_overlap: c.settings.runtime.tp_comm_overlap,
-                ep: c.experts.ep,
-                ep_link: cluster.group_link(c.experts.ep, c.experts.etp),
                 ep_hidden_share: crate::experts::a2a_hidden_share(
                     &c.clone().with_recompute(mode),
-                    crate::experts::mtp_layers(model),
+                    mtp_layers,
                 ),
-                ep_across_share: crate::experts::node_dedup_share(model, &c, cluster.gpus_per_node),
-                selective_linear_share: StageContext::selective_share_of(
-                    &c.settings.runtime,
-                    model,
-                ),
-                dtensor_tp: c.settings.runtime.tp_collectives
-                    == crate::runtime::TpCollectives::Dtensor,
-                torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
-                expert_host_launches: c.settings.runtime.expert_host_launches,
+                ..shared
             };
             stages::stage_costs_timed(&distinct, &distinct_timed, &firsts, &ctx, &[])
         })
@@ -389,6 +429,7 @@ fn layer_table(
             timed: distinct_timed,
             per_mode,
         },
+        kinds: OnceLock::new(),
         expanded: OnceLock::new(),
         free_bottleneck: Default::default(),
         weighted_sums: Default::default(),
