@@ -157,10 +157,11 @@ fn default_attention_fa2_on_hopper() -> f64 {
 /// 31.3% with neither MoE knob, 22.8% with 1024 and 1 ms; 20.1% with them once the
 /// node-deduplicating dispatcher was modelled, where the refit moves to 1280 and 1 ms (20.0%,
 /// 21.7% leaving each group out), within the grid's step, so 1024 is kept; the three-knob fit
-/// with [`GROUPED_GEMM_HALF_ROWS`] keeps 1024 too. Qwen3-30B's 768-wide experts run
-/// at 768/1792 = 43% of a dense GEMM's efficiency, DeepSeek-V3's up-projection (k 7168, n
-/// 4096) at 80%.
-pub const GROUPED_GEMM_HALF_DIM: f64 = 1024.0;
+/// with [`GROUPED_GEMM_HALF_ROWS`] keeps 1024 too; after the dense refit under `comm_inter`'s
+/// floor the fit settles at 512 (14.9% → 14.7%, 15.6% leaving each group out). Qwen3-30B's
+/// 768-wide experts run at 768/1280 = 60% of a dense GEMM's efficiency, DeepSeek-V3's
+/// up-projection (k 7168, n 4096) at 89%.
+pub const GROUPED_GEMM_HALF_DIM: f64 = 512.0;
 
 /// The default [`Efficiency::moe_layer_overhead_s`], fitted with [`GROUPED_GEMM_HALF_DIM`] and
 /// [`GROUPED_GEMM_HALF_ROWS`]: 0.75 ms per MoE layer per pass (1 ms before the rows-per-expert
@@ -191,9 +192,10 @@ fn default_moe_layer_overhead_s() -> f64 {
 /// ±6%), which a factor with one global half size follows. The grid (0–2048 rows, with the
 /// half size 0–4096 by 256 and the overhead 0–4 ms by 0.25 ms) settles at 768 rows, 1024
 /// and 0.75 ms: MoE iteration-time MAPE 16.9% → 16.1% in sample, 18.5% → 17.6% leaving each
-/// group out. DeepSeek-V3's experts at 1024 rows then run at 1024/1792 = 57% of the
-/// many-rows grouped GEMM, at 8192 rows at 91%.
-pub const GROUPED_GEMM_HALF_ROWS: f64 = 768.0;
+/// group out; after the dense refit of `comm_inter`'s floor, at 1024 rows with a half size of
+/// 512 ([`GROUPED_GEMM_HALF_DIM`]). DeepSeek-V3's experts at 1024 rows then run at 1024/2048
+/// = 50% of the many-rows grouped GEMM, at 8192 rows at 89%.
+pub const GROUPED_GEMM_HALF_ROWS: f64 = 1024.0;
 
 fn default_grouped_gemm_half_rows() -> f64 {
     GROUPED_GEMM_HALF_ROWS
