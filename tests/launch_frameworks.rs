@@ -30,7 +30,9 @@ struct Case {
 /// The plans: every preset family, 8 to 16,384 GPUs, every schedule each framework runs
 /// (`plan --framework X` searches among them, the others pin a configuration).
 const CASES: &[Case] = &[
-    Case { name: "llama3-70b-64-megatron", plan: "llama3-70b --gpus 64 --framework megatron --fix cp=1", frameworks: &["megatron", "deepspeed"] },
+    // recompute pinned: at a margin of 0 the search may recompute a few layers per rank,
+    // which DeepSpeed's `activation_checkpoint_interval` cannot express
+    Case { name: "llama3-70b-64-megatron", plan: "llama3-70b --gpus 64 --framework megatron --fix cp=1,recompute=none", frameworks: &["megatron", "deepspeed"] },
     Case { name: "gpt3-175b-1024-megatron", plan: "gpt3-175b --gpus 1024 --gpu a100-80g --framework megatron", frameworks: &["megatron"] },
     Case { name: "llama3-405b-16384-megatron", plan: "llama3-405b --gpus 16384 --framework megatron", frameworks: &["megatron"] },
     Case { name: "llama3-8b-8-selective", plan: "llama3-8b --gpus 8 --fix tp=2,pp=4,dp=1,virtual_stages=1,micro_batch_size=1,schedule=1f1b,recompute=selective,zero_stage=0,sequence_parallel=true --even-split", frameworks: &["megatron", "torchtitan"] },
