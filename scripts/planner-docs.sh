@@ -136,18 +136,18 @@ echo "## Never worse than the experts"
 echo
 echo "For every Narayanan et al. 2021 run in \`validation/published-runs.json\` (same model, GPU kind"
 echo "and count, global batch): \`estimate\` of the published configuration, and the planner's plan."
-echo "A ratio below 1 means the plan is predicted faster. The plans mostly gain from selective"
-echo "recomputation (not available in 2021) and interleaving; the one published run predicted not"
-echo "to fit ran at the edge of memory (it did not fit on 560 GPUs) and is predicted 5% over."
-echo "Plans are the fastest found (\`--tolerance 0\`)."
+echo "A ratio below 1 means the plan is predicted faster. The plans mostly gain by dropping full"
+echo "recomputation (selective recomputation and context parallelism were not available in 2021),"
+echo "by interleaving and by the zero-bubble schedules; a published configuration predicted not to"
+echo "fit is marked **no**. Plans are the fastest found (\`--tolerance 0\`)."
 echo
 cargo run --release --quiet -p autopp-calibrate --example experts_table
 echo
 echo "The same for NVIDIA's NeMo 24.07 runs on H100 (FP8 and bf16), with plans Megatron-Core can"
-echo "run (\`--framework megatron\`) under NeMo's runtime. Three published configurations are"
-echo "predicted over the GPU's memory although they ran (\`validate\`'s wrong fit verdicts); for"
-echo "those the search is given the memory autopp predicts they need, so that the row still tests"
-echo "the search (\`calibrate/tests/planner_vs_experts.rs\`)."
+echo "run (\`--framework megatron\`) under NeMo's runtime. A published configuration predicted over"
+echo "the GPU's memory although it ran (one of \`validate\`'s wrong fit verdicts, marked **no**) is"
+echo "searched with the memory autopp predicts it needs, so that the row still tests the search"
+echo "(\`calibrate/tests/planner_vs_experts.rs\`)."
 echo
 cargo run --release --quiet -p autopp-calibrate --example experts_table NeMo
 echo
