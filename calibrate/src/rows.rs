@@ -270,8 +270,8 @@ pub struct PublishedRow {
     /// Kept for people (`precision_label_in_source`); not read.
     #[serde(default)]
     pub precision_label_in_source: Option<serde_json::Value>,
-    /// The token dispatcher the source names (`DeepEP`, `HybridEP`, `alltoall`): read by
-    /// [`crate::stacks::dedup_dispatcher`].
+    /// The token dispatcher the source names (`DeepEP`, `HybridEP`, `alltoall`): read when the
+    /// row is mapped (`stacks::dedup_dispatcher`).
     #[serde(default)]
     pub token_dispatcher: Option<serde_json::Value>,
 }

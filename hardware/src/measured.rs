@@ -1,5 +1,5 @@
 //! Measured profiles: per-layer seconds of the forward (`F`), backward-input (`I`) and
-//! backward-weight (`W`) passes, timed on the [`device`](crate::device) layer by
+//! backward-weight (`W`) passes, timed on the GPU (the profiler crate's `device` module) by
 //! `autopp profile`, and used by `estimate --profile` and `plan --profile` in place of the
 //! analytic profile's layer times.
 //!

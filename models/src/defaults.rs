@@ -34,7 +34,7 @@ pub fn default_global_batch(seq_length: u64) -> u64 {
     }
 }
 
-/// What [`Model::with_training_defaults`] chose, for the CLI to print with the flag that
+/// What [`Model::at_seq_length`] chose, for the CLI to print with the flag that
 /// changes it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Defaulted {

@@ -71,7 +71,7 @@ impl std::str::FromStr for Recompute {
 /// What [`Recompute::Selective`] recomputes in a transformer block: Megatron-Core's
 /// `--recompute-modules` under `--recompute-granularity selective`
 /// (`TransformerConfig.recompute_modules`, Megatron-Core 0.13+: "choices: core_attn, moe_act,
-/// layernorm, mla_up_proj, mlp, moe, shared_experts; default: [core_attn]"). The default is
+/// layernorm, mla_up_proj, mlp, moe, shared_experts; default: `[core_attn]`"). The default is
 /// Megatron's `[core_attn]`, the selective recompute of Korthikanti et al. 2022.
 ///
 /// `moe_act`, `layernorm` and `mla_up_proj` use Megatron-Core's output-discarding checkpoint

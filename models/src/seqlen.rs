@@ -76,7 +76,7 @@ impl SeqLenSource {
     }
 }
 
-/// Loads a model by preset name or path ([`load`](crate::load)), with where its own sequence
+/// Loads a model by preset name or path ([`load`](fn@crate::load)), with where its own sequence
 /// length comes from.
 pub fn load_with_source(name_or_path: &str) -> Result<(Model, SeqLenSource), ModelError> {
     let model = crate::load(name_or_path)?;

@@ -67,7 +67,7 @@ pub struct EvalSettings {
     pub memory_reserve_bytes: u64,
     /// Bytes the predicted peak must stay below the GPU's memory for a configuration to fit:
     /// the uncertainty of the memory prediction (`plan` uses the memory band of the GPU kind,
-    /// [`crate::bands::memory_margin`], or `--memory-margin`; 0 elsewhere). Not part of the peak.
+    /// [`crate::bands::memory_band`], or `--memory-margin`; 0 elsewhere). Not part of the peak.
     #[serde(default)]
     pub memory_margin_bytes: u64,
     /// A fused attention kernel (FlashAttention).

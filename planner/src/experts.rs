@@ -143,7 +143,7 @@ pub fn a2a_hidden_share(c: &crate::ParallelConfig, mtp_layers: u64) -> f64 {
 /// 2412.19437, §3.2.2). If `p` is the chance that a given node holds one of a token's experts
 /// (the same for every node, the token's own included, as forced balance draws the experts at
 /// random), `(N−1)·p` copies cross, a share `N·p/k` of the per-pair volume
-/// ([`node_hit_chance`] says what `p` is, with and without group-limited routing).
+/// (`node_hit_chance` says what `p` is, with and without group-limited routing).
 ///
 /// A dispatcher that sends every (token, expert) pair (NCCL's all-to-all) sends `(N−1)/N` of
 /// the pairs across on average with or without a group limit, so the limit changes nothing

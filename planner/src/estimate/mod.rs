@@ -295,7 +295,7 @@ pub fn evaluate_scheduled(
 /// decided before simulating.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Gate {
-    /// It fits with its margin ([`Evaluation::fits_unsimulated`]).
+    /// It fits with its margin (`Evaluation::fits_unsimulated`).
     Fitting,
     /// Its iteration time may be under `time_s` seconds (its busiest rank's work alone,
     /// [`busiest_rank_s`], is not over it) and its peak memory is at most `peak_bytes`.

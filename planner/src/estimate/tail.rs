@@ -49,7 +49,7 @@ pub fn optimizer_time_s(
 ///
 /// Gradients travel in fp32 with main gradients and in 16 bits otherwise; weights in 16 bits.
 /// Under ZeRO 0–2 the routed experts' parameters reduce and gather over the
-/// expert-data-parallel group (`edp` GPUs `ep · etp` apart, on [`expert_dp_link`]), the rest
+/// expert-data-parallel group (`edp` GPUs `ep · etp` apart, on `expert_dp_link`), the rest
 /// over the data-parallel group (`link`), one after the other: Megatron-Core's distributed
 /// data parallel keeps the expert-parallel parameters in buffers of their own, reduced over
 /// the expert-data-parallel group (`distributed_data_parallel.py`: `expert_parallel_buffers`,

@@ -263,7 +263,7 @@ fn not_written_why(what: &str, framework: Framework) -> String {
 }
 
 /// Refuses, for `framework`, a model whose launch flags autopp does not write yet (see
-/// [`not_written_yet`]); `plan --emit` asks before it searches, `emit` again.
+/// `not_written_yet`); `plan --emit` asks before it searches, `emit` again.
 pub fn check_emittable(model: &Model, framework: Framework) -> Result<(), LaunchError> {
     match model {
         Model::Transformer(t) => match not_written_yet(t, framework) {

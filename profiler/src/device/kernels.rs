@@ -1,6 +1,6 @@
 //! The element-wise and per-row kernels of the layers — GeLU, softmax, LayerNorm, column sums —
 //! written so that they vectorise, and compiled for AVX2 + FMA (x86-64) and NEON (AArch64)
-//! next to the baseline, the best picked at run time by [`multiversion`] (the binary is built
+//! next to the baseline, the best picked at run time by [`multiversion`](mod@multiversion) (the binary is built
 //! for baseline x86-64, so without this the loops would use SSE2 and libm's scalar `expf`).
 //!
 //! **Same bits on every path.** Every multiply-add is an explicit [`f32::mul_add`] (one
