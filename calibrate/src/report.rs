@@ -9,8 +9,11 @@ use crate::{Calibration, Metric, PreparedRow, RowResult, Summary};
 /// Bytes per GiB.
 const GIB: f64 = (1u64 << 30) as f64;
 
+/// A signed percentage to one decimal; an error that rounds to zero reads `+0.0%`, not `-0.0%`.
 fn pct(x: f64) -> String {
-    format!("{:+.1}%", 100.0 * x)
+    let tenths = (1000.0 * x).round();
+    // `+ 0.0` turns a negative zero into a positive one
+    format!("{:+.1}%", tenths / 10.0 + 0.0)
 }
 
 fn value(metric: Metric, v: f64) -> String {
@@ -415,5 +418,20 @@ fn markdown_largest_errors(o: &mut String, results: &[RowResult]) {
             )
         });
         let _ = writeln!(o, "| `{}` | {} | {} | {b} |", r.id, r.group, pct(*e));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pct;
+
+    #[test]
+    fn an_error_that_rounds_to_zero_has_no_minus_sign() {
+        assert_eq!(pct(-0.00004), "+0.0%");
+        assert_eq!(pct(0.0), "+0.0%");
+        assert_eq!(pct(-0.0), "+0.0%");
+        assert_eq!(pct(-0.0012), "-0.1%");
+        assert_eq!(pct(0.2995), "+30.0%");
+        assert_eq!(pct(-0.157), "-15.7%");
     }
 }

@@ -401,7 +401,9 @@ impl<'a> Evaluation<'a> {
             tp_comm: comm_busy - ep_busy,
             ep_comm: ep_busy,
             ep_comm_hidden: ep_hidden,
-            pp_comm: sim.makespan_s - compute - comm_busy - bubble,
+            // the makespan is at least the busiest rank's busy time, so this is ≥ 0 but for
+            // rounding
+            pp_comm: (sim.makespan_s - compute - comm_busy - bubble).max(0.0),
             dp_comm: dp_comm_s[tail_rank],
             optimizer: optimizer_s[tail_rank],
         }
