@@ -298,6 +298,7 @@ impl LayerListSpec {
                     recomputable: true,
                     expert_params: 0,
                     ep_a2a_bytes: 0,
+                    largest_weight_params: 0,
                 });
                 previous_output = Some(layer.output_bytes);
             }

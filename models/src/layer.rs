@@ -444,6 +444,13 @@ pub struct LayerCost {
     /// and combine together (`2·T·k·h·e/tp`; the backward sends as many). 0 for a dense layer.
     #[serde(default)]
     pub ep_a2a_bytes: u64,
+    /// Parameters of the largest single weight tensor this layer holds on one GPU: the word
+    /// embedding or LM-head table (`V/t · h`), else the largest weight matrix of the block (the
+    /// fused QKV or MLP input projection; one expert's under MoE). Optimizers that cast
+    /// gradients one tensor at a time hold this many elements at once
+    /// (`autopp_planner::memory::hp_grad_cast_bytes`). 0 where unknown (custom layer lists).
+    #[serde(default)]
+    pub largest_weight_params: u64,
 }
 
 impl LayerCost {

@@ -340,6 +340,35 @@ pub fn resident_half_grad_bytes_per_param(
     }
 }
 
+/// Bytes per element of the fp32 copy [`hp_grad_cast_bytes`] makes of one 16-bit gradient.
+pub const HP_GRAD_CAST_BYTES_PER_PARAM: u64 = 4;
+
+/// Bytes of the fp32 cast of one 16-bit gradient tensor that DeepSpeed's `BF16_Optimizer` holds
+/// while it adds the gradients of a micro-batch into its fp32 accumulators, for a rank whose
+/// largest weight tensor has `largest_params` elements on one GPU; 0 where
+/// [`resident_half_grad_bytes_per_param`] is 0 (another optimizer).
+///
+/// `BF16_Optimizer.update_hp_grads` (`deepspeed/runtime/bf16_optimizer.py`), called by the
+/// pipeline engine after every micro-batch's backward, runs
+/// `hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype).view(hp_grad.shape))` for each parameter
+/// in turn: `.to(torch.float32)` materialises an fp32 copy of that gradient before the add, so
+/// the largest one (the 250,880-row word embedding of BLOOM's first and last stages, `V/t · h`)
+/// is held whole, 4 B per element. It comes while the other micro-batches' activations are
+/// alive, and no block the caching allocator freed from the backward's working set is that
+/// large, so it is counted on top of the working set ([`RankMemory::transient_bytes`]).
+pub fn hp_grad_cast_bytes(
+    stack: StackMemory,
+    zero_stage: u8,
+    fp32_main_grads: bool,
+    largest_params: u64,
+) -> u64 {
+    if resident_half_grad_bytes_per_param(stack, zero_stage, fp32_main_grads) > 0 {
+        largest_params * HP_GRAD_CAST_BYTES_PER_PARAM
+    } else {
+        0
+    }
+}
+
 /// Everything besides the stages that decides a rank's memory.
 #[derive(Debug, Clone, Copy)]
 pub struct MemoryContext {
@@ -440,7 +469,18 @@ pub fn rank_memory(
         // on live gathered parameters (DeepSpeed gathers per submodule and caps them).
         weights += (2 * largest).min(ZERO3_MAX_LIVE_PARAMS) * WEIGHT_BYTES_PER_PARAM;
     }
-    let transient = stages.iter().map(|s| s.transient_bytes).max().unwrap_or(0);
+    let largest_tensor = stages
+        .iter()
+        .map(|s| s.largest_weight_params)
+        .max()
+        .unwrap_or(0);
+    let transient = stages.iter().map(|s| s.transient_bytes).max().unwrap_or(0)
+        + hp_grad_cast_bytes(
+            ctx.stack,
+            ctx.zero_stage,
+            ctx.fp32_main_grads,
+            largest_tensor,
+        );
     // a send and a receive buffer in each direction for the largest boundary tensor
     let p2p = 4 * stages.iter().map(|s| s.output_bytes).max().unwrap_or(0);
     RankMemory {

@@ -48,6 +48,9 @@ pub struct StageCost {
     pub block_params: u64,
     /// Largest single layer's parameters on one GPU (ZeRO-3 gathers one layer at a time).
     pub max_layer_params: u64,
+    /// Largest single weight tensor's parameters on one GPU, the tied LM-head copy included
+    /// ([`autopp_models::LayerCost::largest_weight_params`]).
+    pub largest_weight_params: u64,
     /// Bytes sent to the next stage per micro-batch.
     pub output_bytes: u64,
     /// Transformer layers in the stage.
@@ -480,6 +483,7 @@ fn add_layer(
         st.block_params += layer.params;
     }
     st.max_layer_params = st.max_layer_params.max(layer.params + layer.tied_params);
+    st.largest_weight_params = st.largest_weight_params.max(layer.largest_weight_params);
     st.output_bytes = layer.output_bytes;
     st.num_transformer_layers += u64::from(is_block);
     st.has_embedding |= layer.kind == LayerKind::Embedding;
@@ -512,6 +516,7 @@ pub fn combine(parts: &[StageCost]) -> StageCost {
         st.expert_params += p.expert_params;
         st.block_params += p.block_params;
         st.max_layer_params = st.max_layer_params.max(p.max_layer_params);
+        st.largest_weight_params = st.largest_weight_params.max(p.largest_weight_params);
         st.num_transformer_layers += p.num_transformer_layers;
         st.has_embedding |= p.has_embedding;
         st.has_head |= p.has_head;

@@ -69,6 +69,21 @@ struct Parts {
     expert_params: u64,
 }
 
+impl Parts {
+    /// Elements of the largest weight matrix among the block's GEMMs (`n · k` of a `[m × k]·[k ×
+    /// n]` product; an expert's own matrix when `count` experts share the shape).
+    fn largest_weight_params(&self) -> u64 {
+        self.attn_in
+            .iter()
+            .chain(&self.mla_up)
+            .chain(&self.ffn)
+            .chain(std::iter::once(&self.attn_out))
+            .map(|&(_, n, k, _)| n * k)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 impl TransformerSpec {
     /// One transformer block (layer `i` of kind `kind`) on one GPU.
     pub(super) fn transformer_layer(
@@ -103,6 +118,7 @@ impl TransformerSpec {
             recomputable: true,
             expert_params: parts.expert_params,
             ep_a2a_bytes: parts.a2a_bytes,
+            largest_weight_params: parts.largest_weight_params(),
         }
     }
 

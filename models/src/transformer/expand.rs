@@ -298,6 +298,7 @@ impl TransformerSpec {
             recomputable: false,
             expert_params: 0,
             ep_a2a_bytes: 0,
+            largest_weight_params: (v_pad * h / t).max(pos),
         }
     }
 
@@ -393,6 +394,8 @@ impl TransformerSpec {
             recomputable: false,
             expert_params: 0,
             ep_a2a_bytes: 0,
+            // the projection, owned or the tied copy of the embedding
+            largest_weight_params: head_weights,
         }
     }
 }

@@ -105,6 +105,22 @@ fn fp32_gradient_copy_only_at_the_step_hand_worked() {
     assert_eq!(rank_memory(&[&stage], 3 * p, &fp32).step_bytes, 0);
 }
 
+/// BigScience's 02-28 stack at ZeRO 1 over 8 replicas: Megatron-DeepSpeed with DeepSpeed's
+/// `BF16_Optimizer` (fp32 gradient accumulation), no reserve or communicator buffers.
+fn bf16_optimizer_ctx() -> MemoryContext {
+    MemoryContext {
+        zero_stage: 1,
+        zero_shard: 8,
+        expert_zero_shard: 8,
+        comm_groups: 0,
+        reserve_bytes: 0,
+        fp32_main_grads: true,
+        fp8_copy_bytes_per_param: 0,
+        stack: StackMemory::of(crate::Stack::MegatronDeepspeed),
+        optimizer_states: OptimizerStates::Fp32,
+    }
+}
+
 /// Hand-worked: DeepSpeed's `BF16_Optimizer` (`deepspeed/runtime/bf16_optimizer.py`:
 /// `fp32_groups_gradients_flat` whole on every rank; the pipeline engine's
 /// `_exec_backward_pass` keeps the bf16 `param.grad`, `update_hp_grads(clear_lp_grads=False)`).
@@ -122,17 +138,7 @@ fn bf16_optimizer_keeps_both_gradients_hand_worked() {
         params: p,
         ..StageCost::default()
     };
-    let ctx = MemoryContext {
-        zero_stage: 1,
-        zero_shard: 8,
-        expert_zero_shard: 8,
-        comm_groups: 0,
-        reserve_bytes: 0,
-        fp32_main_grads: true,
-        fp8_copy_bytes_per_param: 0,
-        stack: StackMemory::of(crate::Stack::MegatronDeepspeed),
-        optimizer_states: OptimizerStates::Fp32,
-    };
+    let ctx = bf16_optimizer_ctx();
     let states = |m: RankMemory| (m.weights_bytes, m.grads_bytes, m.optimizer_bytes);
     let bf16 = rank_memory(&[&stage], 0, &ctx);
     assert_eq!(states(bf16), (2 * p, 6 * p, 1_500_000_000));
@@ -286,4 +292,50 @@ fn nemo_apex_optimizer_states_hand_worked() {
         optimizer_states_saving_bytes(p, 1, 8, OptimizerStates::Bf16),
         1_000_000_000
     );
+}
+
+/// Hand-worked: `BF16_Optimizer.update_hp_grads` casts each bf16 gradient to fp32 before adding
+/// it (`lp.grad.data.to(hp_grad.dtype)`), so the largest tensor's cast is held whole. BigScience's
+/// first stage at tp 4 (chronicles-prequel.md, "Rebalancing layers": 250k vocabulary, hidden
+/// 14336): the word embedding, 250,880 padded rows (Megatron-DeepSpeed pads to 128 · tp) over 4
+/// ranks, is 62,720 × 14,336 = 899,153,920 parameters; its fp32 cast 4 × that = 3,596,615,680 B
+/// (3.35 GiB). A transformer stage holds its MLP input projection, 14,336 × 57,344 / 4 =
+/// 205,520,896 parameters, 822,083,584 B. The fp16 optimizer and Megatron-Core's fp32 main
+/// gradients make no such copy.
+#[test]
+fn bf16_optimizer_holds_the_largest_gradient_cast_hand_worked() {
+    let ctx = bf16_optimizer_ctx();
+    let working = 1_000_000u64;
+    let first = StageCost {
+        params: 899_153_920 + 5 * 616_562_688,
+        largest_weight_params: 899_153_920,
+        transient_bytes: working,
+        ..StageCost::default()
+    };
+    let middle = StageCost {
+        params: 6 * 616_562_688,
+        largest_weight_params: 205_520_896,
+        transient_bytes: working,
+        ..StageCost::default()
+    };
+    assert_eq!(
+        rank_memory(&[&first], 0, &ctx).transient_bytes,
+        working + 3_596_615_680
+    );
+    assert_eq!(
+        rank_memory(&[&middle], 0, &ctx).transient_bytes,
+        working + 822_083_584
+    );
+    for other in [
+        MemoryContext {
+            fp32_main_grads: false,
+            ..ctx
+        },
+        MemoryContext {
+            stack: StackMemory::of(crate::Stack::MegatronCore),
+            ..ctx
+        },
+    ] {
+        assert_eq!(rank_memory(&[&first], 0, &other).transient_bytes, working);
+    }
 }
