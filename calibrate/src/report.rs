@@ -226,16 +226,21 @@ fn pct0(x: f64) -> String {
     format!("{:.1}%", 100.0 * x)
 }
 
-/// The acceptance bounds, one line each.
+/// The acceptance bounds, one line each: `pass`, `FAIL`, or `n/a` for a bound whose group has
+/// no row in the file (a file of other runs, e.g. `validation/held-out/`).
 pub fn acceptance_text(summary: &Summary) -> String {
     let mut o = String::new();
     for c in crate::acceptance(summary) {
+        let verdict = match c.value {
+            None => "n/a ",
+            Some(_) if c.passes() => "pass",
+            Some(_) => "FAIL",
+        };
         let _ = writeln!(
             o,
-            "  {} {:<48} {:>7} (bound {})",
-            if c.passes() { "pass" } else { "FAIL" },
+            "  {verdict} {:<48} {:>7} (bound {})",
             c.what,
-            c.value.map_or("—".into(), pct0),
+            c.value.map_or("no rows".into(), pct0),
             pct0(c.bound)
         );
     }
@@ -423,7 +428,42 @@ fn markdown_largest_errors(o: &mut String, results: &[RowResult]) {
 
 #[cfg(test)]
 mod tests {
-    use super::pct;
+    use super::{acceptance_text, pct};
+    use crate::{GroupSummary, Metric, Summary};
+
+    /// A file with BLOOM's time rows only: that bound passes or fails on its MAPE, the bounds of
+    /// the groups it lacks read `n/a`, neither passing nor failing.
+    #[test]
+    fn a_bound_without_rows_is_not_a_failure() {
+        let bloom = |mape: f64| GroupSummary {
+            group: "BLOOM-prelaunch-benchmarks".into(),
+            metric: Metric::IterationTime,
+            count: 3,
+            mape,
+            bias: 0.0,
+            max_abs_error: mape,
+            worst_row: "r".into(),
+        };
+        let summary = |mape: f64| Summary {
+            groups: vec![bloom(mape)],
+            overall: Vec::new(),
+            rows_compared: 3,
+            rows_skipped: 0,
+        };
+        let text = acceptance_text(&summary(0.05));
+        let line = |what: &str| {
+            text.lines()
+                .find(|l| l.contains(what))
+                .unwrap_or_else(|| panic!("no line for {what}:\n{text}"))
+                .to_string()
+        };
+        assert!(line("BLOOM iteration-time").starts_with("  pass"), "{text}");
+        assert!(line("Narayanan2021").starts_with("  n/a"), "{text}");
+        assert!(line("Narayanan2021").contains("no rows"), "{text}");
+        assert!(!text.contains("FAIL"), "{text}");
+        let failing = acceptance_text(&summary(0.2));
+        assert!(failing.contains("  FAIL BLOOM iteration-time"), "{failing}");
+    }
 
     #[test]
     fn an_error_that_rounds_to_zero_has_no_minus_sign() {
