@@ -11,9 +11,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 /// A signed percentage to one decimal; an error that rounds to zero reads `+0.0%`, not `-0.0%`.
 fn pct(x: f64) -> String {
-    let tenths = (1000.0 * x).round();
-    // `+ 0.0` turns a negative zero into a positive one
-    format!("{:+.1}%", tenths / 10.0 + 0.0)
+    autopp_models::units::signed_pct(x)
 }
 
 fn value(metric: Metric, v: f64) -> String {
@@ -428,7 +426,7 @@ fn markdown_largest_errors(o: &mut String, results: &[RowResult]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{acceptance_text, pct};
+    use super::acceptance_text;
     use crate::{GroupSummary, Metric, Summary};
 
     /// A file with BLOOM's time rows only: that bound passes or fails on its MAPE, the bounds of
@@ -463,15 +461,5 @@ mod tests {
         assert!(!text.contains("FAIL"), "{text}");
         let failing = acceptance_text(&summary(0.2));
         assert!(failing.contains("  FAIL BLOOM iteration-time"), "{failing}");
-    }
-
-    #[test]
-    fn an_error_that_rounds_to_zero_has_no_minus_sign() {
-        assert_eq!(pct(-0.00004), "+0.0%");
-        assert_eq!(pct(0.0), "+0.0%");
-        assert_eq!(pct(-0.0), "+0.0%");
-        assert_eq!(pct(-0.0012), "-0.1%");
-        assert_eq!(pct(0.2995), "+30.0%");
-        assert_eq!(pct(-0.157), "-15.7%");
     }
 }

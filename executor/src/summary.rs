@@ -1,7 +1,7 @@
 //! The run as `exec` prints it, in words or as one JSON object (after the check, which is why
 //! this is not in `report`).
 
-use autopp_models::units::{mib, secs};
+use autopp_models::units::{mib, secs, signed_pct};
 use autopp_models::Model;
 use serde_json::json;
 
@@ -125,9 +125,9 @@ impl ExecReport {
             flops / 1e9
         ));
         out.push_str(&format!(
-            "predicted {} ({:+.1}%): the simulator with the measured median time of each action and hop\n\n",
+            "predicted {} ({}): the simulator with the measured median time of each action and hop\n\n",
             secs(r.predicted_iteration_time_s),
-            100.0 * (r.predicted_iteration_time_s / r.iteration_time_s.max(1e-12) - 1.0)
+            signed_pct(r.predicted_iteration_time_s / r.iteration_time_s.max(1e-12) - 1.0)
         ));
         if cfg.tp > 1 {
             let total = |v: &[[f64; 4]]| v.iter().flatten().sum::<f64>();

@@ -40,6 +40,14 @@ pub fn thousands(x: f64) -> String {
     out
 }
 
+/// A fraction `x` as a signed percentage with one decimal (`+3.1%`, `-15.7%`); an error that
+/// rounds to zero prints `+0.0%`, never `-0.0%`.
+pub fn signed_pct(x: f64) -> String {
+    let tenths = (1000.0 * x).round();
+    // `+ 0.0` turns a negative zero into a positive one
+    format!("{:+.1}%", tenths / 10.0 + 0.0)
+}
+
 /// `text` wrapped greedily at `width` characters (a longer word stays whole on its own line).
 pub fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
@@ -74,6 +82,16 @@ mod tests {
         assert_eq!(secs(-1e-12), "0 s");
         assert_eq!(thousands(1_048_576.4), "1,048,576");
         assert_eq!(thousands(999.0), "999");
+    }
+
+    #[test]
+    fn an_error_that_rounds_to_zero_has_no_minus_sign() {
+        assert_eq!(signed_pct(-0.00004), "+0.0%");
+        assert_eq!(signed_pct(0.0), "+0.0%");
+        assert_eq!(signed_pct(-0.0), "+0.0%");
+        assert_eq!(signed_pct(-0.0012), "-0.1%");
+        assert_eq!(signed_pct(0.2995), "+30.0%");
+        assert_eq!(signed_pct(-0.157), "-15.7%");
     }
 
     #[test]
