@@ -340,9 +340,6 @@ pub fn resident_half_grad_bytes_per_param(
     }
 }
 
-/// Bytes per element of the fp32 copy [`hp_grad_cast_bytes`] makes of one 16-bit gradient.
-pub const HP_GRAD_CAST_BYTES_PER_PARAM: u64 = 4;
-
 /// Bytes of the fp32 cast of one 16-bit gradient tensor that DeepSpeed's `BF16_Optimizer` holds
 /// while it adds the gradients of a micro-batch into its fp32 accumulators, for a rank whose
 /// largest weight tensor has `largest_params` elements on one GPU; 0 where
@@ -353,7 +350,7 @@ pub const HP_GRAD_CAST_BYTES_PER_PARAM: u64 = 4;
 /// `hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype).view(hp_grad.shape))` for each parameter
 /// in turn: `.to(torch.float32)` materialises an fp32 copy of that gradient before the add, so
 /// the largest one (the 250,880-row word embedding of BLOOM's first and last stages, `V/t · h`)
-/// is held whole, 4 B per element. It comes while the other micro-batches' activations are
+/// is held whole, 4 B per element ([`FP32_GRAD_COPY_BYTES_PER_PARAM`]). It comes while the other micro-batches' activations are
 /// alive, and no block the caching allocator freed from the backward's working set is that
 /// large, so it is counted on top of the working set ([`RankMemory::transient_bytes`]).
 pub fn hp_grad_cast_bytes(
@@ -363,7 +360,7 @@ pub fn hp_grad_cast_bytes(
     largest_params: u64,
 ) -> u64 {
     if resident_half_grad_bytes_per_param(stack, zero_stage, fp32_main_grads) > 0 {
-        largest_params * HP_GRAD_CAST_BYTES_PER_PARAM
+        largest_params * FP32_GRAD_COPY_BYTES_PER_PARAM
     } else {
         0
     }
