@@ -117,7 +117,7 @@ fn main() {
             let text = e.render().to_string();
             let message = text.split("\n\nUsage:").next().unwrap_or(&text);
             let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
-            eprintln!("{line} (see --help)");
+            cmd::common::print_stderr_line(&format!("{line} (see --help)"));
             std::process::exit(2);
         }
     };
@@ -138,11 +138,11 @@ fn main() {
         Command::Man { out } => cmd::help::man::<Cli>(out.as_deref()),
     };
     if let Err(e) = result {
-        eprintln!("error: {}", cmd::common::error_line(&e));
+        cmd::common::print_stderr_line(&format!("error: {}", cmd::common::error_line(&e)));
         std::process::exit(2);
     }
     for line in cmd::common::take_notes() {
-        eprintln!("note: {line}");
+        cmd::common::print_stderr_line(&format!("note: {line}"));
     }
 }
 

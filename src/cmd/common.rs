@@ -50,6 +50,18 @@ impl ClusterArgs {
     }
 }
 
+/// Prints `line` and a newline on stderr in one write. `eprintln!` writes each formatted piece
+/// separately (stderr is unbuffered), so under `mpirun`, which forwards every write as it comes,
+/// another process's output could land inside the line; one `write_all` keeps it whole.
+pub fn print_stderr_line(line: &str) {
+    use std::io::Write;
+    let mut text = String::with_capacity(line.len() + 1);
+    text.push_str(line);
+    text.push('\n');
+    // nothing to do if stderr is gone
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
 /// Notes for the user (a default chosen, a setting not applied), printed on stderr only when
 /// the command succeeds, so that a failure stays one line.
 static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());

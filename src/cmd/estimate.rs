@@ -221,10 +221,10 @@ pub fn run(args: &EstimateArgs) -> Result<()> {
         print!("{report}{defaults}{train}{}", advice.unwrap_or_default());
     }
     for w in &estimate.warnings {
-        eprintln!("warning: {w}");
+        super::common::print_stderr_line(&format!("warning: {w}"));
     }
     if let Some(w) = autopp_planner::bands::uncertainty(&profile.cluster.gpu.name).warning {
-        eprintln!("warning: {w}");
+        super::common::print_stderr_line(&format!("warning: {w}"));
     }
     Ok(())
 }

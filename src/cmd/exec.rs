@@ -225,7 +225,7 @@ fn run_mpi(cfg: &ExecConfig, on_step: &mut dyn FnMut(StepSummary)) -> Result<Opt
     match r {
         Ok(r) => Ok(r),
         Err(e) => {
-            eprintln!("error: {e}");
+            super::common::print_stderr_line(&format!("error: {e}"));
             mpi.abort(2)
         }
     }
@@ -262,7 +262,7 @@ fn config(args: &ExecArgs) -> Result<ExecConfig> {
         (Model::Transformer(spec), true) => {
             let s = scale::scale_down(spec, &pipeline, tp, args.seq_len.unwrap_or(16))?;
             // on stderr, also with --json: what ran is not the plan's model
-            eprintln!("note: {}", s.note);
+            super::common::print_stderr_line(&format!("note: {}", s.note));
             (Model::Transformer(s.model), s.pipeline)
         }
         (_, true) => bail!("--scale-down: the plan's model is a layer list, which exec cannot run; scale down transformers only"),
