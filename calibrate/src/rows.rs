@@ -300,6 +300,14 @@ pub fn parse_rows(text: &str, origin: &str) -> Result<Vec<PublishedRow>, Validat
             message,
         }
     })?;
+    if rows.is_empty() {
+        return Err(ValidateError::Json {
+            origin: origin.to_string(),
+            message: "the file holds no runs: a published-runs file is a JSON array of at least \
+                      one run (as validation/published-runs.json)"
+                .to_string(),
+        });
+    }
     let mut seen = std::collections::HashSet::new();
     for (i, r) in rows.iter().enumerate() {
         if !seen.insert(r.id.as_str()) {
@@ -476,5 +484,10 @@ mod tests {
                      {"id": "a", "kind": "per_layer_time_ms", "source_group": "g"}]"#;
         let err = parse_rows(dup, "runs.json").unwrap_err().to_string();
         assert!(err.contains("appears twice"), "{err}");
+        let err = parse_rows(" [ ] ", "runs.json").unwrap_err().to_string();
+        assert!(
+            err.starts_with("runs.json: the file holds no runs"),
+            "{err}"
+        );
     }
 }

@@ -150,7 +150,36 @@ impl PlanFile {
                 ),
             ));
         }
+        file.check_counts(origin)?;
         Ok(file)
+    }
+
+    /// Every degree, the micro-batch size and the counts of the plan are at least 1: a file
+    /// edited by hand to `"tp": 0` is refused here, naming the file and the field, before any
+    /// command divides by it.
+    fn check_counts(&self, origin: &str) -> Result<(), PlanError> {
+        let p = &self.plan;
+        let d = &p.degrees;
+        let counts = [
+            ("tp", d.tp),
+            ("pp", d.pp),
+            ("dp", d.dp),
+            ("cp", d.cp),
+            ("virtual_stages", d.virtual_stages),
+            ("micro_batch_size", p.micro_batch_size),
+            ("num_microbatches", p.num_microbatches),
+            ("global_batch_size", p.global_batch_size),
+            ("gpus", p.gpus),
+        ];
+        match counts.iter().find(|(_, v)| *v == 0) {
+            Some((name, _)) => Err(PlanError::invalid(
+                "--plan",
+                format!(
+                    "{origin}: plan.{name} is 0; it must be at least 1 (re-run `autopp plan` to make a new file)"
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The model the plan was made for.

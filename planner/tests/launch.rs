@@ -210,3 +210,21 @@ fn torchtitan_writes_a_config_module_for_shapes_it_does_not_ship_and_puts_it_on_
         assert!(module.contains(line), "{line} in {module}");
     }
 }
+
+/// A plan file edited to a zero degree or count is refused when it is read, naming the file
+/// and the field; the file as written reads back.
+#[test]
+fn a_plan_file_with_a_zero_count_is_refused_on_reading() {
+    let file = plan_file("llama3-70b", 64, config(ScheduleKind::OneFOneB, 1, None));
+    let text = serde_json::to_string(&file).expect("json");
+    assert!(PlanFile::from_json(&text, "p.json").is_ok());
+    let value: serde_json::Value = serde_json::from_str(&text).expect("value");
+    for key in ["pp", "micro_batch_size", "num_microbatches"] {
+        let mut edited = value.clone();
+        edited["plan"][key] = serde_json::json!(0);
+        let err = PlanFile::from_json(&edited.to_string(), "p.json")
+            .expect_err("zero refused")
+            .to_string();
+        assert!(err.contains(&format!("p.json: plan.{key} is 0")), "{err}");
+    }
+}
