@@ -53,10 +53,21 @@ fn table_lists_rows_skips_groups_and_bounds() {
         "Narayanan2021",
         "MAPE",
         "acceptance bounds:",
+        "iteration-time targets on today's stacks (issue 15):",
+        "iteration-time MAPE over every row",
     ] {
         assert!(text.contains(needle), "{needle:?} missing");
     }
-    assert!(!text.contains("FAIL"), "an acceptance bound fails:\n{text}");
+    // the acceptance bounds all pass; the targets of issue 15 are reported as they stand
+    let bounds = text
+        .split("acceptance bounds:")
+        .nth(1)
+        .and_then(|rest| rest.split("iteration-time targets").next())
+        .expect("an acceptance block");
+    assert!(
+        !bounds.contains("FAIL"),
+        "an acceptance bound fails:\n{bounds}"
+    );
 }
 
 #[test]

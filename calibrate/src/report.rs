@@ -227,8 +227,25 @@ fn pct0(x: f64) -> String {
 /// The acceptance bounds, one line each: `pass`, `FAIL`, or `n/a` for a bound whose group has
 /// no row in the file (a file of other runs, e.g. `validation/held-out/`).
 pub fn acceptance_text(summary: &Summary) -> String {
+    checks_text(&crate::acceptance(summary))
+}
+
+/// The iteration-time targets of issue 15 ([`crate::targets`]), one line each as
+/// [`acceptance_text`]'s.
+pub fn targets_text(summary: &Summary) -> String {
+    checks_text(&crate::targets(summary))
+}
+
+/// One line per check, the names padded to the longest (at least 48 characters).
+fn checks_text(checks: &[crate::Check]) -> String {
+    let width = checks
+        .iter()
+        .map(|c| c.what.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(48);
     let mut o = String::new();
-    for c in crate::acceptance(summary) {
+    for c in checks {
         let verdict = match c.value {
             None => "n/a ",
             Some(_) if c.passes() => "pass",
@@ -236,7 +253,7 @@ pub fn acceptance_text(summary: &Summary) -> String {
         };
         let _ = writeln!(
             o,
-            "  {verdict} {:<48} {:>7} (bound {})",
+            "  {verdict} {:<width$} {:>7} (bound {})",
             c.what,
             c.value.map_or("no rows".into(), pct0),
             pct0(c.bound)
@@ -298,10 +315,11 @@ fn markdown_summary(o: &mut String, file: &str, summary: &Summary) {
     }
     let _ = writeln!(
         o,
-        "\n{} rows compared, {} skipped (listed below).\n\nAcceptance bounds (issue 3):\n\n```\n{}```\n",
+        "\n{} rows compared, {} skipped (listed below).\n\nAcceptance bounds (issue 3):\n\n```\n{}```\n\nIteration-time targets on today's stacks (issue 15):\n\n```\n{}```\n",
         summary.rows_compared,
         summary.rows_skipped,
-        acceptance_text(summary)
+        acceptance_text(summary),
+        targets_text(summary)
     );
 }
 
@@ -426,24 +444,28 @@ fn markdown_largest_errors(o: &mut String, results: &[RowResult]) {
 
 #[cfg(test)]
 mod tests {
-    use super::acceptance_text;
+    use super::{acceptance_text, targets_text};
     use crate::{GroupSummary, Metric, Summary};
 
-    /// A file with BLOOM's time rows only: that bound passes or fails on its MAPE, the bounds of
-    /// the groups it lacks read `n/a`, neither passing nor failing.
-    #[test]
-    fn a_bound_without_rows_is_not_a_failure() {
-        let bloom = |mape: f64| GroupSummary {
-            group: "BLOOM-prelaunch-benchmarks".into(),
+    /// An iteration-time group of three rows with `mape`.
+    fn time_group(name: &str, mape: f64) -> GroupSummary {
+        GroupSummary {
+            group: name.into(),
             metric: Metric::IterationTime,
             count: 3,
             mape,
             bias: 0.0,
             max_abs_error: mape,
             worst_row: "r".into(),
-        };
+        }
+    }
+
+    /// A file with BLOOM's time rows only: that bound passes or fails on its MAPE, the bounds of
+    /// the groups it lacks read `n/a`, neither passing nor failing.
+    #[test]
+    fn a_bound_without_rows_is_not_a_failure() {
         let summary = |mape: f64| Summary {
-            groups: vec![bloom(mape)],
+            groups: vec![time_group("BLOOM-prelaunch-benchmarks", mape)],
             overall: Vec::new(),
             rows_compared: 3,
             rows_skipped: 0,
@@ -461,5 +483,31 @@ mod tests {
         assert!(!text.contains("FAIL"), "{text}");
         let failing = acceptance_text(&summary(0.2));
         assert!(failing.contains("  FAIL BLOOM iteration-time"), "{failing}");
+    }
+
+    /// The targets of issue 15 name the worst group and compare the all-rows MAPE with 7 %.
+    #[test]
+    fn targets_name_the_worst_group_and_the_all_rows_bound() {
+        let summary = |worst: f64, all: f64| Summary {
+            groups: vec![time_group("A", 0.04), time_group("B", worst)],
+            overall: vec![time_group("all", all)],
+            rows_compared: 6,
+            rows_skipped: 0,
+        };
+        let met = targets_text(&summary(0.09, 0.065));
+        assert!(
+            met.contains("  pass largest group iteration-time MAPE (B)"),
+            "{met}"
+        );
+        assert!(
+            met.contains("  pass iteration-time MAPE over every row"),
+            "{met}"
+        );
+        let unmet = targets_text(&summary(0.11, 0.075));
+        assert!(unmet.contains("  FAIL largest group"), "{unmet}");
+        assert!(
+            unmet.contains("  FAIL iteration-time MAPE over every row"),
+            "{unmet}"
+        );
     }
 }

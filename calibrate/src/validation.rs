@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::fit::{self, FitOptions, FitReport};
-use crate::report::{acceptance_text, fit_text, markdown, rows_table, summary_table};
+use crate::report::{acceptance_text, fit_text, markdown, rows_table, summary_table, targets_text};
 use crate::rows::PublishedRow;
 use crate::{calibrated_gpus, evaluate_all, prepare, summarize, Calibration, PreparedRow};
 use crate::{RowResult, Summary};
@@ -69,6 +69,10 @@ impl Validation {
             .any(|c| c.value.is_some())
         {
             o += &format!("\nacceptance bounds:\n{}", acceptance_text(&self.summary));
+            o += &format!(
+                "\niteration-time targets on today's stacks (issue 15):\n{}",
+                targets_text(&self.summary)
+            );
         }
         if let Some(f) = &self.fit {
             o += &fit_text(f);
