@@ -150,17 +150,25 @@ impl PlanFile {
                 ),
             ));
         }
-        file.check_counts(origin)?;
+        if let Some(name) = file.zero_count() {
+            return Err(PlanError::invalid(
+                "--plan",
+                format!(
+                    "{origin}: plan.{name} is 0; it must be at least 1 (re-run `autopp plan` to make a new file)"
+                ),
+            ));
+        }
         Ok(file)
     }
 
-    /// Every degree, the micro-batch size and the counts of the plan are at least 1: a file
-    /// edited by hand to `"tp": 0` is refused here, naming the file and the field, before any
-    /// command divides by it.
-    fn check_counts(&self, origin: &str) -> Result<(), PlanError> {
+    /// The first of the plan's degrees, micro-batch size and counts that is 0, by its key in
+    /// the file (`tp`, `micro_batch_size`, …); `None` when all are at least 1. A file edited by
+    /// hand to `"tp": 0` is refused on reading ([`PlanFile::from_json`]), before any command
+    /// divides by it.
+    pub fn zero_count(&self) -> Option<&'static str> {
         let p = &self.plan;
         let d = &p.degrees;
-        let counts = [
+        [
             ("tp", d.tp),
             ("pp", d.pp),
             ("dp", d.dp),
@@ -170,16 +178,9 @@ impl PlanFile {
             ("num_microbatches", p.num_microbatches),
             ("global_batch_size", p.global_batch_size),
             ("gpus", p.gpus),
-        ];
-        match counts.iter().find(|(_, v)| *v == 0) {
-            Some((name, _)) => Err(PlanError::invalid(
-                "--plan",
-                format!(
-                    "{origin}: plan.{name} is 0; it must be at least 1 (re-run `autopp plan` to make a new file)"
-                ),
-            )),
-            None => Ok(()),
-        }
+        ]
+        .into_iter()
+        .find_map(|(name, v)| (v == 0).then_some(name))
     }
 
     /// The model the plan was made for.

@@ -55,11 +55,8 @@ impl ClusterArgs {
 /// another process's output could land inside the line; one `write_all` keeps it whole.
 pub fn print_stderr_line(line: &str) {
     use std::io::Write;
-    let mut text = String::with_capacity(line.len() + 1);
-    text.push_str(line);
-    text.push('\n');
     // nothing to do if stderr is gone
-    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 /// Notes for the user (a default chosen, a setting not applied), printed on stderr only when

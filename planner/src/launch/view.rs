@@ -267,7 +267,7 @@ fn check_counts(
         config.degrees.cp,
         config.degrees.virtual_stages,
     ];
-    if degrees.contains(&0) || p.micro_batch_size == 0 || p.num_microbatches == 0 {
+    if file.zero_count().is_some() {
         return Err(invalid(
             "plan",
             "tp, pp, dp, cp, virtual_stages, micro_batch_size and num_microbatches must all be at least 1",
