@@ -7,7 +7,7 @@
 //!   `BF16_Optimizer`: memory 2.9% (7.7% before the optimizer's fp32 cast of the largest
 //!   gradient was counted, 19.1% before its bf16 gradients beside the fp32 ones), time 4.9%.
 //! - `bloom-fp16.json`, the 02-25 to 02-27 runs under the fp16 ZeRO-1 optimizer: memory 4.8%
-//!   (one configuration read twice, 44 and 38 GB, costs 1 point), time 7.6% (the pipelines of 2
+//!   (one configuration read twice, 44 and 38 GB, costs 1 point), time 7.7% (the pipelines of 2
 //!   and 4 stages at data-parallel 12 and 24 run 15–27% slower than predicted).
 
 use autopp_calibrate::rows::parse_rows;
@@ -65,6 +65,6 @@ fn fp16_rows_stay_within_their_mape() {
         include_str!("../../validation/held-out/bloom-fp16.json"),
         23,
         0.048,
-        0.076,
+        0.077,
     );
 }

@@ -38,6 +38,10 @@ pub struct LayerTimes {
     /// timed so that they travel with its times (the planner's layer tables drop the
     /// operation lists once timed).
     pub expert_host_s: [f64; 3],
+    /// Seconds of the attention core (the fused kernel, or the score and value GEMMs) in the
+    /// forward and in the input-gradient pass, within `forward_s` and `backward_input_s`: what
+    /// a context-parallel ring exchange of K and V runs beside. Carried like `expert_host_s`.
+    pub attention_s: [f64; 2],
 }
 
 /// Per-layer and communication times computed from hardware figures.
@@ -225,6 +229,10 @@ impl AnalyticProfile {
             backward_weight_s: self.ops_time_s(&layer.backward_weight_ops),
             selective_recompute_s: self.ops_time_s(&layer.selective_recompute_ops),
             expert_host_s: self.expert_host_s(layer),
+            attention_s: [
+                self.attention_time_s(&layer.forward_ops),
+                self.attention_time_s(&layer.backward_input_ops),
+            ],
         };
         match self.measured.as_ref().and_then(|m| m.times_of(layer)) {
             Some([f, i, w]) => LayerTimes {
@@ -238,9 +246,22 @@ impl AnalyticProfile {
                 },
                 // a measurement includes its host time
                 expert_host_s: [0.0; 3],
+                // the attention core's share of each measured pass, as the roofline has it
+                attention_s: [
+                    share(analytic.attention_s[0], analytic.forward_s, f),
+                    share(analytic.attention_s[1], analytic.backward_input_s, i),
+                ],
             },
             None => analytic,
         }
+    }
+
+    /// Seconds of the attention-core ops among `ops`.
+    fn attention_time_s(&self, ops: &[Op]) -> f64 {
+        ops.iter()
+            .filter(|op| matches!(op, Op::Attention { .. }))
+            .map(|op| self.op_time_s(op))
+            .sum()
     }
 
     /// Host seconds to issue the grouped GEMMs of each of `layer`'s passes, `(F, I, W)`:
@@ -367,3 +388,12 @@ impl AnalyticProfile {
 
 #[cfg(test)]
 mod tests;
+
+/// `part` of an analytic `whole`, scaled to a measured `measured` (0 when `whole` is 0).
+fn share(part: f64, whole: f64, measured: f64) -> f64 {
+    if whole > 0.0 {
+        part * measured / whole
+    } else {
+        0.0
+    }
+}

@@ -363,17 +363,23 @@ fn add_layer(
     };
     let cp_block = if is_block { cp_fwd } else { 0.0 };
     let forward = dtensor_forward_collectives(layer, profile.precision, dtensor && is_block);
-    let tp_f = tp_time(&forward) + cp_block;
+    let tp_f_tp = tp_time(&forward);
+    let tp_f = tp_f_tp + cp_block;
+    let eff = &profile.efficiency;
+    // Ring attention sends the next K/V block while the current one is attended (Transformer
+    // Engine's `AttnFuncWithCPAndKVP2P` under Megatron-Core and NeMo, PyTorch's
+    // `_templated_ring_attention` under torchtitan): the forward exchange is exposed only
+    // beyond the attention core's own time.
+    let cp_f = eff.exposed_comm_s(cp_block, times.attention_s[0]);
     let tp_b_tp = tp_time(&layer.tp_backward);
     let tp_b = tp_b_tp + cp_block;
-    let eff = &profile.efficiency;
     st.forward_compute_s += times.forward_s;
     // With the overlap on (userbuffers, async TP), a block's collectives run
     // chunked beside its GEMMs: only what they cannot hide is exposed.
     st.forward_comm_s += if is_block && ctx.tp_comm_overlap {
         eff.exposed_comm_s(tp_f, times.forward_s)
     } else {
-        tp_f
+        tp_f_tp + cp_f
     };
     // With the overlap, the steady phase's share of each all-to-all runs beside the other
     // micro-batch's pass of the same layer (a forward's beside a backward and the reverse):
@@ -438,10 +444,10 @@ fn add_layer(
             rerun + regather
         }
         Recompute::Selective => times.selective_recompute_s,
-        Recompute::Full => times.forward_s + tp_f + a2a,
+        Recompute::Full => times.forward_s + tp_f_tp + cp_f + a2a,
     };
     if mode == Recompute::Full {
-        st.recompute_comm_s += tp_f + a2a;
+        st.recompute_comm_s += tp_f_tp + cp_f + a2a;
         st.ep_comm_s += a2a;
     }
     let kept = if mode == Recompute::Full {

@@ -5,7 +5,7 @@
 use autopp_hardware::{hardware, Cluster, Precision};
 use autopp_models::{Recompute, RecomputeModules};
 
-use super::super::network::nic_gbps_per_gpu;
+use super::super::network::{before_jean_zay_pcie_fix, nic_gbps_per_gpu, JEAN_ZAY_BEFORE_PCIE_FIX};
 use super::super::rows::{parse_gib, PublishedRow};
 use super::super::stacks::always_zero3;
 use autopp_planner::Stack;
@@ -196,6 +196,24 @@ pub(super) fn row_cluster(
     if nic.is_none() && gpus > per_node {
         assumptions.push(format!("network not stated: {kind}'s usual NIC assumed"));
     }
+    let source = row
+        .source
+        .as_ref()
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    let nic = match nic {
+        Some(gbps)
+            if before_jean_zay_pcie_fix(&source, row.notes.as_deref().unwrap_or(""))
+                && gpus > per_node =>
+        {
+            assumptions.push(format!(
+                "measured before Jean Zay's PCIe/NUMA fix of 2022-02-25: the network between \
+                 nodes at {JEAN_ZAY_BEFORE_PCIE_FIX} of its rate"
+            ));
+            Some(gbps * JEAN_ZAY_BEFORE_PCIE_FIX)
+        }
+        other => other,
+    };
     let mut gpu = hardware::gpu(kind).map_err(|e| e.to_string())?;
     if let Some(bytes) = stated_memory_bytes(row, gpu.memory_bytes) {
         assumptions.push(format!(

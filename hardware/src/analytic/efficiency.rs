@@ -237,15 +237,17 @@ impl Default for Efficiency {
     /// (`autopp validate validation/published-runs.json --fit`; knobs on a bound are marked in
     /// `docs/validation.md`). `hopper_compute` left its bound of 1 once the NeMo 24.07 and
     /// torchtitan H100 runs joined the file, `comm_intra` its bound of 0.95 with `comm_inter`'s
-    /// floor of 0.5 (`calibrate::fit`).
+    /// floor of 0.5 (`calibrate::fit`); `gemm_half_dim` left its bound of 4 once BigScience's
+    /// runs measured before Jean Zay's PCIe/NUMA fix ran on their slower network
+    /// (`calibrate::network::JEAN_ZAY_BEFORE_PCIE_FIX`).
     fn default() -> Self {
         Efficiency {
-            gemm_max: 0.6280,
-            gemm_half_dim: 4.155,
-            gemm_misaligned: 0.1001,
-            attention_fused: 0.4006,
+            gemm_max: 0.6288,
+            gemm_half_dim: 11.91,
+            gemm_misaligned: 0.1000,
+            attention_fused: 0.3987,
             attention_fa2_on_hopper: ATTENTION_FA2_ON_HOPPER,
-            hopper_compute: 0.9219,
+            hopper_compute: 0.9250,
             fp8_gemm: FP8_GEMM,
             fp8_rowwise_half_dim: FP8_ROWWISE_HALF_DIM,
             grouped_gemm_half_dim: GROUPED_GEMM_HALF_DIM,
@@ -253,10 +255,10 @@ impl Default for Efficiency {
             grouped_gemm_half_rows: GROUPED_GEMM_HALF_ROWS,
             grouped_gemm_host_s: GROUPED_GEMM_HOST_S,
             hbm: 0.95,
-            comm_intra: 0.8608,
-            comm_inter: 0.7844,
-            comm_overlap: 0.6613,
-            kernel_overhead_s: 1.004e-6,
+            comm_intra: 0.8759,
+            comm_inter: 0.7832,
+            comm_overlap: 0.6653,
+            kernel_overhead_s: 1.420e-6,
         }
     }
 }
