@@ -239,11 +239,7 @@ impl AnalyticProfile {
                 forward_s: f,
                 backward_input_s: i,
                 backward_weight_s: w,
-                selective_recompute_s: if analytic.forward_s > 0.0 {
-                    analytic.selective_recompute_s * f / analytic.forward_s
-                } else {
-                    0.0
-                },
+                selective_recompute_s: share(analytic.selective_recompute_s, analytic.forward_s, f),
                 // a measurement includes its host time
                 expert_host_s: [0.0; 3],
                 // the attention core's share of each measured pass, as the roofline has it

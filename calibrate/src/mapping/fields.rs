@@ -196,14 +196,10 @@ pub(super) fn row_cluster(
     if nic.is_none() && gpus > per_node {
         assumptions.push(format!("network not stated: {kind}'s usual NIC assumed"));
     }
-    let source = row
-        .source
-        .as_ref()
-        .map(|v| v.to_string())
-        .unwrap_or_default();
+    let source = row.source.as_ref().and_then(|v| v.as_str()).unwrap_or("");
     let nic = match nic {
         Some(gbps)
-            if before_jean_zay_pcie_fix(&source, row.notes.as_deref().unwrap_or(""))
+            if before_jean_zay_pcie_fix(source, row.notes.as_deref().unwrap_or(""))
                 && gpus > per_node =>
         {
             assumptions.push(format!(
