@@ -20,7 +20,7 @@ fn calibrate_prints_the_fit_and_writes_a_file_plan_and_estimate_read() {
         "gemm_max",
         "comm_inter",
         "comm_overlap",
-        "7 other knobs keep their shipped values: 3 runs determine at most 3 knobs",
+        "8 other knobs keep their shipped values: 3 runs determine at most 3 knobs",
         "time error on these runs (MAPE): shipped",
         "no out-of-sample error: it needs at least 4 runs",
     ] {

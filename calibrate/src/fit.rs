@@ -47,10 +47,13 @@ pub const PRIOR: Efficiency = Efficiency {
     comm_inter: 0.85,
     comm_overlap: 0.8,
     kernel_overhead_s: 4e-6,
+    // a block's forward launches some 40 kernels; at about 12 µs each (a CUDA launch and
+    // PyTorch's eager dispatch between them) its host time is about 0.5 ms
+    host_block_s: 0.5e-3,
 };
 
 /// The time knobs the fit moves, with physically sensible bounds.
-const KNOBS: [Knob; 10] = [
+const KNOBS: [Knob; 11] = [
     Knob {
         name: "gemm_max",
         lo: 0.4,
@@ -140,6 +143,17 @@ const KNOBS: [Knob; 10] = [
         specific: false,
         get: |e| e.kernel_overhead_s,
         set: |e, v| e.kernel_overhead_s = v,
+    },
+    Knob {
+        name: "host_block_s",
+        // only runs whose GPU waits on every launch depend on it (BigScience's, with
+        // `CUDA_LAUNCH_BLOCKING=1`); 5 ms is more host time than a 180B block's forward takes
+        // the GPU at one sequence per micro-batch
+        lo: 0.0,
+        hi: 5e-3,
+        specific: false,
+        get: |e| e.host_block_s,
+        set: |e, v| e.host_block_s = v,
     },
 ];
 

@@ -59,7 +59,8 @@ pub fn always_zero3(row: &PublishedRow, stack: Stack) -> bool {
 /// all-reduce overlaps the backward in 2021 (`DDP impl 'torch'`); ZeRO-3 under Megatron-LM 2021
 /// did not; Composer's DEFAULT mixed precision reduces in fp32 and PURE in bf16; torchtitan's
 /// async TP (named in the row's notes) overlaps the tensor-parallel collectives; the expert
-/// dispatcher ([`dedup_dispatcher`]) and an all-to-all overlap the notes name.
+/// dispatcher ([`dedup_dispatcher`]) and an all-to-all overlap the notes name; BigScience's
+/// runs wait on every launch ([`bigscience_launch_blocking`]).
 pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
     let zero = row
         .zero_or_distributed_optimizer
@@ -92,6 +93,7 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
         }
         _ => {}
     }
+    r.host_serialized = bigscience_launch_blocking(row);
     r.optimizer_states = optimizer_states_of(&zero);
     r.ep_dispatch_dedup = dedup_dispatcher(row);
     // a token-drop run pads every expert to its capacity: static shapes, no host sync in the
@@ -111,6 +113,15 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
     .iter()
     .any(|k| notes.contains(k));
     r
+}
+
+/// Whether the row is one of BigScience's tr11 benchmarks on Jean Zay
+/// (`train/tr11-176B-ml/chronicles-prequel.md`), which ran with `CUDA_LAUNCH_BLOCKING=1`.
+pub fn bigscience_launch_blocking(row: &PublishedRow) -> bool {
+    row.source
+        .as_ref()
+        .and_then(|s| s.as_str())
+        .is_some_and(|s| s.contains("chronicles-prequel"))
 }
 
 /// The optimizer states the row's `zero_or_distributed_optimizer` phrase (lower case) names:
@@ -400,5 +411,30 @@ mod tests {
             assert_eq!(preset_named(row).map(|p| p.name), Some(preset), "{row}");
         }
         assert!(preset_named("Nemotron-15B").is_none());
+    }
+
+    /// BigScience's tr11 benchmarks ran with `CUDA_LAUNCH_BLOCKING=1`: host-serialized; the
+    /// same stack's other runs, and other stacks, keep a host that runs ahead.
+    #[test]
+    fn bigscience_runs_wait_on_every_launch() {
+        let with_source = |source: &str| {
+            let text = format!(
+                r#"[{{"id": "r", "kind": "end_to_end_training_throughput", "source_group": "g",
+                     "framework": "Megatron-DeepSpeed (BigScience fork) + DeepSpeed",
+                     "source": "{source}"}}]"#
+            );
+            crate::rows::parse_rows(&text, "test").unwrap().remove(0)
+        };
+        let tr11 = with_source(
+            "bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md (commit 59a90eec97)",
+        );
+        assert!(bigscience_launch_blocking(&tr11));
+        assert!(runtime_of(&tr11, Stack::MegatronDeepspeed).host_serialized);
+        let other = with_source("microsoft/Megatron-DeepSpeed examples");
+        assert!(!runtime_of(&other, Stack::MegatronDeepspeed).host_serialized);
+        assert!(!runtime_of(&row("Megatron-DeepSpeed"), Stack::MegatronDeepspeed).host_serialized);
+        for stack in Stack::ALL {
+            assert!(!stack.runtime().host_serialized, "{stack}");
+        }
     }
 }

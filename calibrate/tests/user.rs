@@ -19,7 +19,8 @@ fn group(name: &str, gpu: &str) -> Vec<PublishedRow> {
 /// the even half (10 knobs) 30.6%; since ring collectives use the node's rails
 /// (`Cluster::ring_link`) the shipped knobs give 10.2% and the fit 3.9%; since llm-foundry's
 /// FlashAttention-2-class kernels run at half the Hopper-native rate
-/// (`Efficiency::attention_fa2_on_hopper`) the shipped knobs give 5.5% and the fit 3.5%.
+/// (`Efficiency::attention_fa2_on_hopper`) the shipped knobs give 5.5% and the fit 3.5%; since
+/// the refit with BigScience's host-serialized runs (`Efficiency::host_block_s`) 4.1% and 1.9%.
 #[test]
 fn a_fit_on_half_a_group_improves_the_other_half() {
     let rows = prepare(&group("MosaicML-MPT", "H100-80GB"));
@@ -45,7 +46,7 @@ fn a_fit_on_half_a_group_improves_the_other_half() {
     };
     let (shipped, calibrated) = held_out_error(&half(0), &half(1));
     eprintln!("held-out half: shipped {shipped:.4}, calibrated {calibrated:.4}");
-    assert!((shipped - 0.0546).abs() < 0.01, "shipped {shipped}");
+    assert!((shipped - 0.0408).abs() < 0.01, "shipped {shipped}");
     assert!(calibrated < 0.7 * shipped, "{calibrated} vs {shipped}");
 }
 
@@ -62,7 +63,7 @@ fn one_run_fits_one_knob() {
     assert!(fit.calibrated_mape < 0.01 && fit.calibrated_mape < fit.shipped_mape);
     let text = fit.text();
     assert!(
-        text.contains("9 other knobs keep their shipped values: 1 run determines at most 1 knob"),
+        text.contains("10 other knobs keep their shipped values: 1 run determines at most 1 knob"),
         "{text}"
     );
 }

@@ -18,7 +18,7 @@ mod efficiency;
 
 pub use efficiency::{
     Efficiency, ATTENTION_FA2_ON_HOPPER, FP8_GEMM, FP8_ROWWISE_HALF_DIM, GROUPED_GEMM_HALF_DIM,
-    GROUPED_GEMM_HALF_ROWS, GROUPED_GEMM_HOST_S, MOE_LAYER_OVERHEAD_S,
+    GROUPED_GEMM_HALF_ROWS, GROUPED_GEMM_HOST_S, HOST_BLOCK_S, MOE_LAYER_OVERHEAD_S,
 };
 
 /// Times of one layer's passes on one GPU for one micro-batch, in seconds, compute only

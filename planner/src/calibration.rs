@@ -83,6 +83,12 @@ impl CalibrationFile {
                 e.comm_overlap
             )));
         }
+        if !(e.host_block_s.is_finite() && (0.0..=1.0).contains(&e.host_block_s)) {
+            return Err(bad(format!(
+                "efficiency.host_block_s: {} is out of range [0, 1] seconds",
+                e.host_block_s
+            )));
+        }
         Ok(file)
     }
 

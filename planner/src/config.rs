@@ -153,6 +153,12 @@ pub struct Runtime {
     /// before this field read `false`, as they were predicted.
     #[serde(default)]
     pub expert_host_launches: bool,
+    /// The GPU waits for the host to issue every kernel (`CUDA_LAUNCH_BLOCKING=1`, which
+    /// BigScience's 176B runs needed against hangs): each transformer block's host time
+    /// ([`autopp_hardware::analytic::Efficiency::host_block_s`]) adds to its passes instead of
+    /// running ahead of the GPU. Plan files written before this field read `false`.
+    #[serde(default)]
+    pub host_serialized: bool,
     /// The vocabulary is padded to a multiple of this times `tp` (Megatron-LM's
     /// `--make-vocab-size-divisible-by`, 128; 1 for frameworks that do not pad).
     pub vocab_pad_multiple: u64,

@@ -123,6 +123,7 @@ impl Stack {
             ep_a2a_overlap: false,
             ep_dispatch_dedup: false,
             expert_host_launches: true,
+            host_serialized: false,
             vocab_pad_multiple: 128,
             multi_rail_rings: true,
             selective: SelectiveRecompute::AttentionCore,

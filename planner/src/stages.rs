@@ -134,6 +134,9 @@ pub struct StageContext<'a> {
     /// ([`crate::config::Runtime::expert_host_launches`]): each pass of a MoE layer lasts at
     /// least their host time ([`autopp_hardware::LayerTimes::expert_host_s`]).
     pub expert_host_launches: bool,
+    /// The GPU waits for the host at every launch
+    /// ([`crate::config::Runtime::host_serialized`]): each block's passes add its host time.
+    pub host_serialized: bool,
 }
 
 impl StageContext<'_> {
@@ -449,6 +452,17 @@ fn add_layer(
     if mode == Recompute::Full {
         st.recompute_comm_s += tp_f_tp + cp_f + a2a;
         st.ep_comm_s += a2a;
+    }
+    // a host-serialized runtime: the GPU idles while the host issues each pass of a block
+    // (the backward about twice the forward's kernels, a full recompute the forward's again)
+    if ctx.host_serialized && is_block {
+        let host = eff.host_block_s;
+        st.forward_compute_s += host;
+        st.backward_input_compute_s += host;
+        st.backward_weight_compute_s += host;
+        if mode == Recompute::Full {
+            st.recompute_s += host;
+        }
     }
     let kept = if mode == Recompute::Full {
         Recompute::Full

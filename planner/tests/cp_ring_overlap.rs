@@ -56,6 +56,7 @@ fn block(p: &AnalyticProfile, kv_bytes: u64, mode: Recompute) -> (StageCost, f64
         dtensor_tp: false,
         torch_native: false,
         expert_host_launches: false,
+        host_serialized: false,
     };
     (stage_costs(&layers, &[[i, i]], &ctx).remove(0), attention)
 }

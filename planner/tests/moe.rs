@@ -107,6 +107,7 @@ fn ep8_ctx(
         dtensor_tp: false,
         torch_native: false,
         expert_host_launches: launches,
+        host_serialized: false,
     }
 }
 

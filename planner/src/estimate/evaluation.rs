@@ -177,6 +177,7 @@ impl<'a> Evaluation<'a> {
             dtensor_tp: c.settings.runtime.tp_collectives == crate::runtime::TpCollectives::Dtensor,
             torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
             expert_host_launches: c.settings.runtime.expert_host_launches,
+            host_serialized: c.settings.runtime.host_serialized,
         };
         let full_layers = partial_recompute(c, self.layers, &self.ranges)?;
         let costs = match self.timed {

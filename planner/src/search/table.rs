@@ -366,6 +366,7 @@ fn layer_table(
         dtensor_tp: c.settings.runtime.tp_collectives == crate::runtime::TpCollectives::Dtensor,
         torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
         expert_host_launches: c.settings.runtime.expert_host_launches,
+        host_serialized: c.settings.runtime.host_serialized,
     };
     let mtp_layers = crate::experts::mtp_layers(model);
     let per_mode: Vec<Vec<StageCost>> = Recompute::ALL
