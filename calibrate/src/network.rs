@@ -56,11 +56,17 @@ pub fn nic_gbps_per_gpu(text: &str, gpus_per_node: u64) -> Option<f64> {
 /// shipped), inside the stated 1–5%; 0.5 would give 4.7–7.3%, beyond it.
 pub const JEAN_ZAY_BEFORE_PCIE_FIX: f64 = 0.6;
 
+/// Whether a row's `source` is BigScience's tr11 chronicle of its pre-launch benchmarks on Jean
+/// Zay (`train/tr11-176B-ml/chronicles-prequel.md`).
+pub fn from_bigscience_chronicle(source: &str) -> bool {
+    source.contains("chronicles-prequel")
+}
+
 /// Whether a row is one of BigScience's pre-launch benchmarks (`chronicles-prequel.md`)
 /// measured before 2022-02-25, the day Jean Zay's A100 nodes had their PCIe/NUMA setup fixed:
 /// its `source` names the chronicle and its `notes` date it `Date MM-DD (YYYY)`.
 pub fn before_jean_zay_pcie_fix(source: &str, notes: &str) -> bool {
-    if !source.contains("chronicles-prequel") {
+    if !from_bigscience_chronicle(source) {
         return false;
     }
     let Some(at) = notes.find("Date ") else {

@@ -121,7 +121,7 @@ pub fn bigscience_launch_blocking(row: &PublishedRow) -> bool {
     row.source
         .as_ref()
         .and_then(|s| s.as_str())
-        .is_some_and(|s| s.contains("chronicles-prequel"))
+        .is_some_and(crate::network::from_bigscience_chronicle)
 }
 
 /// The optimizer states the row's `zero_or_distributed_optimizer` phrase (lower case) names:

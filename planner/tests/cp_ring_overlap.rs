@@ -4,6 +4,8 @@
 //! attended, so the forward exchange is exposed only beyond the attention core's time, by the
 //! overlap rule `max(c − a, 0) + (1 − comm_overlap)·min(c, a)`.
 
+mod common;
+
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::{presets, LayerKind, Model, Op, Recompute, ShardSpec};
 use autopp_planner::stages::{stage_costs, StageContext, StageCost};
@@ -40,23 +42,9 @@ fn block(p: &AnalyticProfile, kv_bytes: u64, mode: Recompute) -> (StageCost, f64
         .sum();
     let link = p.cluster.group_link(2, 1);
     let ctx = StageContext {
-        profile: p,
-        tp: 1,
-        tp_link: link,
-        recompute: mode,
         cp: 2,
-        cp_link: link,
         cp_kv_bytes: kv_bytes,
-        tp_comm_overlap: false,
-        ep: 1,
-        ep_link: link,
-        ep_hidden_share: 0.0,
-        ep_across_share: 1.0,
-        selective_linear_share: 0.0,
-        dtensor_tp: false,
-        torch_native: false,
-        expert_host_launches: false,
-        host_serialized: false,
+        ..common::plain_context(p, 1, link, mode)
     };
     (stage_costs(&layers, &[[i, i]], &ctx).remove(0), attention)
 }

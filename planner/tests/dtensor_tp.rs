@@ -4,6 +4,8 @@
 //! checkpointing runs again (`_op_sac_save_list` saves reduce-scatters, not all-gathers),
 //! async TP on the forward only, and float8 tensorwise's float8 all-gathers.
 
+mod common;
+
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::{presets, CollectiveKind, LayerKind, Model, Recompute, ShardSpec};
 use autopp_planner::runtime::{every_other_matmul_share, TpCollectives};
@@ -44,23 +46,11 @@ fn block(p: &AnalyticProfile, dtensor: bool, overlap: bool) -> StageCost {
         .unwrap();
     let link = p.cluster.group_link(8, 1);
     let ctx = StageContext {
-        profile: p,
-        tp: 8,
-        tp_link: link,
-        recompute: Recompute::Selective,
-        cp: 1,
-        cp_link: link,
-        cp_kv_bytes: 0,
         tp_comm_overlap: overlap,
-        ep: 1,
-        ep_link: link,
-        ep_hidden_share: 0.0,
-        ep_across_share: 1.0,
         selective_linear_share: every_other_matmul_share(&m),
         dtensor_tp: dtensor,
         torch_native: true,
-        expert_host_launches: false,
-        host_serialized: false,
+        ..common::plain_context(p, 8, link, Recompute::Selective)
     };
     stage_costs(&layers, &[[i, i]], &ctx).remove(0)
 }

@@ -4,6 +4,8 @@
 //! the backward (twice the forward's kernels), once more to a full recompute. The embedding and
 //! the head pay nothing; a runtime whose host runs ahead pays nothing.
 
+mod common;
+
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::{presets, LayerKind, Model, Recompute, ShardSpec};
 use autopp_planner::stages::{stage_costs, StageContext, StageCost};
@@ -29,23 +31,8 @@ fn stage(p: &AnalyticProfile, range: [usize; 2], mode: Recompute, serialized: bo
     let layers = gpt3().layers(&shard).unwrap();
     let link = p.cluster.group_link(8, 1);
     let ctx = StageContext {
-        profile: p,
-        tp: 8,
-        tp_link: link,
-        recompute: mode,
-        cp: 1,
-        cp_link: link,
-        cp_kv_bytes: 0,
-        tp_comm_overlap: false,
-        ep: 1,
-        ep_link: link,
-        ep_hidden_share: 0.0,
-        ep_across_share: 1.0,
-        selective_linear_share: 0.0,
-        dtensor_tp: false,
-        torch_native: false,
-        expert_host_launches: false,
         host_serialized: serialized,
+        ..common::plain_context(p, 8, link, mode)
     };
     stage_costs(&layers, &[range], &ctx).remove(0)
 }

@@ -2,6 +2,8 @@
 //! (`--moe-imbalance`) and the expert all-to-all overlap of Megatron-Core's
 //! `--overlap-moe-expert-parallel-comm` (the `megatron-core-ep-overlap` runtime).
 
+mod common;
+
 use autopp_hardware::{hardware, AnalyticProfile, Cluster, Precision};
 use autopp_models::{presets, LayerKind, Model, Recompute, ShardSpec};
 use autopp_planner::stages::{stage_costs, StageContext};
@@ -91,23 +93,10 @@ fn ep8_ctx(
     launches: bool,
 ) -> StageContext<'_> {
     StageContext {
-        profile: p,
-        tp: 1,
-        tp_link: link,
-        recompute: Recompute::None,
-        cp: 1,
-        cp_link: link,
-        cp_kv_bytes: 0,
-        tp_comm_overlap: false,
         ep: 8,
-        ep_link: link,
         ep_hidden_share: share,
-        ep_across_share: 1.0,
-        selective_linear_share: 0.0,
-        dtensor_tp: false,
-        torch_native: false,
         expert_host_launches: launches,
-        host_serialized: false,
+        ..common::plain_context(p, 1, link, Recompute::None)
     }
 }
 
