@@ -371,6 +371,7 @@ fn layer(lc: &LayerCase, cal: &Calibration) -> Result<Vec<Comparison>, String> {
         selective_linear_share: StageContext::selective_share_of(&c.settings.runtime, &lc.model),
         dtensor_tp: false,
         torch_native: false,
+        torch_compiled: false,
         expert_host_launches: c.settings.runtime.expert_host_launches,
         host_serialized: c.settings.runtime.host_serialized,
     };

@@ -130,6 +130,10 @@ pub struct StageContext<'a> {
     /// checkpointing ([`op_sac_bytes`]) rather than Megatron's (attention core only), and its
     /// loss is PyTorch's unfused cross-entropy ([`unfused_loss_bytes`]).
     pub torch_native: bool,
+    /// torchtitan's blocks run under `torch.compile` (its benchmarks' `--training.compile`;
+    /// [`crate::config::Runtime::fused_elementwise`] on the torchtitan stack): the op-level
+    /// checkpoint keeps only the saved outputs its backward reads ([`op_sac_bytes`]).
+    pub torch_compiled: bool,
     /// The stack issues the routed experts' GEMMs from the host one by one
     /// ([`crate::config::Runtime::expert_host_launches`]): each pass of a MoE layer lasts at
     /// least their host time ([`autopp_hardware::LayerTimes::expert_host_s`]).
@@ -184,23 +188,29 @@ pub fn unfused_loss_bytes(head: &LayerCost) -> u64 {
 /// (the checkpoint's input, `full`), and the outputs of the ops on its save list — the
 /// attention kernel's output (`b·s·h_q` 16-bit values and the fp32 log-sum-exp per head and
 /// token) and every second `aten.mm` ("Saves output of all compute ops, except every second
-/// mm"), half of the linear GEMMs' outputs on average, since the counter runs on across the
-/// block's seven matmuls and across micro-batches. Everything else is recomputed in the
-/// backward. 16-bit outputs (bf16 autocast; float8 linears also return bf16): half of the
-/// GEMM outputs at 2 B each is one byte per output element.
-pub fn op_sac_bytes(layer: &LayerCost) -> u64 {
+/// mm"). The counter starts afresh at each block's forward (`selective_checkpointing_context_fn`
+/// makes a new `meta = defaultdict(int)` per checkpoint call), and a Llama block multiplies `wq,
+/// wk, wv, wo, w1, w3, w2` (a plain MLP `w1, w2`) in that order: the 1st, 3rd, 5th and 7th are
+/// saved — `wq`, `wv`, `w1` and `w2` ([`op_sac_saved_widths`]). Everything else is recomputed in
+/// the backward. 16-bit outputs (bf16 autocast; float8 linears also return bf16).
+///
+/// Eager PyTorch keeps every saved output (`_CachingTorchDispatchMode` caches each `MUST_SAVE`
+/// op's output whether the backward reads it or not). Under `torch.compile` (`compiled`) the
+/// partitioner keeps only what the backward graph reads: `w2`'s output feeds the residual add
+/// alone, whose gradient needs no tensor, so it is not kept.
+pub fn op_sac_bytes(layer: &LayerCost, compiled: bool) -> u64 {
     use autopp_models::Op;
-    let mut gemm_out = 0;
+    let mut linear = Vec::new();
     let mut attention = 0;
     for op in &layer.forward_ops {
         match *op {
             Op::Gemm {
                 m,
                 n,
+                k,
                 count,
                 linear: true,
-                ..
-            } => gemm_out += m * n * count,
+            } => linear.push((m * count, n, k)),
             Op::Attention {
                 batch_heads,
                 seq_q,
@@ -210,7 +220,42 @@ pub fn op_sac_bytes(layer: &LayerCost) -> u64 {
             _ => {}
         }
     }
-    layer.activation_bytes.full + gemm_out + attention
+    let saved = match op_sac_saved_widths(&linear) {
+        Some((eager, unread)) => {
+            let rows = linear[0].0;
+            let widths = if compiled { eager - unread } else { eager };
+            2 * rows * widths
+        }
+        // another block (latent attention): half of its GEMMs' outputs, 2 B each
+        None => linear.iter().map(|&(m, n, _)| m * n).sum(),
+    };
+    layer.activation_bytes.full + saved + attention
+}
+
+/// For a dense block's four linear GEMMs `[(rows, n, k)]` in forward order — the fused QKV
+/// projection, the output projection, the MLP's (gated: fused gate and up) input and its output
+/// — the per-token widths torchtitan's op-level checkpoint saves (`wq`, `wv`, `w1`, and `w2` when
+/// it is the 7th matmul) and the width of those the backward never reads (`w2`'s output, when
+/// saved). `None` for any other shape.
+pub fn op_sac_saved_widths(linear: &[(u64, u64, u64)]) -> Option<(u64, u64)> {
+    let &[(rows, qkv, _), (_, _, q), (_, mlp_in, _), (_, out, f)] = linear else {
+        return None;
+    };
+    if rows == 0 || qkv < q || (qkv - q) % 2 != 0 {
+        return None;
+    }
+    let kv = (qkv - q) / 2;
+    // the matmuls' output widths in order: wq, wk, wv, wo, w1, (w3,) w2
+    let mut widths = vec![q, kv, kv, out, f];
+    if mlp_in == 2 * f {
+        widths.push(f);
+    } else if mlp_in != f {
+        return None;
+    }
+    widths.push(out);
+    let saved: u64 = widths.iter().step_by(2).sum();
+    let unread = if widths.len() % 2 == 1 { out } else { 0 };
+    Some((saved, unread))
 }
 
 /// Seconds of the copies DTensor adds beside the all-gathers and reduce-scatters of `list`
@@ -475,7 +520,7 @@ fn add_layer(
         && layer.recomputable
         && layer.expert_params == 0
     {
-        op_sac_bytes(layer)
+        op_sac_bytes(layer, ctx.torch_compiled)
     } else {
         layer.activation_bytes_for(kept)
     };

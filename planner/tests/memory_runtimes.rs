@@ -5,7 +5,7 @@ use autopp_planner::memory::{
     fsdp_state_bytes, rank_memory, MemoryContext, StackMemory, CONTEXT_BYTES, CUDA_CONTEXT_BYTES,
 };
 use autopp_planner::runtime::OptimizerStates;
-use autopp_planner::stages::{op_sac_bytes, unfused_loss_bytes, StageCost};
+use autopp_planner::stages::{op_sac_bytes, op_sac_saved_widths, unfused_loss_bytes, StageCost};
 use autopp_planner::Stack;
 
 /// Llama 3 8B as torchtitan's benchmarks run it: local batch 2, sequence 8192, no tensor
@@ -23,21 +23,52 @@ fn llama3_8b_layers() -> Vec<autopp_models::LayerCost> {
 }
 
 /// torchtitan's op-level SAC keeps, per block and micro-batch (16,384 tokens): the block input
-/// `16384·4096·2` = 134,217,728 B; one byte per linear-GEMM output element (every second
-/// matmul saved at 2 B): `16384·(6144 + 4096 + 2·14336 + 4096)` = 704,643,072 B (QKV with 8 KV
-/// heads, output projection, SwiGLU's gate and up, down); the attention output and its fp32
-/// log-sum-exp, `2·32 heads · 8192 · (2·128 + 4)` = 136,314,880 B. In all 975,175,680 B
-/// (0.91 GiB), against Megatron's selective recompute's 139,264 B per token (2.13 GiB).
+/// `16384·4096·2` = 134,217,728 B; the outputs of the 1st, 3rd, 5th and 7th matmuls of the
+/// block (the counter starts afresh at each block), `wq`, `wv`, `w1` and `w2`, at 2 B:
+/// `2·16384·(4096 + 1024 + 14336 + 4096)` = 771,751,936 B; the attention output and its fp32
+/// log-sum-exp, `2·32 heads · 8192 · (2·128 + 4)` = 136,314,880 B. In all 1,042,284,544 B
+/// (0.97 GiB) in eager mode, against Megatron's selective recompute's 139,264 B per token
+/// (2.13 GiB). Compiled, `w2`'s output (read by no backward op) is not kept:
+/// `1,042,284,544 − 2·16384·4096` = 908,066,816 B.
 #[test]
-fn op_sac_keeps_half_the_matmuls_hand_worked() {
+fn op_sac_keeps_every_other_matmul_hand_worked() {
     let layers = llama3_8b_layers();
     let block = layers
         .iter()
         .find(|l| l.kind == LayerKind::Transformer)
         .unwrap();
     assert_eq!(block.activation_bytes.full, 134_217_728);
-    assert_eq!(op_sac_bytes(block), 975_175_680);
-    assert!(op_sac_bytes(block) < block.activation_bytes.selective / 2);
+    assert_eq!(op_sac_bytes(block, false), 1_042_284_544);
+    assert_eq!(op_sac_bytes(block, true), 908_066_816);
+    assert!(op_sac_bytes(block, false) < block.activation_bytes.selective / 2);
+}
+
+/// The saved matmul widths per token: a gated block (`wq, wk, wv, wo, w1, w3, w2`) keeps `wq`,
+/// `wv`, `w1`, `w2` and its backward never reads `w2`'s; a plain MLP's block (`wq, wk, wv, wo,
+/// w1, w2`, GPT-3 widths `h = 12288`) keeps `wq`, `wv`, `w1` = `h + h + 4h`, and `w2`, the 6th,
+/// is recomputed; a block of another shape is not matched.
+#[test]
+fn op_sac_saved_widths_hand_worked() {
+    let rows = 2048;
+    let llama = [
+        (rows, 4096 + 2 * 1024, 4096),
+        (rows, 4096, 4096),
+        (rows, 2 * 14336, 4096),
+        (rows, 4096, 14336),
+    ];
+    assert_eq!(
+        op_sac_saved_widths(&llama),
+        Some((4096 + 1024 + 14336 + 4096, 4096))
+    );
+    let h = 12288;
+    let gpt = [
+        (rows, 3 * h, h),
+        (rows, h, h),
+        (rows, 4 * h, h),
+        (rows, h, 4 * h),
+    ];
+    assert_eq!(op_sac_saved_widths(&gpt), Some((6 * h, 0)));
+    assert_eq!(op_sac_saved_widths(&gpt[..3]), None);
 }
 
 /// PyTorch's unfused cross-entropy holds two more fp32 logit tensors in its backward:

@@ -73,8 +73,8 @@ pub struct PlanArgs {
     #[arg(long, value_name = "GIB|N%")]
     pub memory_margin: Option<String>,
     /// Plans within this many percent of the fastest count as equally fast; the simplest of
-    /// them wins (memory headroom: peak under 90% of the GPU's, fewer stages per rank, plain
-    /// 1F1B, an even layer split, fewer pipeline ranks, smaller tp).
+    /// them wins (fewer stages per rank, plain 1F1B, an even layer split, fewer pipeline ranks,
+    /// smaller tp, then memory headroom: peak under 90% of the GPU's).
     #[arg(long, default_value_t = 1.0, value_name = "PCT")]
     pub tolerance: f64,
     /// Only Megatron's default even layer split (no uneven stage layouts).

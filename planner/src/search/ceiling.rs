@@ -9,10 +9,6 @@
 //! whatever refining the split does ([`exact_lower_bound_s`]). Candidates whose bound is above
 //! the [`Ceiling`] are not simulated: the answer is the same, faster.
 //!
-//! The tolerance is measured from the fastest plan with memory headroom when the fastest is
-//! tight ([`super::prefer_simple`]): while the fastest known plan is tight, the ceiling is at
-//! least the tolerance above the fastest roomy plan known, and infinite while none is known.
-//!
 //! A search keeps its own ceiling (its own answers stay as they were); `--framework any`
 //! also shares one across the frameworks' searches, fed with each framework's runnable
 //! answers, so a framework whose plans are all slower than the others' best few is hardly
@@ -33,9 +29,6 @@ pub(crate) struct Ceiling {
     tolerance: f64,
     /// (configuration, its schedule, fastest time seconds) per distinct run, fastest first.
     best: Mutex<Vec<(Key, Arc<Schedule>, f64)>>,
-    /// Whether the fastest plan offered is tight on memory, and the fastest time of a plan
-    /// that is not (seconds; infinite while none is known).
-    headroom: Mutex<(f64, bool, f64)>,
 }
 
 impl Ceiling {
@@ -46,28 +39,12 @@ impl Ceiling {
             keep: opts.top_k + 2,
             tolerance: opts.tolerance.max(0.0),
             best: Mutex::new(Vec::new()),
-            headroom: Mutex::new((f64::INFINITY, false, f64::INFINITY)),
         }
     }
 
     /// Records a fitting plan.
     pub fn offer(&self, e: &Estimate) {
-        self.offer_headroom(time_of(e), super::complexity(e).0);
         self.offer_run(key_of(e), &e.schedule, time_of(e));
-    }
-
-    /// Records a fitting plan's time, `tight` on memory or not.
-    fn offer_headroom(&self, time_s: f64, tight: bool) {
-        let Ok(mut h) = self.headroom.lock() else {
-            return;
-        };
-        let (fastest_s, fastest_tight, roomy_s) = &mut *h;
-        if time_s < *fastest_s {
-            (*fastest_s, *fastest_tight) = (time_s, tight);
-        }
-        if !tight {
-            *roomy_s = roomy_s.min(time_s);
-        }
     }
 
     /// Records a fitting configuration `key` that runs `schedule` in `time_s` seconds. Keys that
@@ -100,14 +77,9 @@ impl Ceiling {
         let Ok(best) = self.best.lock() else {
             return f64::INFINITY;
         };
-        let limit = match (best.first(), best.get(self.keep - 1)) {
+        match (best.first(), best.get(self.keep - 1)) {
             (Some((_, _, fastest)), Some((_, _, kth))) => kth.max(fastest * (1.0 + self.tolerance)),
             _ => f64::INFINITY,
-        };
-        match self.headroom.lock() {
-            Ok(h) if h.1 => limit.max(h.2 * (1.0 + self.tolerance)),
-            Ok(_) => limit,
-            Err(_) => f64::INFINITY,
         }
     }
 }
@@ -174,7 +146,6 @@ mod tests {
             keep: top_k + 2,
             tolerance,
             best: Mutex::new(Vec::new()),
-            headroom: Mutex::new((f64::INFINITY, false, f64::INFINITY)),
         }
     }
 
@@ -207,24 +178,6 @@ mod tests {
             c.offer_run(key(tp, ScheduleKind::OneFOneB), &one_f, t);
         }
         assert!((c.limit_s() - 10.5).abs() < 1e-12, "{}", c.limit_s());
-    }
-
-    #[test]
-    fn a_tight_fastest_plan_measures_the_tolerance_from_the_fastest_roomy_one() {
-        // prefer_simple passes a tight fastest plan over and looks within the tolerance of
-        // the fastest plan with headroom: nothing below that window may be cut
-        let c = ceiling(1, 0.05);
-        let one_f = schedule(ScheduleKind::OneFOneB, 8);
-        for (tp, t) in [(1, 10.0), (2, 10.1), (4, 10.2)] {
-            c.offer_headroom(t, true);
-            c.offer_run(key(tp, ScheduleKind::OneFOneB), &one_f, t);
-        }
-        assert_eq!(c.limit_s(), f64::INFINITY, "no roomy plan known yet");
-        c.offer_headroom(12.0, false);
-        assert!((c.limit_s() - 12.6).abs() < 1e-12, "{}", c.limit_s());
-        // a faster roomy plan narrows the window again
-        c.offer_headroom(10.15, false);
-        assert!((c.limit_s() - 10.6575).abs() < 1e-12, "{}", c.limit_s());
     }
 
     #[test]

@@ -82,17 +82,36 @@ fn memory_sentence(best: &Estimate) -> String {
     }
 }
 
-/// The faster but more complex plan passed over within the tolerance, and the runner-up.
+/// A plan's shape (the fields of [`super::complexity`] before memory) and whether its memory is
+/// tight.
+fn shape_and_tightness(e: &Estimate) -> ((u64, bool, bool, u64, u64), bool) {
+    let (v, fancy, uneven, pp, tp, tight) = super::complexity(e);
+    ((v, fancy, uneven, pp, tp), tight)
+}
+
+/// The faster but more complex (or fuller) plan passed over within the tolerance, and the
+/// runner-up.
 fn runner_up_sentences(result: &SearchResult) -> Vec<String> {
     let best = &result.best;
     let t = best.result.predicted.iteration_time_s;
     let mut out = Vec::new();
     if let Some(fast) = &result.passed_over {
-        out.push(format!(
-            "A more complex plan ({}) is {:.1}% faster, within the tolerance: the simpler one is chosen.",
-            differences(best, fast),
-            100.0 * (1.0 - fast.result.predicted.iteration_time_s / t)
-        ));
+        let gain = 100.0 * (1.0 - fast.result.predicted.iteration_time_s / t);
+        let (shape, _) = shape_and_tightness(best);
+        out.push(if shape_and_tightness(fast).0 == shape {
+            let pf = &fast.result.predicted;
+            format!(
+                "A plan of the same shape ({}) is {gain:.1}% faster but fills {} of {}: within the tolerance, the one with headroom is chosen.",
+                differences(best, fast),
+                gib(pf.peak_memory_bytes),
+                gib(pf.memory_capacity_bytes)
+            )
+        } else {
+            format!(
+                "A more complex plan ({}) is {gain:.1}% faster, within the tolerance: the simpler one is chosen.",
+                differences(best, fast)
+            )
+        });
     }
     let passed = result.passed_over.as_ref().map(key_of);
     if let Some(next) = result
@@ -162,10 +181,9 @@ fn differences(a: &Estimate, b: &Estimate) -> String {
         d.push(degrees(&b.result.plan));
     }
     if da.virtual_stages != db.virtual_stages || ka.schedule != kb.schedule {
-        d.push(format!(
-            "{} with {} stages per rank",
-            kb.schedule, db.virtual_stages
-        ));
+        let stages = db.virtual_stages;
+        let noun = if stages == 1 { "stage" } else { "stages" };
+        d.push(format!("{} with {stages} {noun} per rank", kb.schedule));
     }
     if ka.micro_batch_size != kb.micro_batch_size {
         d.push(format!("micro-batch {}", kb.micro_batch_size));

@@ -310,19 +310,23 @@ fn rank_cmp(a: &Estimate, b: &Estimate) -> std::cmp::Ordering {
 }
 
 /// Peak memory above this share of the GPU's counts as tight when plans tie (see
-/// [`complexity`]): a plan with headroom is the safer bet when the predictions are as close.
+/// [`complexity`]): of two plans alike in shape and as fast, the one with headroom is the
+/// safer bet.
 pub const TIGHT_MEMORY_SHARE: f64 = 0.9;
 
-/// How much a plan asks of whoever runs it, least first: memory above [`TIGHT_MEMORY_SHARE`]
-/// of the GPU's, stages per rank, a schedule other than plain 1F1B, a layer split that is not
-/// even (transformer layers per stage differing by more than one), pipeline ranks, then tensor
-/// parallelism.
-pub fn complexity(e: &Estimate) -> (bool, u64, bool, bool, u64, u64) {
+/// How much a plan asks of whoever runs it, least first: stages per rank, a schedule other
+/// than plain 1F1B, a layer split that is not even (transformer layers per stage differing by
+/// more than one), pipeline ranks, tensor parallelism, then memory above
+/// [`TIGHT_MEMORY_SHARE`] of the GPU's. The shape comes first: every plan here keeps the
+/// memory margin (the GPU kind's measured band, `--memory-margin`), the calibrated guard
+/// against running out; headroom beyond it decides only between plans of the same shape, so a
+/// pipeline is never chosen over a plan without one for memory the margin already holds.
+pub fn complexity(e: &Estimate) -> (u64, bool, bool, u64, u64, bool) {
     let (k, pr) = (key_of(e), &e.result.predicted);
     let d = k.degrees;
     let tight = pr.peak_memory_bytes as f64 > TIGHT_MEMORY_SHARE * pr.memory_capacity_bytes as f64;
     let fancy = d.pp > 1 && k.schedule != ScheduleKind::OneFOneB;
-    (tight, d.virtual_stages, fancy, !even_split(e), d.pp, d.tp)
+    (d.virtual_stages, fancy, !even_split(e), d.pp, d.tp, tight)
 }
 
 /// Whether every stage holds the same number of transformer layers, give or take one (the
@@ -346,23 +350,13 @@ pub fn prefer_simple(
     let Some(fastest) = exact.first().map(time_of) else {
         return (exact, None);
     };
-    let simplest_within = |reference: f64| {
-        let limit = reference * (1.0 + tolerance.max(0.0));
-        exact
-            .iter()
-            .enumerate()
-            .take_while(|(_, e)| time_of(e) <= limit)
-            .min_by_key(|(i, e)| (complexity(e), *i))
-            .map_or(0, |(i, _)| i)
-    };
-    let mut simplest = simplest_within(fastest);
-    // A fastest plan passed over for its tight memory is not the one that runs: "as good" is
-    // then measured from the fastest plan with headroom.
-    if simplest != 0 && complexity(&exact[0]).0 {
-        if let Some(roomy) = exact.iter().find(|e| !complexity(e).0) {
-            simplest = simplest_within(time_of(roomy));
-        }
-    }
+    let limit = fastest * (1.0 + tolerance.max(0.0));
+    let simplest = exact
+        .iter()
+        .enumerate()
+        .take_while(|(_, e)| time_of(e) <= limit)
+        .min_by_key(|(i, e)| (complexity(e), *i))
+        .map_or(0, |(i, _)| i);
     if simplest == 0 {
         return (exact, None);
     }

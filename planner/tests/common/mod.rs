@@ -29,6 +29,7 @@ pub fn plain_context(
         selective_linear_share: 0.0,
         dtensor_tp: false,
         torch_native: false,
+        torch_compiled: false,
         expert_host_launches: false,
         host_serialized: false,
     }
