@@ -90,7 +90,7 @@ PY
   rm -f "$a" "$b"
 }
 uneven_case bloom-176b --gpus 384 --gpu a100-80g --fix pp=12
-uneven_case llama3-8b --gpus 64 --gpu h100-sxm
+uneven_case llama3-8b --gpus 64 --gpu h100-sxm --fix pp=2
 uneven_case llama3-70b --gpus 256 --gpu h100-sxm
 echo
 echo "BLOOM's 250,880-token vocabulary makes its head (LM head, fp32 logits, loss) as costly as"

@@ -356,4 +356,9 @@ fn small_models_plan_without_a_pipeline() {
     assert_eq!(gpt["plan"]["pp"], 1, "{}", gpt["plan"]);
     let llama = json(&[&LLAMA8B_MEGATRON[..], &["--json"]].concat(), None);
     assert_eq!(llama["plan"]["pp"], 1, "{}", llama["plan"]);
+    assert_eq!(llama["plan"]["tp"], 1, "{}", llama["plan"]);
+    // whichever framework runs it
+    let any = json(&["plan", "llama3-8b", "--gpus", "32", "--json"], None);
+    assert_eq!(any["plan"]["pp"], 1, "{}", any["plan"]);
+    assert_eq!(any["plan"]["tp"], 1, "{}", any["plan"]);
 }

@@ -232,6 +232,14 @@ impl Runtime {
         Runtime { stack, ..self }
     }
 
+    /// torchtitan's transformer blocks run under `torch.compile`: the torchtitan stack with
+    /// fused element-wise kernels ([`Runtime::fused_elementwise`]; its benchmarks and `autopp
+    /// launch` compile the model, eager rows say so). The scan and the evaluation both read it,
+    /// so their memory agrees ([`crate::stages::op_sac_bytes`]).
+    pub fn torch_compiled(&self) -> bool {
+        self.stack == Stack::Torchtitan && self.fused_elementwise
+    }
+
     /// The link the ring collectives of a group of `size` GPUs `stride` apart run over: over
     /// the node's rails ([`Cluster::ring_link`]) where [`Runtime::multi_rail_rings`], else one
     /// NIC per GPU ([`Cluster::group_link`]).

@@ -130,9 +130,9 @@ pub struct StageContext<'a> {
     /// checkpointing ([`op_sac_bytes`]) rather than Megatron's (attention core only), and its
     /// loss is PyTorch's unfused cross-entropy ([`unfused_loss_bytes`]).
     pub torch_native: bool,
-    /// torchtitan's blocks run under `torch.compile` (its benchmarks' `--training.compile`;
-    /// [`crate::config::Runtime::fused_elementwise`] on the torchtitan stack): the op-level
-    /// checkpoint keeps only the saved outputs its backward reads ([`op_sac_bytes`]).
+    /// torchtitan's blocks run under `torch.compile` ([`crate::config::Runtime::torch_compiled`]):
+    /// the op-level checkpoint keeps only the saved outputs its backward reads
+    /// ([`op_sac_bytes`]).
     pub torch_compiled: bool,
     /// The stack issues the routed experts' GEMMs from the host one by one
     /// ([`crate::config::Runtime::expert_host_launches`]): each pass of a MoE layer lasts at
@@ -187,8 +187,8 @@ pub fn unfused_loss_bytes(head: &LayerCost) -> u64 {
 /// `models/llama3/infra/parallelize.py`, `_apply_ac_to_transformer_block`): the block's input
 /// (the checkpoint's input, `full`), and the outputs of the ops on its save list — the
 /// attention kernel's output (`b·s·h_q` 16-bit values and the fp32 log-sum-exp per head and
-/// token) and every second `aten.mm` ("Saves output of all compute ops, except every second
-/// mm"). The counter starts afresh at each block's forward (`selective_checkpointing_context_fn`
+/// token) and the odd-numbered `aten.mm`s ("Saves output of all compute ops, except every
+/// second mm"). The counter starts afresh at each block's forward (`selective_checkpointing_context_fn`
 /// makes a new `meta = defaultdict(int)` per checkpoint call), and a Llama block multiplies `wq,
 /// wk, wv, wo, w1, w3, w2` (a plain MLP `w1, w2`) in that order: the 1st, 3rd, 5th and 7th are
 /// saved — `wq`, `wv`, `w1` and `w2` ([`op_sac_saved_widths`]). Everything else is recomputed in
@@ -221,27 +221,31 @@ pub fn op_sac_bytes(layer: &LayerCost, compiled: bool) -> u64 {
         }
     }
     let saved = match op_sac_saved_widths(&linear) {
-        Some((eager, unread)) => {
-            let rows = linear[0].0;
+        Some((rows, eager, unread)) => {
             let widths = if compiled { eager - unread } else { eager };
             2 * rows * widths
         }
-        // another block (latent attention): half of its GEMMs' outputs, 2 B each
+        // a block of another shape (latent attention's six or seven projections): an
+        // approximation, half of its GEMMs' outputs at 2 B each, compiled or not
         None => linear.iter().map(|&(m, n, _)| m * n).sum(),
     };
     layer.activation_bytes.full + saved + attention
 }
 
 /// For a dense block's four linear GEMMs `[(rows, n, k)]` in forward order — the fused QKV
-/// projection, the output projection, the MLP's (gated: fused gate and up) input and its output
-/// — the per-token widths torchtitan's op-level checkpoint saves (`wq`, `wv`, `w1`, and `w2` when
-/// it is the 7th matmul) and the width of those the backward never reads (`w2`'s output, when
-/// saved). `None` for any other shape.
-pub fn op_sac_saved_widths(linear: &[(u64, u64, u64)]) -> Option<(u64, u64)> {
+/// projection, the output projection (whose `k` is the query width), the MLP's (gated: fused
+/// gate and up) input and its output — the rows (tokens on the GPU), the per-token widths in
+/// elements that torchtitan's op-level checkpoint saves (`wq`, `wv`, `w1`, and `w2` when it is
+/// the 7th matmul) and the width of those the backward never reads (`w2`'s output, when saved).
+/// `None` for any other shape.
+pub fn op_sac_saved_widths(linear: &[(u64, u64, u64)]) -> Option<(u64, u64, u64)> {
     let &[(rows, qkv, _), (_, _, q), (_, mlp_in, _), (_, out, f)] = linear else {
         return None;
     };
-    if rows == 0 || qkv < q || (qkv - q) % 2 != 0 {
+    if rows == 0 || linear.iter().any(|l| l.0 != rows) || qkv < q {
+        return None;
+    }
+    if !(qkv - q).is_multiple_of(2) {
         return None;
     }
     let kv = (qkv - q) / 2;
@@ -255,7 +259,7 @@ pub fn op_sac_saved_widths(linear: &[(u64, u64, u64)]) -> Option<(u64, u64)> {
     widths.push(out);
     let saved: u64 = widths.iter().step_by(2).sum();
     let unread = if widths.len() % 2 == 1 { out } else { 0 };
-    Some((saved, unread))
+    Some((rows, saved, unread))
 }
 
 /// Seconds of the copies DTensor adds beside the all-gathers and reduce-scatters of `list`

@@ -1,6 +1,6 @@
 //! Issue 15: the memory facts of today's runtimes, each against a hand-worked figure.
 
-use autopp_models::{presets, LayerKind, ShardSpec};
+use autopp_models::{presets, LayerKind, Model, ShardSpec};
 use autopp_planner::memory::{
     fsdp_state_bytes, rank_memory, MemoryContext, StackMemory, CONTEXT_BYTES, CUDA_CONTEXT_BYTES,
 };
@@ -58,7 +58,7 @@ fn op_sac_saved_widths_hand_worked() {
     ];
     assert_eq!(
         op_sac_saved_widths(&llama),
-        Some((4096 + 1024 + 14336 + 4096, 4096))
+        Some((rows, 4096 + 1024 + 14336 + 4096, 4096))
     );
     let h = 12288;
     let gpt = [
@@ -67,8 +67,69 @@ fn op_sac_saved_widths_hand_worked() {
         (rows, 4 * h, h),
         (rows, h, 4 * h),
     ];
-    assert_eq!(op_sac_saved_widths(&gpt), Some((6 * h, 0)));
+    assert_eq!(op_sac_saved_widths(&gpt), Some((rows, 6 * h, 0)));
     assert_eq!(op_sac_saved_widths(&gpt[..3]), None);
+    // Llama 3 70B at tp 8: 8 query heads and one key/value head of 128 a GPU, FFN 28672 / 8
+    let llama70 = [
+        (rows, 1024 + 2 * 128, 8192),
+        (rows, 8192, 1024),
+        (rows, 2 * 3584, 8192),
+        (rows, 8192, 3584),
+    ];
+    assert_eq!(
+        op_sac_saved_widths(&llama70),
+        Some((rows, 1024 + 128 + 3584 + 8192, 8192))
+    );
+    // not a dense block: an odd key/value remainder, a 3f MLP input, no rows, mixed rows
+    let mut odd = llama;
+    odd[0].1 += 1;
+    assert_eq!(op_sac_saved_widths(&odd), None);
+    let mut three = llama;
+    three[2].1 = 3 * 14336;
+    assert_eq!(op_sac_saved_widths(&three), None);
+    let mut empty = llama;
+    for g in &mut empty {
+        g.0 = 0;
+    }
+    assert_eq!(op_sac_saved_widths(&empty), None);
+    let mut mixed = llama;
+    mixed[3].0 = rows / 2;
+    assert_eq!(op_sac_saved_widths(&mixed), None);
+}
+
+/// Every gated preset block torchtitan runs goes through the matmul count, not the
+/// approximation for other shapes: compiling drops `w2`'s output, `2·tokens·h` bytes, at tp 1
+/// and tp 8; a plain MLP's block (GPT-3) loses nothing.
+#[test]
+fn compiling_drops_w2_for_every_gated_preset() {
+    for (name, gated) in [
+        ("llama3-8b", true),
+        ("llama3-70b", true),
+        ("qwen3-32b", true),
+        ("gpt3-175b", false),
+    ] {
+        let model = presets::preset(name).unwrap().load().unwrap();
+        for tp in [1, 8] {
+            let shard = ShardSpec {
+                tp,
+                sequence_parallel: tp > 1,
+                flash_attention: true,
+                ..ShardSpec::default()
+            };
+            let layers = model.layers(&shard).unwrap();
+            let block = layers
+                .iter()
+                .find(|l| l.kind == LayerKind::Transformer)
+                .unwrap();
+            let Model::Transformer(t) = &model else {
+                panic!("{name} is a transformer");
+            };
+            let tokens = t.seq_length;
+            let dropped = op_sac_bytes(block, false) - op_sac_bytes(block, true);
+            let want = if gated { 2 * tokens * t.hidden_size } else { 0 };
+            assert_eq!(dropped, want, "{name} at tp {tp}");
+        }
+    }
 }
 
 /// PyTorch's unfused cross-entropy holds two more fp32 logit tensors in its backward:

@@ -157,7 +157,7 @@ fn any_equals_the_exhaustive_search_on_medium_cases() {
         opts.limits.max_virtual_stages = 2;
         let any = search::plans(&m, &p, &opts, true, &|_, _| {}).expect("a plan");
         // the fastest plan each found: the one shown may be a simpler one within the
-        // tolerance, chosen by memory headroom that differs between the frameworks' stacks
+        // tolerance, chosen by shape, then memory headroom (which differs between stacks)
         let fastest =
             |r: &search::SearchResult| r.passed_over.clone().unwrap_or_else(|| r.best.clone());
         let any_fastest = fastest(&any.result);

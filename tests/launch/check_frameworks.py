@@ -404,6 +404,9 @@ def check_torchtitan(case, plan_file, launch, files):
     ac = type(ac).__qualname__.split(".")[0] if ac is not None else "none"
     want = {"none": "none", "selective": "SelectiveAC", "full": "FullAC"}[plan["recompute"]]
     same("activation checkpointing", ac, want)
+    # autopp plans torchtitan's blocks compiled and its loss eager
+    same("compile (enable, components)", (c.compile.enable, list(c.compile.components)),
+         (True, ["model"]))
     return checked
 
 

@@ -160,10 +160,17 @@ pub(super) fn emit_for(view: &PlanView, era: Era) -> Result<Entry, Refusal> {
     }
     batch_args(view, era, &mut args);
     flag(&mut args, "--training.mixed_precision_param", "bfloat16");
-    let notes = vec![format!(
-        "--module {} --config {} defines {} (its shape is the plan's model); the flags after it set what the plan decides",
-        config.module, config.function, view.model.name
-    )];
+    // autopp times torchtitan's blocks with fused element-wise kernels and sizes their op-level
+    // checkpoint as compiled (`Runtime::torch_compiled`); the loss stays eager, as it plans it
+    args.push("--compile.enable".into());
+    flag(&mut args, "--compile.components", "model");
+    let notes = vec![
+        format!(
+            "--module {} --config {} defines {} (its shape is the plan's model); the flags after it set what the plan decides",
+            config.module, config.function, view.model.name
+        ),
+        "--compile.enable --compile.components model: the blocks compiled and the loss eager, as autopp predicted them; compiling the loss too (\"model\" \"loss\", torchtitan's default list) needs less memory than predicted".to_string(),
+    ];
     // the subcommand goes last: tyro reads the flags after it as its own
     args.push(format!("activation-checkpoint:{}", checkpointing(view)?));
     Ok(Entry {

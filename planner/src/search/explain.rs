@@ -50,13 +50,14 @@ fn time_sentence(best: &Estimate) -> String {
     )
 }
 
-/// Whether memory binds (less than 10% free on the fullest rank), and what it costs if so.
+/// Whether memory binds (the fullest rank above [`super::TIGHT_MEMORY_SHARE`] of the GPU's),
+/// and what it costs if so.
 fn memory_sentence(best: &Estimate) -> String {
     let p = &best.result.predicted;
     let plan = &best.result.plan;
     let headroom = 1.0 - p.peak_memory_bytes as f64 / p.memory_capacity_bytes as f64;
     let peak_rank = plan.peak_rank();
-    if headroom < 0.10 {
+    if headroom < 1.0 - super::TIGHT_MEMORY_SHARE {
         format!(
             "Memory binds: rank {peak_rank} needs {} of {}, which is why it uses {}{}{}.",
             gib(p.peak_memory_bytes),
@@ -126,6 +127,15 @@ fn runner_up_sentences(result: &SearchResult) -> Vec<String> {
                 differences(best, next),
                 100.0 * d
             )
+        } else if shape_and_tightness(next).0 == shape_and_tightness(best).0 {
+            let pn = &next.result.predicted;
+            format!(
+                "The runner-up ({}) is {:.1}% faster but fills {} of {}.",
+                differences(best, next),
+                -100.0 * d,
+                gib(pn.peak_memory_bytes),
+                gib(pn.memory_capacity_bytes)
+            )
         } else {
             format!(
                 "The runner-up ({}) is {:.1}% faster but more complex.",
@@ -169,7 +179,12 @@ fn next_step_sentence(result: &SearchResult) -> Option<String> {
 
 fn degrees(p: &crate::plan::Plan) -> String {
     let d = &p.degrees;
-    format!("tp {} · pp {} · dp {}", d.tp, d.pp, d.dp)
+    let cp = if d.cp > 1 {
+        format!(" · cp {}", d.cp)
+    } else {
+        String::new()
+    };
+    format!("tp {} · pp {} · dp {}{cp}", d.tp, d.pp, d.dp)
 }
 
 /// How two plans differ, in a few words.

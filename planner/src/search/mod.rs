@@ -318,9 +318,10 @@ pub const TIGHT_MEMORY_SHARE: f64 = 0.9;
 /// than plain 1F1B, a layer split that is not even (transformer layers per stage differing by
 /// more than one), pipeline ranks, tensor parallelism, then memory above
 /// [`TIGHT_MEMORY_SHARE`] of the GPU's. The shape comes first: every plan here keeps the
-/// memory margin (the GPU kind's measured band, `--memory-margin`), the calibrated guard
-/// against running out; headroom beyond it decides only between plans of the same shape, so a
-/// pipeline is never chosen over a plan without one for memory the margin already holds.
+/// memory margin the search was given (`EvalSettings::memory_margin_bytes`; `plan` sets the
+/// GPU kind's measured band, or `--memory-margin`), the calibrated guard against running out;
+/// headroom beyond it decides only between plans of the same shape, so a pipeline is never
+/// chosen over a plan without one for memory the margin already holds.
 pub fn complexity(e: &Estimate) -> (u64, bool, bool, u64, u64, bool) {
     let (k, pr) = (key_of(e), &e.result.predicted);
     let d = k.degrees;

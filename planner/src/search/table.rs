@@ -365,8 +365,7 @@ fn layer_table(
         selective_linear_share: StageContext::selective_share_of(&c.settings.runtime, model),
         dtensor_tp: c.settings.runtime.tp_collectives == crate::runtime::TpCollectives::Dtensor,
         torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
-        torch_compiled: c.settings.runtime.stack == crate::Stack::Torchtitan
-            && c.settings.runtime.fused_elementwise,
+        torch_compiled: c.settings.runtime.torch_compiled(),
         expert_host_launches: c.settings.runtime.expert_host_launches,
         host_serialized: c.settings.runtime.host_serialized,
     };
