@@ -95,6 +95,8 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
     }
     r.host_serialized = bigscience_launch_blocking(row);
     r.optimizer_states = optimizer_states_of(&zero);
+    // NeMo's `fp8_params` (the row's precision names it)
+    r.fp8_params = precision.contains("fp8_params");
     r.ep_dispatch_dedup = dedup_dispatcher(row);
     // a token-drop run pads every expert to its capacity: static shapes, no host sync in the
     // dispatcher, and the whole iteration replayed from a CUDA graph (Megatron-Bridge's 25.09-era
@@ -126,11 +128,14 @@ pub fn bigscience_launch_blocking(row: &PublishedRow) -> bool {
 
 /// The optimizer states the row's `zero_or_distributed_optimizer` phrase (lower case) names:
 /// NeMo 1.x's Apex `distributed_fused_adam` keeps 16-bit remainders of fp32 master weights, or
-/// with `optim.dtype bf16` bf16 states and no master copy
+/// with `optim.dtype bf16` bf16 states and no master copy, or a bf16 copy of the weights when
+/// the phrase says `store_params` (FP8 parameters)
 /// ([`autopp_planner::runtime::OptimizerStates`]); anything else fp32 master weights and moments.
 pub fn optimizer_states_of(zero: &str) -> OptimizerStates {
     if !zero.contains("distributed_fused_adam") {
         OptimizerStates::Fp32
+    } else if zero.contains("optim.dtype bf16") && zero.contains("store_params") {
+        OptimizerStates::Bf16StoredParams
     } else if zero.contains("optim.dtype bf16") {
         OptimizerStates::Bf16
     } else {
@@ -282,6 +287,25 @@ mod tests {
         ));
     }
 
+    /// NeMo's FP8 parameters are read from the row's precision; no stack holds them otherwise.
+    #[test]
+    fn fp8_params_follow_the_precision() {
+        for (precision, fp8_params) in [
+            ("fp8 delayed scaling (fp8_hybrid; fp8_params)", true),
+            ("fp8", false),
+            ("bf16", false),
+        ] {
+            let mut r = row("NeMo 24.07 (Megatron-Core)");
+            r.precision = Some(precision.to_string());
+            assert_eq!(
+                runtime_of(&r, Stack::Nemo).fp8_params,
+                fp8_params,
+                "{precision}"
+            );
+        }
+        assert!(Stack::ALL.iter().all(|s| !s.runtime().fp8_params));
+    }
+
     /// The optimizer a row's recipe names: Apex's `distributed_fused_adam` keeps 16-bit master
     /// remainders, or bf16 states with `optim.dtype bf16`; the distributed optimizer and
     /// unnamed ones fp32 master weights and moments.
@@ -295,6 +319,10 @@ mod tests {
             (
                 "apex distributed_fused_adam (optim.dtype bf16, grad_sync_dtype bf16)",
                 OptimizerStates::Bf16,
+            ),
+            (
+                "apex distributed_fused_adam (optim.dtype bf16, grad_sync_dtype bf16; fp8_params: store_params)",
+                OptimizerStates::Bf16StoredParams,
             ),
             ("distributed optimizer", OptimizerStates::Fp32),
             ("", OptimizerStates::Fp32),

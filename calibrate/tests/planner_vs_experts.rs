@@ -69,17 +69,12 @@ fn planner_is_never_worse_than_the_published_configurations() {
 /// NeMo runs whose published configuration the memory model predicts over capacity (they ran),
 /// with why. For these the search is given the memory that configuration needs in autopp's
 /// model (`compare_with_room`), so that the test still checks the search; the test fails once
-/// one fits (remove it then). This is one of `validate`'s wrong fit verdicts (issue 15), not
-/// explained yet. The GPT-3 20B and 175B rows left this list when their rows took the launcher
-/// recipe's selective recompute (which under FP8 drops the attention output's 16-bit copy,
-/// 2·sbh/t of 29) and Apex optimizer (16-bit master remainders); the 340B recipe that matches
-/// the published layout (tp 8 · pp 8 · vp 12) runs `mcore_distributed_optim`, whose
-/// `OptimizerConfig` NeMo builds without the recipe's `optim.dtype: bf16`, and no recompute.
-const KNOWN_NEMO_MEMORY_MISSES: &[(&str, &str)] = &[(
-    "nemo2407_Nemotron-340B_128gpu",
-    "90.7 of 79.6 GiB: dp 2 leaves 6 B/param of optimizer state beside TE's 2 B/param FP8 \
-     caches; whether NeMo 24.07 kept FP8 parameters only (`fp8_params`) is not known",
-)];
+/// one fits (remove it then). None now: the GPT-3 20B and 175B rows left this list when their
+/// rows took the launcher recipe's selective recompute (which under FP8 drops the attention
+/// output's 16-bit copy, 2·sbh/t of 29) and Apex optimizer (16-bit master remainders);
+/// Nemotron-340B when its row took NVIDIA's FP8 benchmark recipe of its layout
+/// (`dgxc-benchmarking`: FP8 parameters, selective recompute, Apex in bf16 with `store_params`).
+const KNOWN_NEMO_MEMORY_MISSES: &[(&str, &str)] = &[];
 
 /// NeMo 24.07's published H100 configurations (Megatron-Core, FP8 and bf16): the fastest plan
 /// searched with Megatron's rules and NeMo's runtime, on the same GPUs and global batch, is

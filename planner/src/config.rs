@@ -205,6 +205,13 @@ pub struct Runtime {
         skip_serializing_if = "crate::runtime::OptimizerStates::is_default"
     )]
     pub optimizer_states: crate::runtime::OptimizerStates,
+    /// Under Transformer Engine's FP8 the blocks' linear weights are FP8 parameters (NeMo's
+    /// `fp8_params`: the model built inside `fp8_model_init`, whose modules "hold only FP8
+    /// copies" of their weights): the FP8 weight and its cached transpose, 1 B each, replace
+    /// the 16-bit weight and the two FP8 copies beside it. Plan files written before this
+    /// field, and every stack's own runtime, read `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fp8_params: bool,
 }
 
 impl Default for Runtime {

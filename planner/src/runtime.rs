@@ -132,6 +132,7 @@ impl Stack {
             fused_elementwise: true,
             tp_collectives: TpCollectives::Megatron,
             optimizer_states: OptimizerStates::Fp32,
+            fp8_params: false,
         };
         match self {
             // every overlap any framework offers, but the expert all-to-all overlap (opt-in in
@@ -272,6 +273,10 @@ pub enum OptimizerStates {
     /// no master copy (`store_params=False`; the bf16 weights are updated in place) and the
     /// two Adam moments in bf16: 4 B/param.
     Bf16,
+    /// `optim.dtype: bf16` with FP8 parameters (`fp8_params`): NeMo sets `store_params=True`
+    /// (`megatron_base_model.py`), so the optimizer keeps its own bf16 copy of the weights —
+    /// the model holds only FP8 ones — beside the two bf16 moments: 6 B/param.
+    Bf16StoredParams,
 }
 
 impl OptimizerStates {
@@ -281,6 +286,7 @@ impl OptimizerStates {
             OptimizerStates::Fp32 => crate::memory::OPTIMIZER_BYTES_PER_PARAM,
             OptimizerStates::Fp32Remainders => 10,
             OptimizerStates::Bf16 => 4,
+            OptimizerStates::Bf16StoredParams => 6,
         }
     }
 

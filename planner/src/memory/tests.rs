@@ -244,11 +244,13 @@ fn expert_states_shard_over_expert_dp_hand_worked() {
 /// NeMo 1.x's Apex `DistributedFusedAdam` under bf16 O2 (`megatron_base_model.py`
 /// `setup_optimization`): with an fp32 optimizer it stores 16-bit remainders of the master
 /// weights (`store_param_remainders=True`), 2 + 4 + 4 = 10 B/param; with `optim.dtype: bf16`
-/// no master copy and bf16 moments, 4 B/param. Both sharded over the data-parallel group.
+/// no master copy and bf16 moments, 4 B/param; with FP8 parameters (`store_params=True`) a
+/// bf16 copy of the weights beside them, 6 B/param. All sharded over the data-parallel group.
 /// 1e9 parameters at ZeRO-1 over 8 with bf16 gradients (NeMo's runtime):
 /// - fp32 master and moments, the fp32 gradient copy at the step: (12 + 4)/8 = 2 B/param,
 ///   1.5 of it resident (the 0.5 copy held only at the step);
-/// - remainders: 12 − 2 = 10 → 1.25 resident; bf16 states: 4 → 0.5 resident.
+/// - remainders: 12 − 2 = 10 → 1.25 resident; bf16 states: 4 → 0.5 resident; bf16 states and
+///   weights: 6 → 0.75 resident.
 #[test]
 fn nemo_apex_optimizer_states_hand_worked() {
     let p = 1_000_000_000u64;
@@ -281,6 +283,7 @@ fn nemo_apex_optimizer_states_hand_worked() {
     assert_eq!(optimizer(OptimizerStates::Fp32), 1_500_000_000);
     assert_eq!(optimizer(OptimizerStates::Fp32Remainders), 1_250_000_000);
     assert_eq!(optimizer(OptimizerStates::Bf16), 500_000_000);
+    assert_eq!(optimizer(OptimizerStates::Bf16StoredParams), 750_000_000);
     // unsharded at ZeRO 0: 10 B and 4 B per parameter, beside the 4 B gradient copy
     let zero0 = MemoryContext {
         zero_stage: 0,

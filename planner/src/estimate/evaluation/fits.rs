@@ -16,7 +16,13 @@ impl Evaluation<'_> {
             comm_groups: d.num_comm_groups(),
             reserve_bytes: c.settings.memory_reserve_bytes,
             fp32_main_grads: c.settings.runtime.fp32_main_grads,
-            fp8_copy_bytes_per_param: c.settings.precision.fp8_weight_copy_bytes_per_param(),
+            // FP8 parameters: the FP8 weight and its transpose (2 B) take the 16-bit weight's
+            // place (2 B), with no copy beside it
+            fp8_copy_bytes_per_param: if c.settings.runtime.fp8_params {
+                0
+            } else {
+                c.settings.precision.fp8_weight_copy_bytes_per_param()
+            },
             stack: memory::StackMemory::of(c.settings.runtime.stack),
             optimizer_states: c.settings.runtime.optimizer_states,
         }
