@@ -144,9 +144,9 @@ echo
 cargo run --release --quiet -p autopp-calibrate --example experts_table
 echo
 echo "The same for NVIDIA's NeMo 24.07 runs on H100 (FP8 and bf16), with plans Megatron-Core can"
-echo "run (\`--framework megatron\`) under NeMo's runtime. A published configuration predicted over"
-echo "the GPU's memory although it ran (one of \`validate\`'s wrong fit verdicts, marked **no**) is"
-echo "searched with the memory autopp predicts it needs, so that the row still tests the search"
+echo "run (\`--framework megatron\`) under NeMo's runtime. Every published configuration is"
+echo "predicted to fit; one that did not (a wrong fit verdict, marked **no**) would be searched with"
+echo "the memory autopp predicts it needs, so that the row still tests the search"
 echo "(\`calibrate/tests/planner_vs_experts.rs\`)."
 echo
 cargo run --release --quiet -p autopp-calibrate --example experts_table NeMo

@@ -95,8 +95,12 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
     }
     r.host_serialized = bigscience_launch_blocking(row);
     r.optimizer_states = optimizer_states_of(&zero);
-    // NeMo's `fp8_params` (the row's precision names it)
+    // NeMo's `fp8_params` (the row's precision names it); NeMo then sets `store_params=True`
+    // (`megatron_base_model.py`), so bf16 states come with a bf16 copy of the weights
     r.fp8_params = precision.contains("fp8_params");
+    if r.fp8_params && r.optimizer_states == OptimizerStates::Bf16 {
+        r.optimizer_states = OptimizerStates::Bf16StoredParams;
+    }
     r.ep_dispatch_dedup = dedup_dispatcher(row);
     // a token-drop run pads every expert to its capacity: static shapes, no host sync in the
     // dispatcher, and the whole iteration replayed from a CUDA graph (Megatron-Bridge's 25.09-era
@@ -138,6 +142,9 @@ pub fn optimizer_states_of(zero: &str) -> OptimizerStates {
         OptimizerStates::Bf16StoredParams
     } else if zero.contains("optim.dtype bf16") {
         OptimizerStates::Bf16
+    } else if zero.contains("store_params") {
+        // an fp32 optimizer that stores its own copy of the weights: a whole fp32 master
+        OptimizerStates::Fp32
     } else {
         OptimizerStates::Fp32Remainders
     }
@@ -304,11 +311,21 @@ mod tests {
             );
         }
         assert!(Stack::ALL.iter().all(|s| !s.runtime().fp8_params));
+        // FP8 parameters make NeMo store a bf16 copy of the weights beside bf16 states
+        let mut r = row("NeMo 24.07 (Megatron-Core)");
+        r.precision = Some("fp8 (fp8_params)".to_string());
+        r.zero_or_distributed_optimizer =
+            Some("Apex distributed_fused_adam (optim.dtype bf16)".to_string());
+        assert_eq!(
+            runtime_of(&r, Stack::Nemo).optimizer_states,
+            OptimizerStates::Bf16StoredParams
+        );
     }
 
     /// The optimizer a row's recipe names: Apex's `distributed_fused_adam` keeps 16-bit master
-    /// remainders, or bf16 states with `optim.dtype bf16`; the distributed optimizer and
-    /// unnamed ones fp32 master weights and moments.
+    /// remainders, or bf16 states with `optim.dtype bf16` (and a bf16 weight copy with
+    /// `store_params`; an fp32 optimizer storing its weights keeps a whole fp32 master); the
+    /// distributed optimizer and unnamed ones fp32 master weights and moments.
     #[test]
     fn optimizer_states_follow_the_recipe() {
         for (text, states) in [
@@ -323,6 +340,10 @@ mod tests {
             (
                 "apex distributed_fused_adam (optim.dtype bf16, grad_sync_dtype bf16; fp8_params: store_params)",
                 OptimizerStates::Bf16StoredParams,
+            ),
+            (
+                "apex distributed_fused_adam (fp32 optimizer dtype; store_params)",
+                OptimizerStates::Fp32,
             ),
             ("distributed optimizer", OptimizerStates::Fp32),
             ("", OptimizerStates::Fp32),

@@ -284,7 +284,8 @@ pub fn model_state_bytes_for(
 /// Bytes the optimizer's `states` save against fp32 master weights and moments
 /// ([`OPTIMIZER_BYTES_PER_PARAM`]) for `params` parameters under a ZeRO stage with `shard`
 /// data-parallel members (sharded from ZeRO-1, as the states are): 2 B/param for NeMo 1.x's
-/// 16-bit master remainders, 8 B/param for bf16 states.
+/// 16-bit master remainders, 8 B/param for bf16 states, 6 B/param for bf16 states beside a
+/// bf16 weight copy (FP8 parameters).
 pub fn optimizer_states_saving_bytes(
     params: u64,
     zero_stage: u8,
@@ -383,7 +384,9 @@ pub struct MemoryContext {
     /// Gradients are kept in fp32 (see [`model_state_bytes_for`]).
     pub fp32_main_grads: bool,
     /// Bytes per transformer-block parameter of the FP8 weight copies the precision keeps
-    /// ([`autopp_hardware::Precision::fp8_weight_copy_bytes_per_param`]; 0 outside FP8).
+    /// ([`autopp_hardware::Precision::fp8_weight_copy_bytes_per_param`]; 0 outside FP8, and 0
+    /// with FP8 parameters, whose FP8 weight and transpose take the 16-bit weight's 2 B:
+    /// [`crate::config::Runtime::fp8_params`]).
     pub fp8_copy_bytes_per_param: u64,
     /// The stack's memory facts.
     pub stack: StackMemory,

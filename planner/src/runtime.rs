@@ -471,4 +471,28 @@ mod tests {
         let share = every_other_matmul_share(&m);
         assert!((share - 19456.0 / 53248.0).abs() < 1e-12, "{share}");
     }
+
+    /// A published recipe's FP8 parameters and bf16 states with a weight copy travel through a
+    /// plan file's runtime and back; the defaults are left out, so older files read them.
+    #[test]
+    fn fp8_params_and_stored_bf16_states_round_trip() {
+        let r = Runtime {
+            fp8_params: true,
+            optimizer_states: OptimizerStates::Bf16StoredParams,
+            ..Stack::Nemo.runtime()
+        };
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""fp8_params":true"#), "{text}");
+        assert!(
+            text.contains(r#""optimizer_states":"bf16-stored-params""#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Runtime>(&text).unwrap(), r);
+        let plain = serde_json::to_string(&Stack::Nemo.runtime()).unwrap();
+        assert!(!plain.contains("fp8_params") && !plain.contains("optimizer_states"));
+        assert_eq!(
+            serde_json::from_str::<Runtime>(&plain).unwrap(),
+            Stack::Nemo.runtime()
+        );
+    }
 }
