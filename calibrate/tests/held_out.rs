@@ -1,7 +1,8 @@
-//! BigScience's pre-launch benchmarks that are not rows of the calibration set
-//! (`validation/held-out/`, read from the tables of `chronicles-prequel.md`), which no fit has
-//! seen: their peak memory and iteration time stay at what the shipped model predicts for them
-//! plus a margin, and every fit verdict is right.
+//! Published runs that are not rows of the calibration set (`validation/held-out/`), which no
+//! fit has seen: their peak memory and iteration time stay at what the shipped model predicts
+//! for them plus a margin, and every fit verdict is right.
+//!
+//! BigScience's pre-launch benchmarks, read from the tables of `chronicles-prequel.md`:
 //!
 //! - `bloom-bf16-optimizer.json`, the 02-28 "Rebalancing layers" runs under DeepSpeed's
 //!   `BF16_Optimizer`: memory 2.9% (7.7% before the optimizer's fp32 cast of the largest
@@ -9,6 +10,13 @@
 //! - `bloom-fp16.json`, the 02-25 to 02-27 runs under the fp16 ZeRO-1 optimizer: memory 4.8%
 //!   (one configuration read twice, 44 and 38 GB, costs 1 point), time 7.7% (the pipelines of 2
 //!   and 4 stages at data-parallel 12 and 24 run 15–27% slower than predicted).
+//!
+//! torchtitan's 2024-12 benchmark beyond the 8B rows the calibration set holds
+//! (`torchtitan-70b-405b.json`: Llama 3.1 70B on 256 GPUs with FSDP and TP, 405B on 512 with
+//! FSDP, TP, PP and CP, all compiled with Float8 and full recompute): memory 42.0%, every row
+//! under-predicted (FSDP2 under PyTorch's pipeline stages keeps the stage unsharded, which the
+//! model does not count yet; `validation/README.md`), time 15.9%. The model's known gap at this
+//! scale, pinned so that it only closes.
 
 use autopp_calibrate::rows::parse_rows;
 use autopp_calibrate::{evaluate_all, prepare, summarize, Calibration, Metric};
@@ -66,5 +74,16 @@ fn fp16_rows_stay_within_their_mape() {
         23,
         0.048,
         0.077,
+    );
+}
+
+#[test]
+fn torchtitan_large_rows_stay_within_their_mape() {
+    check(
+        "validation/held-out/torchtitan-70b-405b.json",
+        include_str!("../../validation/held-out/torchtitan-70b-405b.json"),
+        8,
+        0.420,
+        0.159,
     );
 }
