@@ -93,6 +93,19 @@ pub struct StackMemory {
     /// at once (`immediate_grad_update`: `accumulate_hp_grads_and_remove_lp` calls
     /// `_update_hp_grad(…, clear_lp_grads=True)`), so that stack is left as it was.
     pub half_grads_beside_fp32: bool,
+    /// Under a pipeline, FSDP keeps a rank's whole stage unsharded for the iteration: PyTorch's
+    /// pipeline stages (`torch.distributed.pipelining`, `_PipelineStageBase.
+    /// backward_maybe_with_nosync`) run every micro-batch's backward of an FSDP module with
+    /// `set_reshard_after_backward(False)` and `set_requires_gradient_sync(False)` and
+    /// reduce-scatter once, after the last backward (`post_backward` called by hand), and
+    /// torchtitan does not reshard after the forward when pipelining (`apply_fsdp`:
+    /// `reshard_after_forward = not pp_enabled`, "to avoid per-microbatch all-gathers"). FSDP2
+    /// accumulates the unsharded gradients in `reduce_dtype`, fp32 under torchtitan
+    /// (`FSDPParam.to_accumulated_grad_if_needed`). So each rank holds its parameters in 16
+    /// bits and their gradients in fp32, unsharded, beside the sharded states
+    /// ([`StackMemory::pipelined_fsdp`]). (The same code gathers and reduces once per step;
+    /// [`crate::estimate::dp_comm_time_s`] still charges every micro-batch.)
+    pub pipeline_fsdp_unsharded: bool,
 }
 
 impl StackMemory {
@@ -103,6 +116,7 @@ impl StackMemory {
             Stack::Torchtitan => StackMemory {
                 fsdp: true,
                 fp8_cast_per_use: true,
+                pipeline_fsdp_unsharded: true,
                 ..StackMemory::default()
             },
             Stack::Composer => StackMemory {
@@ -124,6 +138,13 @@ impl StackMemory {
             },
             _ => StackMemory::default(),
         }
+    }
+
+    /// Whether a rank of `pp` pipeline ranks at `zero_stage` keeps its stage unsharded for the
+    /// iteration ([`StackMemory::pipeline_fsdp_unsharded`]): FSDP (ZeRO 2 or 3) under a
+    /// pipeline on such a stack.
+    pub fn pipelined_fsdp(self, zero_stage: u8, pp: u64) -> bool {
+        self.pipeline_fsdp_unsharded && zero_stage >= 2 && pp > 1
     }
 
     /// The fixed overhead per GPU of the stack, bytes.
@@ -392,6 +413,9 @@ pub struct MemoryContext {
     pub stack: StackMemory,
     /// What the optimizer keeps per parameter ([`crate::runtime::OptimizerStates`]).
     pub optimizer_states: crate::runtime::OptimizerStates,
+    /// Pipeline ranks (`pp`): under a pipeline some stacks keep FSDP's stage unsharded
+    /// ([`StackMemory::pipelined_fsdp`]).
+    pub pp: u64,
 }
 
 /// One rank's memory given its stages and the simulated peak of its in-flight activations.
@@ -459,7 +483,15 @@ pub fn rank_memory(
     };
     optimizer = optimizer.saturating_sub(step);
     let largest = stages.iter().map(|s| s.max_layer_params).max().unwrap_or(0);
-    if fsdp {
+    if ctx.stack.pipelined_fsdp(ctx.zero_stage, ctx.pp) {
+        // the whole stage (routed experts included) unsharded for the iteration: its gradients
+        // accumulated in fp32 in place of the sharded ones, beside the layer's 16-bit gradient
+        // being added in; at ZeRO 3 its 16-bit weights too (ZeRO 2 counts them whole already)
+        grads = params * GRAD_BYTES_PER_PARAM + largest * HALF_GRAD_BYTES_PER_PARAM;
+        if ctx.zero_stage >= 3 {
+            weights += params * WEIGHT_BYTES_PER_PARAM;
+        }
+    } else if fsdp {
         // the layer computed and the next, prefetched, unsharded in 16 bits; in the backward
         // one layer's unsharded gradient in 16 bits and its fp32 copy for the reduce-scatter
         weights += 2 * largest * WEIGHT_BYTES_PER_PARAM;

@@ -145,6 +145,23 @@ fn unfused_loss_hand_worked() {
 /// `16 · 8.03e9 / 8` = 16.06e9 B; with the two gathered layers of 218,112,000 parameters in
 /// 16 bits (872,448,000 B) and one layer's 16-bit gradient and fp32 copy (1,308,672,000 B).
 /// DeepSpeed's ZeRO-3 (18 B per parameter) would keep 18.07e9 B.
+/// torchtitan at ZeRO 3 over 8 data-parallel GPUs, no pipeline, with FP8 weight copies of
+/// 2 B/param requested (torchao casts per use and keeps none), no reserve or NCCL buffers.
+fn torchtitan_zero3_over_8() -> MemoryContext {
+    MemoryContext {
+        zero_stage: 3,
+        zero_shard: 8,
+        expert_zero_shard: 8,
+        comm_groups: 0,
+        reserve_bytes: 0,
+        fp32_main_grads: true,
+        fp8_copy_bytes_per_param: 2,
+        stack: StackMemory::of(Stack::Torchtitan),
+        optimizer_states: OptimizerStates::Fp32,
+        pp: 1,
+    }
+}
+
 #[test]
 fn fsdp_states_hand_worked() {
     let p = 8_030_000_000u64;
@@ -156,17 +173,7 @@ fn fsdp_states_hand_worked() {
         max_layer_params: layer,
         ..StageCost::default()
     };
-    let ctx = MemoryContext {
-        zero_stage: 3,
-        zero_shard: 8,
-        expert_zero_shard: 8,
-        comm_groups: 0,
-        reserve_bytes: 0,
-        fp32_main_grads: true,
-        fp8_copy_bytes_per_param: 2,
-        stack: StackMemory::of(Stack::Torchtitan),
-        optimizer_states: OptimizerStates::Fp32,
-    };
+    let ctx = torchtitan_zero3_over_8();
     let m = rank_memory(&[&stage], 0, &ctx);
     let states = fsdp_state_bytes(p / 8, 8);
     assert_eq!(m.weights_bytes, states.0 + 4 * layer);
@@ -245,4 +252,83 @@ fn fp8_params_hold_the_weights_in_fp8_only() {
     assert_eq!(a.grads_bytes, b.grads_bytes);
     assert_eq!(a.optimizer_bytes, b.optimizer_bytes);
     assert_eq!(a.activations_bytes, b.activations_bytes);
+}
+
+/// Under a pipeline, torchtitan's FSDP2 keeps a rank's stage unsharded for the iteration
+/// (PyTorch's pipeline stages turn off resharding and gradient sync until the last backward;
+/// FSDP2 accumulates the unsharded gradients in fp32). A rank of 1e9 parameters (largest layer
+/// 1e8) sharded over 8: at ZeRO 3 its states are `16/8` B/param = 2e9 B as without a pipeline,
+/// plus its weights in 16 bits, 2e9 B, and its gradients in fp32, 4e9 B, in place of the
+/// sharded 0.5e9 B, beside one layer's 16-bit gradient, 2e8 B. At pp 1 nothing changes; at
+/// ZeRO 2 the gradients are unsharded the same way, routed experts' too; Megatron-Core's stack
+/// is untouched.
+#[test]
+fn torchtitan_pipeline_keeps_the_stage_unsharded_hand_worked() {
+    let p = 1_000_000_000u64;
+    let layer = 100_000_000u64;
+    let stage = StageCost {
+        params: p,
+        max_layer_params: layer,
+        ..StageCost::default()
+    };
+    let flat = torchtitan_zero3_over_8();
+    let piped = MemoryContext { pp: 4, ..flat };
+    let m1 = rank_memory(&[&stage], 0, &flat);
+    assert_eq!(
+        (m1.weights_bytes, m1.grads_bytes, m1.optimizer_bytes),
+        (
+            500_000_000 + 4 * layer,
+            500_000_000 + 6 * layer,
+            1_000_000_000
+        )
+    );
+    let m4 = rank_memory(&[&stage], 0, &piped);
+    assert_eq!(
+        (m4.weights_bytes, m4.grads_bytes, m4.optimizer_bytes),
+        (500_000_000 + 2 * p, 4 * p + 2 * layer, 1_000_000_000)
+    );
+    // ZeRO 2 (torchtitan's `reshard_after_forward=never`): 16-bit weights whole in both
+    let zero2 = |pp| {
+        rank_memory(
+            &[&stage],
+            0,
+            &MemoryContext {
+                zero_stage: 2,
+                pp,
+                ..flat
+            },
+        )
+    };
+    assert_eq!(zero2(1).grads_bytes, 500_000_000);
+    assert_eq!(zero2(4).grads_bytes, 4 * p + 2 * layer);
+    assert_eq!(zero2(4).weights_bytes, zero2(1).weights_bytes);
+    // a stack without the fact, and ZeRO 1, keep their sharded gradients under a pipeline
+    let core = MemoryContext {
+        stack: StackMemory::of(Stack::MegatronCore),
+        zero_stage: 2,
+        ..piped
+    };
+    assert_eq!(rank_memory(&[&stage], 0, &core).grads_bytes, 500_000_000);
+    let zero1 = MemoryContext {
+        zero_stage: 1,
+        ..piped
+    };
+    assert_eq!(rank_memory(&[&stage], 0, &zero1).grads_bytes, 4 * p);
+    // routed experts are held the same way (the pipeline stage runs the whole FSDP module)
+    let moe = StageCost {
+        expert_params: p / 2,
+        ..stage.clone()
+    };
+    let m = rank_memory(
+        &[&moe],
+        0,
+        &MemoryContext {
+            zero_stage: 2,
+            ..piped
+        },
+    );
+    assert_eq!(m.grads_bytes, 4 * p + 2 * layer);
+    assert!(StackMemory::of(Stack::Torchtitan).pipelined_fsdp(3, 2));
+    assert!(!StackMemory::of(Stack::Torchtitan).pipelined_fsdp(1, 2));
+    assert!(!StackMemory::of(Stack::Composer).pipelined_fsdp(3, 2));
 }

@@ -584,4 +584,23 @@ mod tests {
         let m_count = c.num_microbatches() as f64;
         assert!(serial > m_count * 1e-3);
     }
+
+    /// FSDP at ZeRO 2 (torchtitan's `reshard_after_forward=False`) gathers each layer once
+    /// and reduce-scatters its gradients every micro-batch: with nothing overlapped the exposed
+    /// time is linear in the micro-batches, where Megatron-Core's distributed optimizer
+    /// exchanges once per iteration.
+    #[test]
+    fn fsdp_zero2_exchanges_every_micro_batch() {
+        let (m, mut p, mut c) = setup(32, 1, 1);
+        c.zero_stage = 2;
+        c.settings.runtime = crate::Stack::Torchtitan.runtime();
+        p.efficiency.comm_overlap = 0.0;
+        let one = time(&m, &p, &c).dp_comm_s[0];
+        c.global_batch_size *= 4;
+        let four = time(&m, &p, &c).dp_comm_s[0];
+        assert!((four - 4.0 * one).abs() < 1e-9 * four, "{four} vs {one}");
+        c.settings.runtime = crate::Stack::MegatronCore.runtime();
+        let core = time(&m, &p, &c).dp_comm_s[0];
+        assert!(four > 2.0 * core, "{four} vs {core}");
+    }
 }

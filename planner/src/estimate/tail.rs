@@ -47,6 +47,19 @@ pub fn optimizer_time_s(
 ///   traffic of an all-reduce), prefetched layer by layer so that it overlaps the micro-batch's
 ///   compute.
 ///
+/// * ZeRO 2 under PyTorch FSDP ([`memory::StackMemory::fsdp`]: FSDP2's
+///   `reshard_after_forward=False`, FSDP1's `SHARD_GRAD_OP`): per micro-batch, one all-gather
+///   of each layer's weights, kept from the forward to the backward, and a reduce-scatter of its
+///   gradients, prefetched and overlapped as under ZeRO 3. FSDP reduce-scatters every
+///   micro-batch's gradients: torchtitan's training loop accumulates without
+///   `set_requires_gradient_sync(False)`, "usually the gradient sync should be well-hidden"
+///   (pytorch/torchtitan#1710).
+/// * Under a pipeline FSDP is still charged per micro-batch, though PyTorch's pipeline stages
+///   keep the stage unsharded ([`memory::StackMemory::pipelined_fsdp`], counted in memory) and
+///   gather and reduce once per step: counted once, the search's shortlist missed the
+///   exhaustive search's best (`planner/tests/runnable.rs`, llama3-8b on 8 A100s), so the
+///   time side waits for a closed form that ranks it. An over-estimate, on the safe side.
+///
 /// Gradients travel in fp32 with main gradients and in 16 bits otherwise; weights in 16 bits.
 /// Under ZeRO 0–2 the routed experts' parameters reduce and gather over the
 /// expert-data-parallel group (`edp` GPUs `ep · etp` apart, on `expert_dp_link`), the rest
@@ -75,8 +88,11 @@ pub fn dp_comm_time_s(
     let n = c.degrees.data_parallel_gpus();
     let eff = &profile.efficiency;
     let backward_s: f64 = stages.iter().map(|s| s.backward_s()).sum();
+    let stack = memory::StackMemory::of(c.settings.runtime.stack);
+    // FSDP at ZeRO 2 (`reshard_after_forward=False`) exchanges per micro-batch as ZeRO 3 does
+    let fsdp_zero2 = stack.fsdp && c.zero_stage == 2;
     match c.zero_stage {
-        0..=2 => {
+        0..=2 if !fsdp_zero2 => {
             let reduce_kind = if c.zero_stage == 0 {
                 AllReduce
             } else {
@@ -133,7 +149,10 @@ pub fn dp_comm_time_s(
                 pieces as f64 * profile.collective_time_s(kind, bytes.div_ceil(pieces), n, link)
             };
             let w = memory::WEIGHT_BYTES_PER_PARAM;
-            let comm = 2.0 * per(AllGather, params * w)
+            // ZeRO 3 gathers for the forward and again for the backward; FSDP at ZeRO 2 keeps
+            // the forward's gather until the backward has run
+            let gathers = if c.zero_stage >= 3 { 2.0 } else { 1.0 };
+            let comm = gathers * per(AllGather, params * w)
                 + per(ReduceScatter, params * grad_bytes_per_param);
             let compute: f64 = stages.iter().map(|s| s.forward_s() + s.backward_s()).sum();
             m as f64 * eff.exposed_comm_s(comm, compute)

@@ -75,6 +75,7 @@ fn fp32_gradient_copy_only_at_the_step_hand_worked() {
         fp8_copy_bytes_per_param: 0,
         stack: StackMemory::of(crate::Stack::Nemo),
         optimizer_states: OptimizerStates::Fp32,
+        pp: 1,
     };
     let without_terms = |m: RankMemory| m.total_bytes_with(0.0, 0) - m.context_bytes;
     let m = rank_memory(&[&stage], 3 * p, &ctx);
@@ -118,6 +119,7 @@ fn bf16_optimizer_ctx() -> MemoryContext {
         fp8_copy_bytes_per_param: 0,
         stack: StackMemory::of(crate::Stack::MegatronDeepspeed),
         optimizer_states: OptimizerStates::Fp32,
+        pp: 1,
     }
 }
 
@@ -214,6 +216,7 @@ fn expert_states_shard_over_expert_dp_hand_worked() {
         fp8_copy_bytes_per_param: 0,
         stack: StackMemory::default(),
         optimizer_states: OptimizerStates::Fp32,
+        pp: 1,
     };
     let m = rank_memory(&[&layer], 0, &ctx);
     assert_eq!(m.weights_bytes, 2 * (experts + rest));
@@ -268,6 +271,7 @@ fn nemo_apex_optimizer_states_hand_worked() {
         fp8_copy_bytes_per_param: 0,
         stack: StackMemory::of(crate::Stack::Nemo),
         optimizer_states: OptimizerStates::Fp32,
+        pp: 1,
     };
     let optimizer = |states| {
         rank_memory(

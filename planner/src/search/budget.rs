@@ -77,7 +77,12 @@ pub(super) fn rank_budget_bytes(
     let p2p = 4.0 * ext.max_output_bytes as f64;
     let stack = memory::StackMemory::of(opts.settings.runtime.stack);
     let mut zero3_gather = 0.0;
-    if key.zero_stage >= 3 {
+    if stack.pipelined_fsdp(key.zero_stage, key.degrees.pp) {
+        // `memory::rank_memory`'s unsharded stage: the whole stage's states are the
+        // per-parameter bytes'; the 16-bit gradient of the rank's largest layer beside them is
+        // left to the exact check (the model's largest layer, the embedding or the head, is on
+        // some ranks only, and taking it off every rank's budget would prune plans that fit)
+    } else if key.zero_stage >= 3 {
         let largest = ext.max_layer_params;
         // `memory::rank_memory` keeps ranks holding routed experts out of FSDP's count: with
         // any, the smaller gather below keeps the budget an upper bound for every rank

@@ -72,6 +72,12 @@ impl Ceiling {
         best.insert(at, (key, Arc::clone(schedule), time_s));
     }
 
+    /// The fastest plan's seconds, once one is known.
+    pub fn fastest_s(&self) -> Option<f64> {
+        let best = self.best.lock().ok()?;
+        best.first().map(|b| b.2)
+    }
+
     /// Seconds above which no plan changes the answer (infinite until enough are known).
     pub fn limit_s(&self) -> f64 {
         let Ok(best) = self.best.lock() else {
@@ -88,7 +94,7 @@ impl Ceiling {
 /// its ranks, `m · Σ(F + B) / pp` over the layers in its recompute mode (partial recompute
 /// recomputes some layers fully, which only adds).
 pub(crate) fn exact_lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -> f64 {
-    let (total, _) = table.total_s[mode_index(k.recompute)];
+    let (total, _, _) = table.total_s[mode_index(k.recompute)];
     let m = (opts.global_batch_size / (k.degrees.dp * k.micro_batch_size)) as f64;
     m * total / k.degrees.pp as f64
 }

@@ -35,6 +35,7 @@ mod score;
 pub mod space;
 pub mod split_dp;
 mod table;
+mod tail_floor;
 
 use std::time::Instant;
 
@@ -190,7 +191,13 @@ pub fn config_with(
 /// the runtime's gradient precision ([`memory::model_state_bytes_for`]), or FSDP's sharded
 /// fp32 states ([`memory::fsdp_state_bytes`]) where the stack runs ZeRO-3 as FSDP and `fsdp`
 /// (the dense parameters: [`memory::rank_memory`] keeps routed experts out of FSDP's count).
-fn state_bytes_per_param(opts: &SearchOptions, zero_stage: u8, shard: u64, fsdp: bool) -> f64 {
+fn state_bytes_per_param(
+    opts: &SearchOptions,
+    zero_stage: u8,
+    shard: u64,
+    fsdp: bool,
+    pipelined: bool,
+) -> f64 {
     let (w, g, o) =
         if fsdp && zero_stage >= 3 && memory::StackMemory::of(opts.settings.runtime.stack).fsdp {
             memory::fsdp_state_bytes(1_000_000, shard)
@@ -217,6 +224,21 @@ fn state_bytes_per_param(opts: &SearchOptions, zero_stage: u8, shard: u64, fsdp:
             );
             (w, g, o.saturating_sub(copy + states))
         };
+    // FSDP under a pipeline keeps the stage unsharded ([`memory::StackMemory::pipelined_fsdp`]):
+    // fp32 gradients whole, and at ZeRO 3 the 16-bit weights beside the sharded fp32 ones
+    let (w, g) = if pipelined {
+        let unsharded = if zero_stage >= 3 {
+            memory::WEIGHT_BYTES_PER_PARAM
+        } else {
+            0
+        };
+        (
+            w + 1_000_000 * unsharded,
+            1_000_000 * memory::GRAD_BYTES_PER_PARAM,
+        )
+    } else {
+        (w, g)
+    };
     (w + g + o) as f64 / 1e6
 }
 
@@ -231,9 +253,17 @@ fn state_bytes_per_param_of(opts: &SearchOptions, key: &Key) -> (f64, f64) {
         imbalance: opts.moe_imbalance,
     };
     let expert_dp = experts.expert_dp(d);
+    let pipelined =
+        memory::StackMemory::of(opts.settings.runtime.stack).pipelined_fsdp(key.zero_stage, d.pp);
     (
-        state_bytes_per_param(opts, key.zero_stage, d.data_parallel_gpus(), true),
-        state_bytes_per_param(opts, key.zero_stage, expert_dp, false),
+        state_bytes_per_param(
+            opts,
+            key.zero_stage,
+            d.data_parallel_gpus(),
+            true,
+            pipelined,
+        ),
+        state_bytes_per_param(opts, key.zero_stage, expert_dp, false, pipelined),
     )
 }
 
@@ -256,6 +286,7 @@ pub fn search(
         (&shared, &schedules),
         answers,
     )
+    .result
 }
 
 /// [`search`] that skips candidates unable to beat `shared`, the plans other searches found
@@ -270,25 +301,72 @@ fn search_under(
     progress: &(dyn Fn(usize, usize) + Sync),
     (shared, schedules): (&Ceiling, &Schedules),
     answer_detail: Option<Detail>,
-) -> Result<SearchResult, PlanError> {
+) -> Searched {
     let start = Instant::now();
-    let mut phases = Search::new(model, profile, opts, shared, schedules, answer_detail)?;
-    let (scored, exact) = phases.exact_candidates(progress)?;
+    match Search::new(model, profile, opts, shared, schedules, answer_detail) {
+        Ok(phases) => answer(phases, opts, progress, start),
+        Err(e) => Searched {
+            candidates: 0,
+            unfit: None,
+            result: Err(e),
+        },
+    }
+}
+
+/// What [`search_under`] found: besides the result, the configurations of the space and, when
+/// none fits, what more memory would buy beside the other searches' plans (both counted where
+/// no candidate could beat them).
+struct Searched {
+    /// Configurations enumerated.
+    candidates: usize,
+    /// With an error, the fastest candidate that does not fit but would beat the others' best.
+    unfit: Option<Estimate>,
+    result: Result<SearchResult, PlanError>,
+}
+
+/// The rest of [`search_under`] once the space is enumerated.
+fn answer(
+    mut phases: Search,
+    opts: &SearchOptions,
+    progress: &(dyn Fn(usize, usize) + Sync),
+    start: Instant,
+) -> Searched {
+    let candidates = phases.candidates;
+    let failed = |e, unfit| Searched {
+        candidates,
+        unfit,
+        result: Err(e),
+    };
+    let (scored, exact) = match phases.exact_candidates(progress) {
+        Ok(found) => found,
+        Err((e, scored)) => {
+            let unfit = phases.unfit_beside_others(&scored);
+            phases.release();
+            return failed(e, unfit);
+        }
+    };
     let exact = phases.refine(exact);
     let (exact, passed_over) = prefer_simple(exact, opts.tolerance);
-    let (best, alternatives) = phases.answers(exact)?;
-    let fastest_unfit = phases.fastest_unfit(&scored, &best);
-    let (candidates, simulated) = (phases.candidates, phases.simulated);
+    let (best, alternatives) = match phases.answers(exact) {
+        Ok(answers) => answers,
+        Err(e) => return failed(e, None),
+    };
+    let fastest_unfit = phases.fastest_unfit(&scored, time_of(&best));
+    let simulated = phases.simulated;
     phases.release();
-    Ok(SearchResult {
-        best,
-        alternatives,
-        passed_over,
-        fastest_unfit,
+    Searched {
         candidates,
-        simulated,
-        elapsed_s: start.elapsed().as_secs_f64(),
-    })
+        unfit: None,
+        result: Ok(SearchResult {
+            best,
+            alternatives,
+            passed_over,
+            fastest_unfit,
+            candidates,
+            simulated,
+            elapsed_s: start.elapsed().as_secs_f64(),
+        }),
+    }
 }
 
 fn time_of(e: &Estimate) -> f64 {

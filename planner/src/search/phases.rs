@@ -3,6 +3,7 @@
 //! memory would buy.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::sync::Arc;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
@@ -15,6 +16,7 @@ use super::evaluator::{Evaluator, ScheduleShape, Schedules};
 use super::memo::Memo;
 use super::score::{lower_bound_s, solve_partial};
 use super::table::{group_of, tables_of, GroupKey, LayerTable};
+use super::tail_floor::{tail_floor_s, TailFloors};
 use super::{
     key_of, prune, rank_cmp, refine, scan, shape_of, time_of, Key, Scored, SearchOptions,
     GIVE_UP_FACTOR, PARTIAL_SOLVED, PARTIAL_SOLVED_MAX_PP, PER_KIND, SECOND_TIER, UNFIT_TRIED,
@@ -47,7 +49,7 @@ pub(super) struct Search<'a> {
     pub candidates: usize,
     tables: HashMap<GroupKey, LayerTable>,
     /// In-flight micro-batches per rank of each schedule shape, computed when first needed.
-    inflight: Memo<ScheduleShape, Option<Vec<u32>>>,
+    inflight: Memo<ScheduleShape, Option<Arc<[u32]>>>,
     /// The same from generated schedules, by their (truncated) length.
     generated: Memo<ScheduleShape, Option<Vec<u32>>>,
     /// Candidates the shortlist holds besides each kind's quota.
@@ -59,6 +61,9 @@ pub(super) struct Search<'a> {
     /// What the scans scored, for the scans after the first.
     scores: scan::Scores,
 }
+
+/// A search none of whose candidates fits: the error, and the keys its last scan scored.
+pub(super) type NothingFits = (PlanError, Vec<Scored>);
 
 /// Scans again without the shortlist when none of it fits once simulated exactly (the closed
 /// form's memory was optimistic for all of them), at most this many times. Mixtures of
@@ -108,8 +113,9 @@ impl<'a> Search<'a> {
         })
     }
 
-    /// The in-flight micro-batches per rank of a key's schedule (`None`: no such schedule).
-    fn inflight_of(&self, key: &Key) -> Option<Vec<u32>> {
+    /// The in-flight micro-batches per rank of a key's schedule (`None`: no such schedule),
+    /// shared: the scan asks for it once per key.
+    fn inflight_of(&self, key: &Key) -> Option<Arc<[u32]>> {
         let shape = shape_of(key, self.opts);
         self.inflight.get_or(shape, || {
             let (kind, pp, v, m) = shape;
@@ -119,7 +125,7 @@ impl<'a> Search<'a> {
                     kind.generated_peak_inflight(pp, v, len)
                 })
             };
-            kind.peak_inflight_with(pp, v, m, &generate)
+            kind.peak_inflight_with(pp, v, m, &generate).map(Arc::from)
         })
     }
 
@@ -133,7 +139,16 @@ impl<'a> Search<'a> {
         if self.opts.exhaustive {
             return true;
         }
-        exact_lower_bound_s(key, self.table(key), self.opts) <= self.limit_s()
+        self.iteration_bound_s(key) <= self.limit_s()
+    }
+
+    /// A lower bound on the iteration time of `key` with any split, seconds: the mean busy time
+    /// of its ranks ([`exact_lower_bound_s`]) plus the least tail any split leaves
+    /// ([`tail_floor_s`]: the estimate adds the slowest rank's tail to the makespan).
+    fn iteration_bound_s(&self, key: &Key) -> f64 {
+        let table = self.table(key);
+        exact_lower_bound_s(key, table, self.opts)
+            + tail_floor_s(self.profile, self.opts, key, table)
     }
 
     /// Seconds above which no plan changes this search's answer, nor `--framework any`'s.
@@ -142,23 +157,24 @@ impl<'a> Search<'a> {
     }
 
     /// The keys to scan with their lower bounds on the closed form, in ascending order: the
-    /// work spread perfectly over the ranks, plus the fill of perfectly even stages. None when
-    /// no key can beat the other frameworks' answers (see [`Ceiling`]). (Leaving out only the
-    /// keys that cannot would hand their places in the shortlist to others, and change which
-    /// plans are found.)
+    /// work spread perfectly over the ranks plus the fill of perfectly even stages, plus the
+    /// least tail ([`tail_floor_s`]). Under `--framework any`, keys that cannot beat the other
+    /// frameworks' answers ([`Ceiling`], [`Search::iteration_bound_s`]) are left out: their
+    /// places in this framework's shortlist go to others, which changes this framework's own
+    /// answers but not the merged ones, since none of them could be shown (a search of one
+    /// framework has no other answers, and leaves nothing out).
     fn bounded(&mut self) -> Bounded {
-        let limit_s = self.shared.limit_s();
-        let hopeless = |k: &Key| exact_lower_bound_s(k, self.table(k), self.opts) > limit_s;
-        let mut keys = self.parts.iter().flatten();
-        if !self.opts.exhaustive && limit_s.is_finite() && keys.all(hopeless) {
-            return Bounded::default();
-        }
+        let limit_s = match self.opts.exhaustive {
+            true => f64::INFINITY,
+            false => self.shared.limit_s(),
+        };
         let parts = std::mem::take(&mut self.parts);
         Bounded::new(parts, |run| {
             // keys come in runs of one sharding, alternating between two (without and with
             // sequence parallelism): one of the last two tables found is usually it (`None`: a
             // key without a table)
             let mut recent: [Option<(GroupKey, &LayerTable)>; 2] = [None, None];
+            let mut floors = TailFloors::default();
             run.iter()
                 .map(|k| {
                     let g = group_of(k);
@@ -170,7 +186,10 @@ impl<'a> Search<'a> {
                             t
                         }
                     };
-                    Some(lower_bound_s(k, t, self.opts))
+                    let tail_s = floors.get(self.profile, self.opts, k, t);
+                    let may_matter = !limit_s.is_finite()
+                        || exact_lower_bound_s(k, t, self.opts) + tail_s <= limit_s;
+                    may_matter.then(|| lower_bound_s(k, t, self.opts) + tail_s)
                 })
                 .collect()
         })
@@ -198,16 +217,20 @@ impl<'a> Search<'a> {
 
     /// Scan, shortlist, simulate and try other splits: the scored keys and every candidate's
     /// fastest fitting split. When no shortlisted candidate fits once simulated exactly, the
-    /// scan runs again without them (up to [`RESCANS`] times).
+    /// scan runs again without them (up to [`RESCANS`] times). When none fits, the error with
+    /// the keys the last scan scored (what more memory would buy may be among them).
     pub fn exact_candidates(
         &mut self,
         progress: &(dyn Fn(usize, usize) + Sync),
-    ) -> Result<(Vec<Scored>, Vec<Estimate>), PlanError> {
+    ) -> Result<(Vec<Scored>, Vec<Estimate>), NothingFits> {
         let mut round = 0;
         let mut bounded = self.bounded();
         loop {
             let scanned = self.scan(&mut bounded, progress);
-            let chosen = self.shortlist(&scanned.scored)?;
+            let chosen = match self.shortlist(&scanned.scored) {
+                Ok(chosen) => chosen,
+                Err(e) => return Err((e, scanned.scored)),
+            };
             let keys: Vec<Key> = chosen.iter().map(|s| s.key).collect();
             let before = self.simulated;
             let simulated = self.simulate(&chosen);
@@ -215,7 +238,7 @@ impl<'a> Search<'a> {
                 Some(exact) => return Ok((scanned.scored, exact)),
                 // nothing simulated: every candidate left could not beat the other answers
                 None if round >= RESCANS || self.simulated == before => {
-                    return Err(self.nothing_fits())
+                    return Err((self.nothing_fits(), scanned.scored))
                 }
                 None => {
                     scanned.record(&mut self.scores);
@@ -355,9 +378,13 @@ impl<'a> Search<'a> {
                     .lower_bound_s(&s.key, table, split, layers)
                     .unwrap_or(0.0);
                 let whole = exact_lower_bound_s(&s.key, table, self.opts);
+                let with_tail = self.iteration_bound_s(&s.key);
                 debug_assert!(
-                    time_of(e) >= bound * (1.0 - 1e-9) && bound >= whole * (1.0 - 1e-9),
-                    "{:?}: simulated {} s, busiest rank {bound} s, any split {whole} s",
+                    time_of(e) >= bound * (1.0 - 1e-9)
+                        && bound >= whole * (1.0 - 1e-9)
+                        && time_of(e) >= with_tail * (1.0 - 1e-9),
+                    "{:?}: simulated {} s, busiest rank {bound} s, any split {whole} s, with \
+                     the least tail {with_tail} s",
                     s.key,
                     time_of(e)
                 );
@@ -510,13 +537,12 @@ impl<'a> Search<'a> {
         Ok((best, answers.collect()))
     }
 
-    /// What more memory would buy: the fastest candidate that does not fit but beats `best`,
-    /// among those within twice the GPU's memory (a bigger GPU, not a fantasy). The first of
-    /// the [`UNFIT_TRIED`] fastest by closed form that does, in that order: they are simulated
-    /// a few at a time (as many as threads), until one does, each only when its memory and its
-    /// busiest rank's work allow it ([`Evaluator::beating`]).
-    pub fn fastest_unfit(&self, scored: &[Scored], best: &Estimate) -> Option<Estimate> {
-        let best_time = time_of(best);
+    /// What more memory would buy: the fastest candidate that does not fit but beats the best
+    /// plan, `best_time` seconds, among those within twice the GPU's memory (a bigger GPU, not
+    /// a fantasy). The first of the [`UNFIT_TRIED`] fastest by closed form that does, in that
+    /// order: they are simulated a few at a time (as many as threads), until one does, each
+    /// only when its memory and its busiest rank's work allow it ([`Evaluator::beating`]).
+    pub fn fastest_unfit(&self, scored: &[Scored], best_time: f64) -> Option<Estimate> {
         let within = 2 * self.profile.cluster.gpu.memory_bytes;
         let mut unfit: Vec<&Scored> = scored
             .iter()
@@ -550,6 +576,13 @@ impl<'a> Search<'a> {
     pub fn release(mut self) {
         let tables = std::mem::take(&mut self.tables);
         rayon::spawn(move || drop(tables));
+    }
+
+    /// What more memory would buy beside the other frameworks' answers, for a search none of
+    /// whose candidates fits (`scored`: what it scored): `None` without other answers.
+    pub fn unfit_beside_others(&self, scored: &[Scored]) -> Option<Estimate> {
+        let fastest = self.shared.fastest_s()?;
+        self.fastest_unfit(scored, fastest)
     }
 
     /// The error when nothing fits: what the leanest configuration needs; or, when the other

@@ -75,9 +75,17 @@ pub fn plans(
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<Plans, PlanError> {
     let per: Vec<SearchOptions> = match runnable {
+        // each framework's search answers one alternative more than is shown: with its best
+        // and the tolerance's simplest that makes the `top_k + 2` runs the shared ceiling
+        // needs (see [`Ceiling`]), so that the frameworks searched after the first skip what
+        // cannot beat its answers; the merge still shows `top_k`, the fastest of all answers
         true => Framework::RUNNABLE
             .into_iter()
             .filter_map(|fw| framework_options(model, opts, fw))
+            .map(|o| SearchOptions {
+                top_k: o.top_k + 1,
+                ..o
+            })
             .collect(),
         false => Vec::new(),
     };
@@ -141,6 +149,10 @@ fn united(
     // a shape's schedule is the same whatever the framework: generated once for all
     let schedules = Schedules::default();
     let mut results: Vec<Result<Found, PlanError>> = Vec::with_capacity(per.len());
+    // every framework's space counts, searched or skipped as unable to beat the others
+    let mut candidates = 0;
+    // and what more memory would buy, from searches none of whose candidates fits
+    let mut unfit: Vec<Estimate> = Vec::new();
     for (i, o) in per.iter().enumerate() {
         let progress = |d, t| {
             done[i].store(d, Ordering::Relaxed);
@@ -148,7 +160,10 @@ fn united(
             progress(sum(&done), sum(&total));
         };
         // the answers are detailed after the ranking, only those shown
-        let found = match search_under(model, profile, o, &progress, (&shared, &schedules), None) {
+        let searched = search_under(model, profile, o, &progress, (&shared, &schedules), None);
+        candidates += searched.candidates;
+        unfit.extend(searched.unfit);
+        let found = match searched.result {
             Ok(r) => {
                 let answers = offer_runnable(model, profile, o, &r, &shared)?;
                 Ok((r, o, answers))
@@ -171,7 +186,7 @@ fn united(
         return Err(first_error
             .unwrap_or_else(|| PlanError::Schedule("internal: no framework was searched".into())));
     }
-    merge(model, profile, opts, found, start)
+    merge(model, profile, opts, found, (start, candidates), unfit)
 }
 
 /// One ranking of every framework's answers (each framework's fastest included when its
@@ -182,13 +197,11 @@ fn merge(
     profile: &AnalyticProfile,
     opts: &SearchOptions,
     found: Vec<Found>,
-    start: Instant,
+    (start, candidates): (Instant, usize),
+    mut unfit: Vec<Estimate>,
 ) -> Result<Plans, PlanError> {
-    let (candidates, simulated) = found.iter().fold((0, 0), |(c, s), (r, _, _)| {
-        (c + r.candidates, s + r.simulated)
-    });
+    let simulated = found.iter().map(|(r, _, _)| r.simulated).sum();
     let mut pool: Vec<(Estimate, Answer)> = Vec::new();
-    let mut unfit: Vec<Estimate> = Vec::new();
     for (r, _, answers) in found {
         let all = std::iter::once(r.best)
             .chain(r.alternatives)

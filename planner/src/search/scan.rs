@@ -15,6 +15,7 @@
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
@@ -67,7 +68,7 @@ pub(super) struct Scan<'a> {
     pub opts: &'a SearchOptions,
     pub tables: &'a HashMap<GroupKey, LayerTable>,
     /// In-flight micro-batches per rank of a key's schedule shape (`None`: no schedule).
-    pub inflight_of: &'a (dyn Fn(&Key) -> Option<Vec<u32>> + Sync),
+    pub inflight_of: &'a (dyn Fn(&Key) -> Option<Arc<[u32]>> + Sync),
     /// Candidates the shortlist holds besides each kind's quota.
     pub shortlist: usize,
     /// Keys that did not fit once simulated exactly (see `Search::exact_candidates`).
@@ -143,8 +144,17 @@ impl Scan<'_> {
                 .map(|&(_, key, variant)| self.score_item_once(&key, variant))
                 .collect();
             let mut log = Vec::with_capacity(chunk.len());
-            for (&(_, key, variant), (s, later)) in chunk.iter().zip(results) {
+            for (&(bound, key, variant), (s, later)) in chunk.iter().zip(results) {
                 let at = s.as_ref().map(|_| scanned.scored.len());
+                // the order the scan stops by is a bound (every test's searches check): a
+                // fitting key's score is its closed form
+                debug_assert!(
+                    s.as_ref().is_none_or(|s| {
+                        !s.fits || variant != Variant::Base || s.approx_s >= bound * (1.0 - 1e-9)
+                    }),
+                    "{key:?}: closed form {:?} s under its scan bound {bound} s",
+                    s.as_ref().map(|s| s.approx_s)
+                );
                 log.push(((key, variant), at, later));
                 if let Some(s) = s {
                     if s.fits {
@@ -234,7 +244,7 @@ impl Scan<'_> {
         }
     }
 
-    fn inflight_of(&self, key: &Key) -> Option<Vec<u32>> {
+    fn inflight_of(&self, key: &Key) -> Option<Arc<[u32]>> {
         (self.inflight_of)(key)
     }
 }

@@ -60,12 +60,17 @@ pub(super) struct WeightParams {
 /// A lower bound on [`score`]'s closed-form time for any split: with `T` the F+B seconds of
 /// all layers for one micro-batch, the busiest rank does at least `m·T/pp` and the fill takes
 /// at least `(pp−1)·T/(pp·v)` (`v` times that for looped BFS; for the split-backward schedules,
-/// whose `W`s fill the drain, `(pp−1)·T_F/(pp·v)` with `T_F` the forward seconds alone).
+/// whose `W`s fill the drain, `(pp−1)·T_F/(pp·v)` with `T_F` the forward seconds alone; for
+/// ZB-H2 and ZB-V, whose fill is `(pp−1)` times the largest stage's `F + B − 3·W` (with `B`
+/// the whole backward, `I + W`), at least `(pp−1)` times its mean over the stages, and never
+/// below zero).
 pub(super) fn lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -> f64 {
-    let (total, forward) = table.total_s[mode_index(k.recompute)];
+    let (total, forward, weight) = table.total_s[mode_index(k.recompute)];
     let (pp, v) = (k.degrees.pp as f64, k.degrees.virtual_stages as f64);
     let m = (opts.global_batch_size / (k.degrees.dp * k.micro_batch_size)) as f64;
-    let fill = if k.schedule.splits_backward() {
+    let fill = if matches!(k.schedule, ScheduleKind::ZbH2 | ScheduleKind::ZbV) {
+        (pp - 1.0) * ((total - 3.0 * weight) / (pp * v)).max(0.0)
+    } else if k.schedule.splits_backward() {
         (pp - 1.0) * forward / (pp * v)
     } else {
         (pp - 1.0) * total / (pp * v)

@@ -105,8 +105,9 @@ pub(super) fn tables_of(
 /// the sharding (their lower bounds, their weights) is computed up front; the per-layer
 /// table only when a key of the sharding is first scored or evaluated, which many never are.
 pub(crate) struct LayerTable {
-    /// Per recompute mode: seconds of all layers for one micro-batch, F+B and F alone.
-    pub(super) total_s: Vec<(f64, f64)>,
+    /// Per recompute mode: seconds of all layers for one micro-batch, F+B, F alone and the
+    /// weight-gradient part W of B alone.
+    pub(super) total_s: Vec<(f64, f64, f64)>,
     /// Parameters of all layers, and the routed experts' among them.
     weights: WeightParams,
     /// The distinct layers the table expands.
@@ -409,9 +410,13 @@ fn layer_table(
     let total_s = per_mode
         .iter()
         .map(|costs| {
-            slot.iter().fold((0.0, 0.0), |(fb, f), &j| {
+            slot.iter().fold((0.0, 0.0, 0.0), |(fb, f, w), &j| {
                 let c = &costs[j];
-                (fb + c.forward_s() + c.backward_s(), f + c.forward_s())
+                (
+                    fb + c.forward_s() + c.backward_s(),
+                    f + c.forward_s(),
+                    w + c.backward_weight_s(),
+                )
             })
         })
         .collect();

@@ -25,6 +25,7 @@ impl Evaluation<'_> {
             },
             stack: memory::StackMemory::of(c.settings.runtime.stack),
             optimizer_states: c.settings.runtime.optimizer_states,
+            pp: d.pp,
         }
     }
 
