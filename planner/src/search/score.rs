@@ -83,6 +83,21 @@ pub(super) fn lower_bound_s(k: &Key, table: &LayerTable, opts: &SearchOptions) -
     m * total / pp + fill
 }
 
+/// The link of a key's data-parallel group (`dp · cp` GPUs, `tp` apart), which its ring
+/// collectives run on.
+pub(super) fn dp_link_of(
+    profile: &AnalyticProfile,
+    opts: &SearchOptions,
+    key: &Key,
+) -> autopp_hardware::Link {
+    let d = key.degrees;
+    opts.settings.runtime.ring_link(
+        &profile.cluster,
+        d.data_parallel_gpus(),
+        d.layout().tp_stride() * d.tp,
+    )
+}
+
 /// One key's scoring context: its layer sums, every stage's memory budget and the closed form.
 /// [`KeyScorer::base`] scores the key; [`KeyScorer::partial`] its partial-recompute variant,
 /// which the scan reaches only when that variant's lower bound comes up.
@@ -153,12 +168,7 @@ impl<'a> KeyScorer<'a> {
                 },
             })
             .collect();
-        let d = key.degrees;
-        let dp_link = opts.settings.runtime.ring_link(
-            &profile.cluster,
-            d.data_parallel_gpus(),
-            d.layout().tp_stride() * d.tp,
-        );
+        let dp_link = dp_link_of(profile, opts, key);
         Some(KeyScorer {
             profile,
             opts,

@@ -7,6 +7,7 @@
 use autopp_hardware::AnalyticProfile;
 use rustc_hash::FxHashMap as HashMap;
 
+use super::score::dp_link_of;
 use super::table::LayerTable;
 use super::{config_of, shape_of, Key, SearchOptions};
 use crate::estimate::{dp_comm_time_s, optimizer_time_s};
@@ -108,11 +109,7 @@ pub(super) fn tail_floor_s(
         ..StageCost::default()
     };
     let config = config_of(key, opts, None);
-    let link = opts.settings.runtime.ring_link(
-        &profile.cluster,
-        d.data_parallel_gpus(),
-        d.layout().tp_stride() * d.tp,
-    );
+    let link = dp_link_of(profile, opts, key);
     let m = shape_of(key, opts).3;
     dp_comm_time_s(profile, &config, &[&rank], &link, m)
         + optimizer_time_s(profile, &config, &[&rank], dense + experts)
