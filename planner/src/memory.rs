@@ -103,8 +103,8 @@ pub struct StackMemory {
     /// accumulates the unsharded gradients in `reduce_dtype`, fp32 under torchtitan
     /// (`FSDPParam.to_accumulated_grad_if_needed`). So each rank holds its parameters in 16
     /// bits and their gradients in fp32, unsharded, beside the sharded states
-    /// ([`StackMemory::pipelined_fsdp`]). (The same code gathers and reduces once per step;
-    /// [`crate::estimate::dp_comm_time_s`] still charges every micro-batch.)
+    /// ([`StackMemory::pipelined_fsdp`]). The same code gathers and reduces once per step
+    /// ([`crate::estimate::dp_comm_time_s`]).
     pub pipeline_fsdp_unsharded: bool,
 }
 

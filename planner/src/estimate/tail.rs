@@ -54,11 +54,13 @@ pub fn optimizer_time_s(
 ///   micro-batch's gradients: torchtitan's training loop accumulates without
 ///   `set_requires_gradient_sync(False)`, "usually the gradient sync should be well-hidden"
 ///   (pytorch/torchtitan#1710).
-/// * Under a pipeline FSDP is still charged per micro-batch, though PyTorch's pipeline stages
-///   keep the stage unsharded ([`memory::StackMemory::pipelined_fsdp`], counted in memory) and
-///   gather and reduce once per step: counted once, the search's shortlist missed the
-///   exhaustive search's best (`planner/tests/runnable.rs`, llama3-8b on 8 A100s), so the
-///   time side waits for a closed form that ranks it. An over-estimate, on the safe side.
+/// * FSDP under a pipeline ([`memory::StackMemory::pipelined_fsdp`], ZeRO 2 or 3): once per
+///   step. PyTorch's pipeline stages keep the stage unsharded from the first forward to the
+///   last backward (`set_reshard_after_backward(False)`, `set_requires_gradient_sync(False)`)
+///   and then call each layer's `post_backward` by hand: the first micro-batch's forward
+///   gathers each layer (prefetched, overlapped with that forward under
+///   `overlap_param_gather`), and the reduce-scatters run after the rank's last backward with
+///   nothing left to hide behind, one per layer.
 ///
 /// Gradients travel in fp32 with main gradients and in 16 bits otherwise; weights in 16 bits.
 /// Under ZeRO 0–2 the routed experts' parameters reduce and gather over the
@@ -149,6 +151,19 @@ pub fn dp_comm_time_s(
                 pieces as f64 * profile.collective_time_s(kind, bytes.div_ceil(pieces), n, link)
             };
             let w = memory::WEIGHT_BYTES_PER_PARAM;
+            if stack.pipelined_fsdp(c.zero_stage, c.degrees.pp) {
+                // once per step: the first micro-batch's forward gathers each layer (prefetched
+                // as it runs), the last backward's post-backward reduce-scatters them all with
+                // no compute left on the rank to hide behind
+                let forward_s: f64 = stages.iter().map(|s| s.forward_s()).sum();
+                let gather = per(AllGather, params * w);
+                let gather = if c.settings.runtime.overlap_param_gather {
+                    eff.exposed_comm_s(gather, forward_s)
+                } else {
+                    gather
+                };
+                return gather + per(ReduceScatter, params * grad_bytes_per_param);
+            }
             // ZeRO 3 gathers for the forward and again for the backward; FSDP at ZeRO 2 keeps
             // the forward's gather until the backward has run
             let gathers = if c.zero_stage >= 3 { 2.0 } else { 1.0 };

@@ -177,3 +177,62 @@ fn fsdp_zero2_exchanges_every_micro_batch() {
     let core = time(&m, &p, &c).dp_comm_s[0];
     assert!(four > 2.0 * core, "{four} vs {core}");
 }
+
+/// FSDP under a pipeline (torchtitan, ZeRO 2 or 3) exchanges once per step, as PyTorch's
+/// pipeline stages run it (`_PipelineStageBase.backward_maybe_with_nosync`: the stage stays
+/// unsharded until the last backward, whose `post_backward`s reduce-scatter every layer):
+/// with nothing overlapped, each rank pays one all-gather of each layer's 16-bit weights and
+/// one reduce-scatter of its gradients, whatever the number of micro-batches.
+#[test]
+fn pipelined_fsdp_exchanges_once_per_step() {
+    let (m, mut p, mut c) = setup(32, 1, 2);
+    c.settings.runtime = crate::Stack::Torchtitan.runtime();
+    p.efficiency.comm_overlap = 0.0;
+    let n = c.degrees.data_parallel_gpus();
+    let link =
+        c.settings
+            .runtime
+            .ring_link(&p.cluster, n, c.degrees.layout().tp_stride() * c.degrees.tp);
+    let grad_bytes = if c.settings.runtime.fp32_main_grads {
+        crate::memory::GRAD_BYTES_PER_PARAM
+    } else {
+        crate::memory::HALF_GRAD_BYTES_PER_PARAM
+    };
+    for zero in [2, 3] {
+        c.zero_stage = zero;
+        let e = time(&m, &p, &c);
+        // the first and last ranks also all-reduce the tied embedding's gradient
+        let tied: u64 = e.stages.iter().map(|s| s.tied_params).sum();
+        let ends = p.cluster.link_between(0, c.degrees.layout().pp_stride());
+        let tied_s = p.collective_time_s(
+            autopp_models::CollectiveKind::AllReduce,
+            tied * grad_bytes,
+            2,
+            &ends,
+        );
+        for (rank, s) in e.stages.iter().enumerate() {
+            let pieces = (s.layers[1] + 1 - s.layers[0]) as u64;
+            // a rank's parameters: its own, and the tied head's copy away from the embedding
+            let params = crate::memory::rank_params(&[s]);
+            let one = |kind, bytes: u64| {
+                pieces as f64 * p.collective_time_s(kind, bytes.div_ceil(pieces), n, &link)
+            };
+            let expect = one(
+                autopp_models::CollectiveKind::AllGather,
+                params * crate::memory::WEIGHT_BYTES_PER_PARAM,
+            ) + one(
+                autopp_models::CollectiveKind::ReduceScatter,
+                params * grad_bytes,
+            ) + tied_s;
+            let got = e.dp_comm_s[rank];
+            assert!(
+                (got - expect).abs() < 1e-9 * expect,
+                "ZeRO {zero}, rank {rank}: {got} vs {expect}"
+            );
+        }
+        let mut more = c.clone();
+        more.global_batch_size *= 4;
+        let four = time(&m, &p, &more).dp_comm_s[0];
+        assert!((four - e.dp_comm_s[0]).abs() < 1e-12 * four);
+    }
+}

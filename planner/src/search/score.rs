@@ -251,15 +251,17 @@ impl<'a> KeyScorer<'a> {
         } else {
             None
         };
-        let no_extra = |_: usize, _: usize, _: usize| 0.0;
         let scored = match &base {
-            Some((split, _)) => Scored {
-                key: *key,
-                approx_s: self.closed_form(split, &no_extra),
-                split: split.clone(),
-                recompute_layers: None,
-                fits: true,
-            },
+            Some((split, _)) => {
+                let (split, approx_s) = self.balance_ranks(split.clone());
+                Scored {
+                    key: *key,
+                    approx_s,
+                    split,
+                    recompute_layers: None,
+                    fits: true,
+                }
+            }
             // a configuration that does not fit only says what more memory would buy: its
             // lower bound ranks it well enough, and costs far less than the closed form
             None => Scored {
@@ -590,5 +592,6 @@ pub(super) fn solve_partial(
     Some((split, recompute))
 }
 
+mod balance;
 #[cfg(test)]
 mod tests;

@@ -67,15 +67,16 @@ impl TailFloors {
 }
 
 /// A lower bound on the closed form's tail of `key` with any split, seconds: the tail of a
-/// stand-in rank holding the mean parameters of the pipeline ranks (the dense ones only when
-/// they are exchanged once per step), as one layer, with compute enough to hide every
+/// stand-in rank holding the mean parameters of the pipeline ranks (the dense ones only under
+/// ZeRO 0–2's bucketed exchange), as one layer, with compute enough to hide every
 /// overlapped exchange.
 ///
 /// Why it is a bound: the closed form takes the largest tail over the ranks. Each rank's tail
 /// grows with its parameters (ring collectives are affine in bytes, with a latency term per
-/// collective, Adam linear), so the rank with the most dense parameters has at least the mean's
-/// once-per-step tail (its routed experts only add), and exchanged per micro-batch, where the
-/// tail is affine in all of a rank's parameters, the largest tail is at least the mean rank's;
+/// collective, Adam linear), so under ZeRO 0–2 the rank with the most dense parameters has at
+/// least the mean's tail (its routed experts only add), and exchanged layer by layer (per
+/// micro-batch, or once per step under a pipeline), where the tail is affine in all of a rank's
+/// parameters, the largest tail is at least the mean rank's;
 /// one collective per layer costs at least one collective of the same bytes (latencies add);
 /// and exposed communication only falls as compute grows
 /// ([`autopp_hardware::Efficiency::exposed_comm_s`]).
@@ -89,14 +90,15 @@ pub(super) fn tail_floor_s(
     let d = key.degrees;
     let experts = weights.experts.min(weights.all);
     let dense = (weights.all - experts) / d.pp.max(1);
-    // Exchanged per micro-batch (ZeRO 3, and FSDP at ZeRO 2), every parameter travels over
-    // the data-parallel group, the routed experts' scaled by a constant: the tail is affine in
-    // the rank's parameters, and the largest is at least the mean. Once per step the routed
-    // experts go over their own group, which a rank without any skips (no latency): only the
-    // dense parameters are counted.
-    let per_micro_batch = key.zero_stage >= 3
+    // Exchanged layer by layer as ZeRO 3 is (ZeRO 3, and FSDP at ZeRO 2: per micro-batch, or
+    // once per step under a pipeline), every parameter travels over the data-parallel group,
+    // the routed experts' scaled by a constant: the tail is affine in the rank's parameters,
+    // and the largest is at least the mean. Under ZeRO 0–2 the routed experts go over their
+    // own group, which a rank without any skips (no latency): only the dense parameters are
+    // counted.
+    let layer_by_layer = key.zero_stage >= 3
         || (key.zero_stage == 2 && memory::StackMemory::of(opts.settings.runtime.stack).fsdp);
-    let experts = if per_micro_batch {
+    let experts = if layer_by_layer {
         experts / d.pp.max(1)
     } else {
         0
