@@ -124,7 +124,7 @@ pub fn any_split_fits(sums: &LayerSums, budgets: &[StageBudget]) -> bool {
 }
 
 /// Whether layers `first..=last` fit stage `k`'s budget.
-pub fn budget_fits(
+pub(crate) fn budget_fits(
     sums: &LayerSums,
     budgets: &[StageBudget],
     k: usize,

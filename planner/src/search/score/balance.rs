@@ -35,20 +35,24 @@ impl KeyScorer<'_> {
                     if to >= s || rank_of(to) == busiest {
                         continue;
                     }
-                    // the layer that moves: the first or last of `from`
-                    let [a, b] = ranges[from];
-                    let moved = if to < from { a } else { b };
+                    // the layer that moves, the first or last of `from`, and the range `to`
+                    // holds with it
+                    let ([first, last], [a, b]) = (ranges[from], ranges[to]);
+                    let (moved, grown) = if to < from {
+                        (first, [a, b + 1])
+                    } else {
+                        (last, [a - 1, b])
+                    };
                     if busy[rank_of(to)] + self.sums.time_s(moved, moved) >= busy[busiest] {
                         // the receiving rank would be as busy as the busiest was
+                        continue;
+                    }
+                    if !split_dp::budget_fits(&self.sums, &self.budgets, to, grown[0], grown[1]) {
                         continue;
                     }
                     let mut trial = split.clone();
                     trial[from] -= 1;
                     trial[to] += 1;
-                    let [a, b] = split::stage_ranges(&trial)[to];
-                    if !split_dp::budget_fits(&self.sums, &self.budgets, to, a, b) {
-                        continue;
-                    }
                     let t = self.closed_form(&trial, &no_extra);
                     if t < step.as_ref().map_or(best_s, |x| x.1) * (1.0 - 1e-9) {
                         step = Some((trial, t));
