@@ -548,8 +548,14 @@ impl<'a> Search<'a> {
             .iter()
             .filter(|s| !s.fits && s.approx_s < best_time)
             .collect();
-        unfit.sort_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)));
-        unfit.truncate(UNFIT_TRIED);
+        // keys are distinct, so the order is total: the first UNFIT_TRIED of a full sort
+        let order =
+            |a: &&Scored, b: &&Scored| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key));
+        if unfit.len() > UNFIT_TRIED {
+            unfit.select_nth_unstable_by(UNFIT_TRIED, order);
+            unfit.truncate(UNFIT_TRIED);
+        }
+        unfit.sort_unstable_by(order);
         let at_once = rayon::current_num_threads().max(1);
         let beats =
             |e: &Estimate| time_of(e) < best_time && e.result.predicted.peak_memory_bytes <= within;
