@@ -237,7 +237,8 @@ pub struct PublishedRow {
     /// Kept for people (`samples_per_sec`); not read.
     #[serde(default)]
     pub samples_per_sec: Option<serde_json::Value>,
-    /// Kept for people (`source`); not read.
+    /// Where the row was read (`source`): kept for people, and read for the month a run names
+    /// (`calibrate::stacks::source_month`).
     #[serde(default)]
     pub source: Option<serde_json::Value>,
     /// Kept for people (`source_locator`); not read.

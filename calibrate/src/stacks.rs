@@ -84,6 +84,10 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
         Stack::Torchtitan => {
             r.tp_comm_overlap = notes.contains("asynctp");
             r.fused_elementwise = !ran_eager(row);
+            // from April 2025 torchtitan's `--training.compile` compiles the loss as well
+            // (PR #1033, `build_loss_fn`); its benchmarks are named by the month they ran
+            r.compiled_loss =
+                r.fused_elementwise && source_month(row).is_some_and(|m| m >= (2025, 4));
             // NeMo AutoModel runs FSDP2 with Transformer Engine's layers ("PyTorch FSDP2 +
             // TE"), whose attention is TE's cuDNN kernel, not SDPA's FlashAttention-2
             let framework = row.framework.as_deref().unwrap_or("").to_ascii_lowercase();
@@ -148,6 +152,39 @@ pub fn optimizer_states_of(zero: &str) -> OptimizerStates {
     } else {
         OptimizerStates::Fp32Remainders
     }
+}
+
+/// The (year, month) the row's `source` names first, as torchtitan's benchmark files are named
+/// (`llama3_h100_202412_torchtitan.md`, `asyncTP_llama3_h100_2025-06_torchtitan.md`): `20YY`
+/// and a month `MM` (or `-MM`), standing apart from letters and digits on both sides (a commit
+/// hash's digits do not).
+pub fn source_month(row: &PublishedRow) -> Option<(u32, u32)> {
+    let text = match row.source.as_ref()? {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let b = text.as_bytes();
+    let digits = |at: usize, n: usize| -> Option<u32> {
+        let part = b.get(at..at + n)?;
+        part.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| part.iter().fold(0, |acc, d| acc * 10 + u32::from(d - b'0')))
+    };
+    (0..b.len()).find_map(|i| {
+        let apart = i == 0 || !b[i - 1].is_ascii_alphanumeric();
+        if !apart || b.get(i..i + 2) != Some(b"20".as_slice()) {
+            return None;
+        }
+        let year = digits(i, 4)?;
+        let at = if b.get(i + 4) == Some(&b'-') {
+            i + 5
+        } else {
+            i + 4
+        };
+        let month = digits(at, 2)?;
+        let ends = b.get(at + 2).is_none_or(|c| !c.is_ascii_digit());
+        ((1..=12).contains(&month) && ends).then_some((year, month))
+    })
 }
 
 /// Whether a torchtitan row ran in PyTorch eager mode, without `torch.compile`: its notes say
@@ -419,6 +456,34 @@ mod tests {
         assert!(!runtime_of(&eager, Stack::Torchtitan).fused_elementwise);
         assert!(runtime_of(&compiled, Stack::Torchtitan).fused_elementwise);
         assert!(runtime_of(&eager, Stack::MegatronCore).fused_elementwise);
+        // torchtitan compiles the loss from April 2025 on, with the blocks
+        let dated = |source: &str, notes: &str| {
+            let text = format!(
+                r#"[{{"id": "r", "kind": "end_to_end_training_throughput", "source_group": "g",
+                     "framework": "torchtitan", "source": "{source}", "notes": "{notes}"}}]"#
+            );
+            crate::rows::parse_rows(&text, "test").unwrap().remove(0)
+        };
+        let old = dated(
+            "benchmarks/llama3_h100_202412_torchtitan.md (torchtitan 9dec370, 2024-12)",
+            "",
+        );
+        let new = dated("benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md", "");
+        let dashed = dated(
+            "benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (torchtitan 820504)",
+            "",
+        );
+        let eager_new = dated("benchmarks/x_2025-06.md", "Techniques: FSDP. batch 2");
+        assert_eq!(source_month(&old), Some((2024, 12)));
+        assert_eq!(source_month(&new), Some((2025, 6)));
+        assert_eq!(source_month(&dashed), Some((2025, 6)));
+        assert_eq!(source_month(&dated("a 820504 b", "")), None);
+        assert_eq!(source_month(&dated("run 202513.md", "")), None);
+        assert!(!runtime_of(&old, Stack::Torchtitan).compiled_loss);
+        assert!(runtime_of(&new, Stack::Torchtitan).compiled_loss);
+        assert!(runtime_of(&dashed, Stack::Torchtitan).compiled_loss);
+        assert!(!runtime_of(&eager_new, Stack::Torchtitan).compiled_loss);
+        assert!(!runtime_of(&new, Stack::MegatronCore).compiled_loss);
         // torchtitan's SDPA is FlashAttention-2; NeMo AutoModel's TE layers are not
         use autopp_models::AttentionKernel;
         assert_eq!(

@@ -148,9 +148,10 @@ pub fn memory_band_in(bands: &Bands, gpu: &str) -> Option<(f64, String)> {
 }
 
 /// Rows a GPU kind's memory band needs before `plan` keeps it as the margin: the 90th
-/// percentile of fewer runs is their largest error, one odd run (two H200 rows whose published
-/// peak reads 48% under every prediction) would then set the margin for the kind — and, as the
-/// widest band, for every kind without rows.
+/// percentile of fewer runs is their largest error, so one odd run would set the margin for the
+/// kind — and, as the widest band, for every kind without rows (the two H200 rows read 43% over
+/// every prediction until the compiled loss of their torchtitan was modelled; a small set can
+/// be that wrong, or that lucky, by one missing fact).
 pub const MIN_BAND_ROWS: usize = 10;
 
 /// Bytes of margin for a band `fraction` on a GPU of `capacity_bytes`: `fraction · capacity`.
@@ -229,7 +230,7 @@ mod tests {
         let (widest, why) = memory_band_in(&bands, "b200").unwrap();
         assert_eq!(widest, 0.12);
         assert!(why.contains("widest"));
-        // two rows 48% off on h200: neither h200's margin nor the widest band
+        // two rows 48% off on a kind: neither its margin nor the widest band
         let mut bands = bands;
         bands.bands.push(Band {
             rows: 2,

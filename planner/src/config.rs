@@ -212,6 +212,18 @@ pub struct Runtime {
     /// field, and every stack's own runtime, read `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fp8_params: bool,
+    /// torchtitan's loss runs under `torch.compile` as well as its blocks: `--training.compile`
+    /// compiles the cross-entropy from torchtitan PR #1033 (April 2025, `build_loss_fn`: "the
+    /// loss fn builder has only 1 responsibility of compiling the loss fn if
+    /// `job_config.training.compile` is set"), later `--compile.components` lists `loss` by
+    /// default. Inductor fuses the fp32 cast, log-softmax and NLL and their backward: the head
+    /// keeps its 16-bit logits instead of fp32 log-probabilities, and the loss's backward
+    /// writes one 16-bit gradient instead of fp32 ones ([`crate::stages::torch_loss_bytes`]).
+    /// `autopp launch` compiles the model only (`--compile.components model`), as every
+    /// stack's own runtime reads `false`; a published row of a torchtitan that compiled the
+    /// loss sets it. Plan files written before this field read `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compiled_loss: bool,
 }
 
 impl Default for Runtime {

@@ -133,6 +133,7 @@ impl Stack {
             tp_collectives: TpCollectives::Megatron,
             optimizer_states: OptimizerStates::Fp32,
             fp8_params: false,
+            compiled_loss: false,
         };
         match self {
             // every overlap any framework offers, but the expert all-to-all overlap (opt-in in

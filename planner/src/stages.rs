@@ -134,6 +134,9 @@ pub struct StageContext<'a> {
     /// the op-level checkpoint keeps only the saved outputs its backward reads
     /// ([`op_sac_bytes`]).
     pub torch_compiled: bool,
+    /// torchtitan's loss runs under `torch.compile` too ([`crate::config::Runtime::compiled_loss`],
+    /// [`torch_loss_bytes`]).
+    pub compiled_loss: bool,
     /// The stack issues the routed experts' GEMMs from the host one by one
     /// ([`crate::config::Runtime::expert_host_launches`]): each pass of a MoE layer lasts at
     /// least their host time ([`autopp_hardware::LayerTimes::expert_host_s`]).
@@ -158,13 +161,8 @@ impl StageContext<'_> {
     }
 }
 
-/// The backward's working set at the loss under PyTorch's unfused cross-entropy, bytes: 8 B per
-/// logit on one GPU. torchtitan casts the logits to fp32 and calls `F.cross_entropy`
-/// (`log_softmax` then `nll_loss`); `log_softmax` keeps its fp32 output (the 4 B per logit the
-/// head already stores), and its backward holds the incoming fp32 gradient and writes an fp32
-/// gradient of its input beside it. Megatron's fused vocabulary-parallel cross-entropy works in
-/// place and needs none of this.
-pub fn unfused_loss_bytes(head: &LayerCost) -> u64 {
+/// The logits the head's vocabulary GEMM writes on one GPU (`tokens · V/t`).
+fn head_logits(head: &LayerCost) -> u64 {
     use autopp_models::Op;
     head.forward_ops
         .iter()
@@ -175,11 +173,37 @@ pub fn unfused_loss_bytes(head: &LayerCost) -> u64 {
                 count,
                 linear: false,
                 ..
-            } => 8 * m * n * count,
+            } => m * n * count,
             _ => 0,
         })
         .max()
         .unwrap_or(0)
+}
+
+/// The backward's working set at the loss under PyTorch's unfused cross-entropy, bytes: 8 B per
+/// logit on one GPU. torchtitan casts the logits to fp32 and calls `F.cross_entropy`
+/// (`log_softmax` then `nll_loss`); `log_softmax` keeps its fp32 output (the 4 B per logit the
+/// head already stores), and its backward holds the incoming fp32 gradient and writes an fp32
+/// gradient of its input beside it. Megatron's fused vocabulary-parallel cross-entropy works in
+/// place and needs none of this.
+pub fn unfused_loss_bytes(head: &LayerCost) -> u64 {
+    8 * head_logits(head)
+}
+
+/// The head's activations and the loss's backward working set under torchtitan, bytes:
+/// `(kept, transient)`. Eager (`compiled_loss` false): the head's own figures and
+/// [`unfused_loss_bytes`]. With the loss compiled ([`crate::config::Runtime::compiled_loss`])
+/// Inductor fuses the fp32 cast, log-softmax and NLL into kernels that read the 16-bit logits
+/// and keep only a per-token log-sum-exp; the backward recomputes the softmax from the saved
+/// 16-bit logits and writes their 16-bit gradient in one kernel. The head then keeps 2 B per
+/// logit where it kept the fp32 log-probabilities (4 B), and the loss's working set is that one
+/// 16-bit gradient, 2 B per logit, where it was 8.
+pub fn torch_loss_bytes(head: &LayerCost, kept: u64, compiled_loss: bool) -> (u64, u64) {
+    let logits = head_logits(head);
+    match compiled_loss {
+        false => (kept, unfused_loss_bytes(head)),
+        true => (kept.saturating_sub(2 * logits), 2 * logits),
+    }
 }
 
 /// The bytes a dense transformer block keeps under torchtitan's op-level selective activation
@@ -518,7 +542,7 @@ fn add_layer(
     } else {
         ctx.recompute
     };
-    st.activation_bytes += if kept == Recompute::Selective
+    let activation_bytes = if kept == Recompute::Selective
         && ctx.torch_native
         && is_block
         && layer.recomputable
@@ -528,16 +552,17 @@ fn add_layer(
     } else {
         layer.activation_bytes_for(kept)
     };
+    let (activation_bytes, loss) = if ctx.torch_native && layer.kind == LayerKind::Head {
+        torch_loss_bytes(layer, activation_bytes, ctx.compiled_loss)
+    } else {
+        (activation_bytes, 0)
+    };
+    st.activation_bytes += activation_bytes;
     st.weight_grad_bytes += layer.weight_grad_bytes;
     // Backward working set: under full recompute one layer's whole activations
     // come back; always, the output gradient and the input gradient of one layer.
     let regrown = if mode == Recompute::Full {
         layer.activation_bytes.none
-    } else {
-        0
-    };
-    let loss = if ctx.torch_native && layer.kind == LayerKind::Head {
-        unfused_loss_bytes(layer)
     } else {
         0
     };

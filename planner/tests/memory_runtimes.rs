@@ -5,7 +5,9 @@ use autopp_planner::memory::{
     fsdp_state_bytes, rank_memory, MemoryContext, StackMemory, CONTEXT_BYTES, CUDA_CONTEXT_BYTES,
 };
 use autopp_planner::runtime::OptimizerStates;
-use autopp_planner::stages::{op_sac_bytes, op_sac_saved_widths, unfused_loss_bytes, StageCost};
+use autopp_planner::stages::{
+    op_sac_bytes, op_sac_saved_widths, torch_loss_bytes, unfused_loss_bytes, StageCost,
+};
 use autopp_planner::Stack;
 
 /// Llama 3 8B as torchtitan's benchmarks run it: local batch 2, sequence 8192, no tensor
@@ -139,6 +141,24 @@ fn unfused_loss_hand_worked() {
     let layers = llama3_8b_layers();
     let head = layers.iter().find(|l| l.kind == LayerKind::Head).unwrap();
     assert_eq!(unfused_loss_bytes(head), 16_810_770_432);
+}
+
+/// torchtitan's compiled loss (PR #1033): the head keeps its 16-bit logits, `2 · 16384 ·
+/// 128256` = 4,202,692,608 B, where it kept fp32 log-probabilities (twice that), and the
+/// backward's working set is one 16-bit gradient, the same 4,202,692,608 B, where the eager
+/// loss held 16,810,770,432 B: 8 B per logit less in all. Eager, both are as before.
+#[test]
+fn compiled_loss_hand_worked() {
+    let layers = llama3_8b_layers();
+    let head = layers.iter().find(|l| l.kind == LayerKind::Head).unwrap();
+    let kept = head.activation_bytes.none;
+    let logits = 16_384u64 * 128_256;
+    assert!(kept >= 4 * logits, "{kept}");
+    assert_eq!(torch_loss_bytes(head, kept, false), (kept, 16_810_770_432));
+    let (kept_c, loss_c) = torch_loss_bytes(head, kept, true);
+    assert_eq!(kept - kept_c, 4_202_692_608);
+    assert_eq!(loss_c, 4_202_692_608);
+    assert_eq!((kept + 16_810_770_432) - (kept_c + loss_c), 8 * logits);
 }
 
 /// FSDP at ZeRO-3 over 8 GPUs: 16 B per parameter sharded — 8.03e9 parameters keep
