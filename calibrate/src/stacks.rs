@@ -84,13 +84,15 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
         Stack::Torchtitan => {
             r.tp_comm_overlap = notes.contains("asynctp");
             r.fused_elementwise = !ran_eager(row);
+            let framework = row.framework.as_deref().unwrap_or("").to_ascii_lowercase();
             // from April 2025 torchtitan's `--training.compile` compiles the loss as well
-            // (PR #1033, `build_loss_fn`); its benchmarks are named by the month they ran
-            r.compiled_loss =
-                r.fused_elementwise && source_month(row).is_some_and(|m| m >= (2025, 4));
+            // (PR #1033, `build_loss_fn`); its benchmarks are named by the month they ran (NeMo
+            // AutoModel, modelled with this stack, has its own loss)
+            r.compiled_loss = r.fused_elementwise
+                && framework.contains("torchtitan")
+                && source_month(row).is_some_and(|m| m >= (2025, 4));
             // NeMo AutoModel runs FSDP2 with Transformer Engine's layers ("PyTorch FSDP2 +
             // TE"), whose attention is TE's cuDNN kernel, not SDPA's FlashAttention-2
-            let framework = row.framework.as_deref().unwrap_or("").to_ascii_lowercase();
             if framework.contains("automodel") || framework.contains("+ te") {
                 r.attention_kernel = autopp_models::AttentionKernel::Native;
             }
@@ -484,6 +486,10 @@ mod tests {
         assert!(runtime_of(&dashed, Stack::Torchtitan).compiled_loss);
         assert!(!runtime_of(&eager_new, Stack::Torchtitan).compiled_loss);
         assert!(!runtime_of(&new, Stack::MegatronCore).compiled_loss);
+        let mut automodel = with("NeMo AutoModel 2025-06");
+        automodel.framework = Some("NeMo AutoModel (PyTorch FSDP2)".into());
+        automodel.source = Some(serde_json::Value::String("docs/perf_2025-06.md".into()));
+        assert!(!runtime_of(&automodel, Stack::Torchtitan).compiled_loss);
         // torchtitan's SDPA is FlashAttention-2; NeMo AutoModel's TE layers are not
         use autopp_models::AttentionKernel;
         assert_eq!(
