@@ -1,9 +1,16 @@
 //! Per-stage costs: the times of one stage's F, B, I and W for one micro-batch and the bytes it
 //! holds, summed from its layers' costs and the profile.
 
-use autopp_hardware::{AnalyticProfile, LayerTimes, Link, Precision};
+use autopp_hardware::{AnalyticProfile, LayerTimes, Link};
 use autopp_models::{Collective, CollectiveKind, LayerCost, LayerKind, Recompute};
 use serde::Serialize;
+
+mod torch;
+
+pub use torch::{
+    dtensor_forward_collectives, layout_copies_s, op_sac_bytes, op_sac_saved_widths,
+    torch_loss_bytes, unfused_loss_bytes,
+};
 
 /// What one stage costs for one micro-batch on one GPU of its rank.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
@@ -159,177 +166,6 @@ impl StageContext<'_> {
             }
         }
     }
-}
-
-/// The logits the head's vocabulary GEMM writes on one GPU (`tokens · V/t`).
-fn head_logits(head: &LayerCost) -> u64 {
-    use autopp_models::Op;
-    head.forward_ops
-        .iter()
-        .map(|op| match *op {
-            Op::Gemm {
-                m,
-                n,
-                count,
-                linear: false,
-                ..
-            } => m * n * count,
-            _ => 0,
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-/// The backward's working set at the loss under PyTorch's unfused cross-entropy, bytes: 8 B per
-/// logit on one GPU. torchtitan casts the logits to fp32 and calls `F.cross_entropy`
-/// (`log_softmax` then `nll_loss`); `log_softmax` keeps its fp32 output (the 4 B per logit the
-/// head already stores), and its backward holds the incoming fp32 gradient and writes an fp32
-/// gradient of its input beside it. Megatron's fused vocabulary-parallel cross-entropy works in
-/// place and needs none of this.
-pub fn unfused_loss_bytes(head: &LayerCost) -> u64 {
-    8 * head_logits(head)
-}
-
-/// The head's activations and the loss's backward working set under torchtitan, bytes:
-/// `(kept, transient)`. Eager (`compiled_loss` false): the head's own figures and
-/// [`unfused_loss_bytes`]. With the loss compiled ([`crate::config::Runtime::compiled_loss`])
-/// Inductor fuses the fp32 cast, log-softmax and NLL into kernels that read the 16-bit logits
-/// and keep only a per-token log-sum-exp; the backward recomputes the softmax from the saved
-/// 16-bit logits and writes their 16-bit gradient in one kernel. The head then keeps 2 B per
-/// logit where it kept the fp32 log-probabilities (4 B), and the loss's working set is that one
-/// 16-bit gradient, 2 B per logit, where it was 8.
-pub fn torch_loss_bytes(head: &LayerCost, kept: u64, compiled_loss: bool) -> (u64, u64) {
-    let logits = head_logits(head);
-    match compiled_loss {
-        false => (kept, unfused_loss_bytes(head)),
-        true => (kept.saturating_sub(2 * logits), 2 * logits),
-    }
-}
-
-/// The bytes a dense transformer block keeps under torchtitan's op-level selective activation
-/// checkpointing (`selective_ac_option = "op"`, torchtitan
-/// `models/llama3/infra/parallelize.py`, `_apply_ac_to_transformer_block`): the block's input
-/// (the checkpoint's input, `full`), and the outputs of the ops on its save list — the
-/// attention kernel's output (`b·s·h_q` 16-bit values and the fp32 log-sum-exp per head and
-/// token) and the odd-numbered `aten.mm`s ("Saves output of all compute ops, except every
-/// second mm"). The counter starts afresh at each block's forward (`selective_checkpointing_context_fn`
-/// makes a new `meta = defaultdict(int)` per checkpoint call), and a Llama block multiplies `wq,
-/// wk, wv, wo, w1, w3, w2` (a plain MLP `w1, w2`) in that order: the 1st, 3rd, 5th and 7th are
-/// saved — `wq`, `wv`, `w1` and `w2` ([`op_sac_saved_widths`]). Everything else is recomputed in
-/// the backward. 16-bit outputs (bf16 autocast; float8 linears also return bf16).
-///
-/// Eager PyTorch keeps every saved output (`_CachingTorchDispatchMode` caches each `MUST_SAVE`
-/// op's output whether the backward reads it or not). Under `torch.compile` (`compiled`) the
-/// partitioner keeps only what the backward graph reads: `w2`'s output feeds the residual add
-/// alone, whose gradient needs no tensor, so it is not kept.
-pub fn op_sac_bytes(layer: &LayerCost, compiled: bool) -> u64 {
-    use autopp_models::Op;
-    let mut linear = Vec::new();
-    let mut attention = 0;
-    for op in &layer.forward_ops {
-        match *op {
-            Op::Gemm {
-                m,
-                n,
-                k,
-                count,
-                linear: true,
-            } => linear.push((m * count, n, k)),
-            Op::Attention {
-                batch_heads,
-                seq_q,
-                head_dim,
-                ..
-            } => attention += batch_heads * seq_q * (2 * head_dim + 4),
-            _ => {}
-        }
-    }
-    let saved = match op_sac_saved_widths(&linear) {
-        Some((rows, eager, unread)) => {
-            let widths = if compiled { eager - unread } else { eager };
-            2 * rows * widths
-        }
-        // a block of another shape (latent attention's six or seven projections): an
-        // approximation, half of its GEMMs' outputs at 2 B each, compiled or not
-        None => linear.iter().map(|&(m, n, _)| m * n).sum(),
-    };
-    layer.activation_bytes.full + saved + attention
-}
-
-/// For a dense block's four linear GEMMs `[(rows, n, k)]` in forward order — the fused QKV
-/// projection, the output projection (whose `k` is the query width), the MLP's (gated: fused
-/// gate and up) input and its output — the rows (tokens on the GPU), the per-token widths in
-/// elements that torchtitan's op-level checkpoint saves (`wq`, `wv`, `w1`, and `w2` when it is
-/// the 7th matmul) and the width of those the backward never reads (`w2`'s output, when saved).
-/// `None` for any other shape.
-pub fn op_sac_saved_widths(linear: &[(u64, u64, u64)]) -> Option<(u64, u64, u64)> {
-    let &[(rows, qkv, _), (_, _, q), (_, mlp_in, _), (_, out, f)] = linear else {
-        return None;
-    };
-    if rows == 0 || linear.iter().any(|l| l.0 != rows) || qkv < q {
-        return None;
-    }
-    if !(qkv - q).is_multiple_of(2) {
-        return None;
-    }
-    let kv = (qkv - q) / 2;
-    // the matmuls' output widths in order: wq, wk, wv, wo, w1, (w3,) w2
-    let mut widths = vec![q, kv, kv, out, f];
-    if mlp_in == 2 * f {
-        widths.push(f);
-    } else if mlp_in != f {
-        return None;
-    }
-    widths.push(out);
-    let saved: u64 = widths.iter().step_by(2).sum();
-    let unread = if widths.len() % 2 == 1 { out } else { 0 };
-    Some((rows, saved, unread))
-}
-
-/// Seconds of the copies DTensor adds beside the all-gathers and reduce-scatters of `list`
-/// ([`crate::runtime::TpCollectives::Dtensor`]): sequence parallelism shards dimension 1 of
-/// `[b, s, h]` while the collectives gather and scatter dimension 0, so each one is paired
-/// with an `aten.cat` that reads and writes the whole (gathered) tensor, `2·S` bytes of HBM
-/// traffic (torchtitan PR #437). All-reduces need no copy.
-pub fn layout_copies_s(profile: &AnalyticProfile, list: &[Collective]) -> f64 {
-    list.iter()
-        .filter(|c| {
-            matches!(
-                c.kind,
-                CollectiveKind::AllGather | CollectiveKind::ReduceScatter
-            )
-        })
-        .map(|c| profile.memory_bound_time_s(2.0 * c.bytes as f64))
-        .sum()
-}
-
-/// A layer's forward tensor-parallel collectives as DTensor runs them (`dtensor`: a
-/// transformer block under [`crate::runtime::TpCollectives::Dtensor`]): under float8 with
-/// tensorwise scaling torchtitan's blocks use torchao's `Float8ColwiseParallel` and
-/// `PrepareFloat8ModuleInput`, which cast the sequence shard to float8 before gathering it,
-/// so each forward all-gather moves 1 byte per element instead of 2; rowwise scaling keeps
-/// DTensor's plain styles and gathers in bf16 (torchtitan `models/llama3/infra/parallelize.py`:
-/// "float8 all-gather with TP is only supported for tensorwise float8 scaling recipes. For
-/// rowwise recipes, we use regular TP and all-gather happens in high precision"). The
-/// reduce-scatters (bf16 outputs) and the backward's collectives (bf16 gradients) are
-/// unchanged.
-pub fn dtensor_forward_collectives(
-    layer: &LayerCost,
-    precision: Precision,
-    dtensor: bool,
-) -> std::borrow::Cow<'_, [Collective]> {
-    if !(dtensor && precision == Precision::Fp8Tensorwise) {
-        return std::borrow::Cow::Borrowed(&layer.tp_forward);
-    }
-    let fp8 = |c: &Collective| Collective {
-        bytes: if c.kind == CollectiveKind::AllGather {
-            c.bytes / precision.bytes()
-        } else {
-            c.bytes
-        },
-        ..*c
-    };
-    std::borrow::Cow::Owned(layer.tp_forward.iter().map(fp8).collect())
 }
 
 /// Sums the costs of `layers[first..=last]` for each stage range.

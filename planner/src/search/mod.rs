@@ -154,6 +154,24 @@ struct Scored {
     fits: bool,
 }
 
+impl Scored {
+    /// Candidates by closed form, then key: a total order (keys are distinct).
+    fn by_closed_form(a: &&Scored, b: &&Scored) -> std::cmp::Ordering {
+        a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key))
+    }
+
+    /// The first `n` of `list` by [`Scored::by_closed_form`], in that order: a partial
+    /// selection, then a sort of those alone.
+    fn first_by_closed_form(mut list: Vec<&Scored>, n: usize) -> Vec<&Scored> {
+        if list.len() > n {
+            list.select_nth_unstable_by(n, Scored::by_closed_form);
+            list.truncate(n);
+        }
+        list.sort_unstable_by(Scored::by_closed_form);
+        list
+    }
+}
+
 /// The configuration a key describes.
 pub fn config_of(key: &Key, opts: &SearchOptions, split: Option<Vec<usize>>) -> ParallelConfig {
     config_with(key, opts, split, None)

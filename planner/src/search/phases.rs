@@ -258,7 +258,7 @@ impl<'a> Search<'a> {
     /// best not already in (the closed form's error depends on the kind).
     pub fn shortlist<'s>(&self, scored: &'s [Scored]) -> Result<Vec<&'s Scored>, PlanError> {
         let mut fitting: Vec<&Scored> = scored.iter().filter(|s| s.fits).collect();
-        fitting.sort_by(|a, b| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key)));
+        fitting.sort_by(Scored::by_closed_form);
         if fitting.is_empty() {
             return Err(self.nothing_fits());
         }
@@ -544,18 +544,8 @@ impl<'a> Search<'a> {
     /// only when its memory and its busiest rank's work allow it ([`Evaluator::beating`]).
     pub fn fastest_unfit(&self, scored: &[Scored], best_time: f64) -> Option<Estimate> {
         let within = 2 * self.profile.cluster.gpu.memory_bytes;
-        let mut unfit: Vec<&Scored> = scored
-            .iter()
-            .filter(|s| !s.fits && s.approx_s < best_time)
-            .collect();
-        // keys are distinct, so the order is total: the first UNFIT_TRIED of a full sort
-        let order =
-            |a: &&Scored, b: &&Scored| a.approx_s.total_cmp(&b.approx_s).then(a.key.cmp(&b.key));
-        if unfit.len() > UNFIT_TRIED {
-            unfit.select_nth_unstable_by(UNFIT_TRIED, order);
-            unfit.truncate(UNFIT_TRIED);
-        }
-        unfit.sort_unstable_by(order);
+        let unfit = scored.iter().filter(|s| !s.fits && s.approx_s < best_time);
+        let unfit = Scored::first_by_closed_form(unfit.collect(), UNFIT_TRIED);
         let at_once = rayon::current_num_threads().max(1);
         let beats =
             |e: &Estimate| time_of(e) < best_time && e.result.predicted.peak_memory_bytes <= within;
