@@ -8,8 +8,8 @@ use serde::Serialize;
 mod torch;
 
 pub use torch::{
-    dtensor_forward_collectives, layout_copies_s, op_sac_bytes, op_sac_saved_widths,
-    torch_loss_bytes, unfused_loss_bytes,
+    dtensor_forward_collectives, dtensor_gathered_input_bytes, layout_copies_s, op_sac_bytes,
+    op_sac_saved_widths, torch_loss_bytes, unfused_loss_bytes, TorchLoss,
 };
 
 /// What one stage costs for one micro-batch on one GPU of its rank.
@@ -135,7 +135,8 @@ pub struct StageContext<'a> {
     pub dtensor_tp: bool,
     /// The stack is torchtitan: selective recompute is its op-level selective activation
     /// checkpointing ([`op_sac_bytes`]) rather than Megatron's (attention core only), and its
-    /// loss is PyTorch's unfused cross-entropy ([`unfused_loss_bytes`]).
+    /// loss is PyTorch's unfused cross-entropy ([`unfused_loss_bytes`]; loss-parallel with
+    /// tp > 1, [`TorchLoss`]).
     pub torch_native: bool,
     /// torchtitan's blocks run under `torch.compile` ([`crate::config::Runtime::torch_compiled`]):
     /// the op-level checkpoint keeps only the saved outputs its backward reads
@@ -378,6 +379,16 @@ fn add_layer(
     } else {
         ctx.recompute
     };
+    // DTensor's linears keep their gathered inputs (a dense block's two, the head's one) where
+    // the layer counts Megatron's sequence shards: kept without recompute (always at the
+    // head), regrown under full recompute; op-level selective checkpointing saves no
+    // all-gather (run again in the backward, above)
+    let gathered =
+        if dtensor && (layer.kind == LayerKind::Head || (is_block && layer.expert_params == 0)) {
+            dtensor_gathered_input_bytes(&forward, &layer.tp_forward, ctx.tp)
+        } else {
+            0
+        };
     let activation_bytes = if kept == Recompute::Selective
         && ctx.torch_native
         && is_block
@@ -385,11 +396,17 @@ fn add_layer(
         && layer.expert_params == 0
     {
         op_sac_bytes(layer, ctx.torch_compiled)
+    } else if kept == Recompute::None || layer.kind == LayerKind::Head {
+        layer.activation_bytes_for(kept) + gathered
     } else {
         layer.activation_bytes_for(kept)
     };
     let (activation_bytes, loss) = if ctx.torch_native && layer.kind == LayerKind::Head {
-        torch_loss_bytes(layer, activation_bytes, ctx.compiled_loss)
+        torch_loss_bytes(
+            layer,
+            activation_bytes,
+            TorchLoss::of(ctx.compiled_loss, ctx.tp),
+        )
     } else {
         (activation_bytes, 0)
     };
@@ -398,7 +415,7 @@ fn add_layer(
     // Backward working set: under full recompute one layer's whole activations
     // come back; always, the output gradient and the input gradient of one layer.
     let regrown = if mode == Recompute::Full {
-        layer.activation_bytes.none
+        layer.activation_bytes.none + gathered
     } else {
         0
     };

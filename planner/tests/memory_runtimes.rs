@@ -6,7 +6,7 @@ use autopp_planner::memory::{
 };
 use autopp_planner::runtime::OptimizerStates;
 use autopp_planner::stages::{
-    op_sac_bytes, op_sac_saved_widths, torch_loss_bytes, unfused_loss_bytes, StageCost,
+    op_sac_bytes, op_sac_saved_widths, torch_loss_bytes, unfused_loss_bytes, StageCost, TorchLoss,
 };
 use autopp_planner::Stack;
 
@@ -154,11 +154,79 @@ fn compiled_loss_hand_worked() {
     let kept = head.activation_bytes.none;
     let logits = 16_384u64 * 128_256;
     assert!(kept >= 4 * logits, "{kept}");
-    assert_eq!(torch_loss_bytes(head, kept, false), (kept, 16_810_770_432));
-    let (kept_c, loss_c) = torch_loss_bytes(head, kept, true);
+    assert_eq!(
+        torch_loss_bytes(head, kept, TorchLoss::Eager),
+        (kept, 16_810_770_432)
+    );
+    let (kept_c, loss_c) = torch_loss_bytes(head, kept, TorchLoss::Compiled);
     assert_eq!(kept - kept_c, 4_202_692_608);
     assert_eq!(loss_c, 4_202_692_608);
     assert_eq!((kept + 16_810_770_432) - (kept_c + loss_c), 8 * logits);
+}
+
+/// DTensor's loss parallelism (torchtitan with tp > 1, `torch.distributed.tensor.parallel.loss`):
+/// the backward's `(zeros_like(x) + exp(x)) * grad_output` holds three fp32 tensors of the
+/// local logits at once, 12 B per logit: `12 · 16384 · 128256` = 25,216,155,648 B on this head,
+/// 4 B per logit (8,405,385,216 B) more than ATen's kernels, the kept figures unchanged. A
+/// compiled loss is compiled whatever the tensor parallelism.
+#[test]
+fn loss_parallel_hand_worked() {
+    let layers = llama3_8b_layers();
+    let head = layers.iter().find(|l| l.kind == LayerKind::Head).unwrap();
+    let kept = head.activation_bytes.none;
+    let (kept_p, loss_p) = torch_loss_bytes(head, kept, TorchLoss::LossParallel);
+    assert_eq!((kept_p, loss_p), (kept, 25_216_155_648));
+    assert_eq!(loss_p - unfused_loss_bytes(head), 8_405_385_216);
+    assert_eq!(TorchLoss::of(false, 1), TorchLoss::Eager);
+    assert_eq!(TorchLoss::of(false, 8), TorchLoss::LossParallel);
+    assert_eq!(TorchLoss::of(true, 8), TorchLoss::Compiled);
+    assert_eq!(TorchLoss::of(true, 1), TorchLoss::Compiled);
+}
+
+/// DTensor keeps the gathered inputs of its sequence-parallel linears. Llama 3 8B at tp 8,
+/// 16,384 tokens: each block gathers its attention and MLP inputs, `16384 · 4096 · 2` =
+/// 134,217,728 B each in bf16, of which the layer's figures count an eighth (16,777,216 B):
+/// 2 · 117,440,512 = 234,881,024 B more. Under float8 tensorwise (`Float8ColwiseParallel`)
+/// the gathers are float8, 67,108,864 B each: 2 · 50,331,648 = 100,663,296 B more. The head's
+/// gather of the final norm's output stays bf16 (torchtitan leaves the output projection out of
+/// float8): 117,440,512 B more. Without sequence parallelism (all-reduces) nothing changes.
+#[test]
+fn dtensor_gathered_inputs_hand_worked() {
+    use autopp_hardware::Precision;
+    use autopp_planner::stages::{dtensor_forward_collectives, dtensor_gathered_input_bytes};
+    let model = presets::preset("llama3-8b").unwrap().load().unwrap();
+    let model = model.with_seq_length(8192).unwrap();
+    let layers_at = |sequence_parallel| {
+        let shard = ShardSpec {
+            micro_batch_size: 2,
+            tp: 8,
+            sequence_parallel,
+            vocab_pad_multiple: 1,
+            flash_attention: true,
+            ..ShardSpec::default()
+        };
+        model.layers(&shard).unwrap()
+    };
+    let layers = layers_at(true);
+    let block = layers
+        .iter()
+        .find(|l| l.kind == LayerKind::Transformer)
+        .unwrap();
+    let head = layers.iter().find(|l| l.kind == LayerKind::Head).unwrap();
+    let extra = |layer: &autopp_models::LayerCost, precision, is_block| {
+        let forward = dtensor_forward_collectives(layer, precision, is_block);
+        dtensor_gathered_input_bytes(&forward, &layer.tp_forward, 8)
+    };
+    assert_eq!(extra(block, Precision::Bf16, true), 234_881_024);
+    assert_eq!(extra(block, Precision::Fp8Tensorwise, true), 100_663_296);
+    assert_eq!(extra(block, Precision::Fp8Rowwise, true), 234_881_024);
+    assert_eq!(extra(head, Precision::Fp8Tensorwise, false), 117_440_512);
+    let plain = layers_at(false);
+    let block = plain
+        .iter()
+        .find(|l| l.kind == LayerKind::Transformer)
+        .unwrap();
+    assert_eq!(extra(block, Precision::Bf16, true), 0);
 }
 
 /// FSDP at ZeRO-3 over 8 GPUs: 16 B per parameter sharded — 8.03e9 parameters keep

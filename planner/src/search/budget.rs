@@ -48,7 +48,8 @@ impl Extremes {
 /// rank that holds the head, bytes. [`memory::rank_memory`] counts the largest of a rank's
 /// stages; the head's can be far larger than a block's (PyTorch's unfused cross-entropy keeps
 /// 8 B per logit, [`crate::stages::unfused_loss_bytes`]), so charging it to every rank would
-/// make the budgets reject splits that fit. With one rank, the largest of all layers.
+/// make the budgets reject splits that fit (12 B per logit under DTensor's loss parallelism,
+/// [`crate::stages::TorchLoss`]). With one rank, the largest of all layers.
 fn transient_bytes(costs: &[StageCost], pp: usize) -> (f64, f64) {
     let largest = |cs: &[StageCost]| cs.iter().map(|c| c.transient_bytes).max().unwrap_or(0) as f64;
     let n = costs.len();

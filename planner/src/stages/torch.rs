@@ -24,29 +24,66 @@ fn head_logits(head: &LayerCost) -> u64 {
         .unwrap_or(0)
 }
 
+/// How torchtitan's cross-entropy runs, which sets what the head keeps and the loss's backward
+/// working set ([`torch_loss_bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TorchLoss {
+    /// Eager `F.cross_entropy` on the whole vocabulary (no tensor parallelism): ATen's fused
+    /// `log_softmax` and `nll_loss` kernels ([`unfused_loss_bytes`]).
+    Eager,
+    /// Eager, under DTensor's `loss_parallel` over a vocabulary sharded by tensor parallelism
+    /// (torchtitan's default whenever tp > 1: `loss_parallel_enabled = tp_enabled and not
+    /// disable_loss_parallel`). `torch.distributed.tensor.parallel.loss` replaces the kernels
+    /// by Python handlers: the backward (`_nll_loss_and_log_softmax_backward`) builds
+    /// `zeros_like(x)`, scatters the targets into it and returns `(grad_input + exp(x)) *
+    /// grad_output`, three fp32 tensors of the local logits at once — 12 B per logit beside the
+    /// kept log-probabilities, where ATen's backward needs 8.
+    LossParallel,
+    /// Compiled by `torch.compile` with the blocks ([`crate::config::Runtime::compiled_loss`]):
+    /// Inductor fuses the cast, log-softmax and NLL.
+    Compiled,
+}
+
+impl TorchLoss {
+    /// The loss of a torchtitan run: compiled when `compiled_loss`, else loss-parallel when the
+    /// vocabulary is sharded over `tp > 1` GPUs, else eager. A compiled loss under tensor
+    /// parallelism keeps the compiled figures (both read the sharded logits; no published run
+    /// measures the pair).
+    pub fn of(compiled_loss: bool, tp: u64) -> Self {
+        match (compiled_loss, tp > 1) {
+            (true, _) => Self::Compiled,
+            (false, true) => Self::LossParallel,
+            (false, false) => Self::Eager,
+        }
+    }
+}
+
 /// The backward's working set at the loss under PyTorch's unfused cross-entropy, bytes: 8 B per
 /// logit on one GPU. torchtitan casts the logits to fp32 and calls `F.cross_entropy`
 /// (`log_softmax` then `nll_loss`); `log_softmax` keeps its fp32 output (the 4 B per logit the
 /// head already stores), and its backward holds the incoming fp32 gradient and writes an fp32
 /// gradient of its input beside it. Megatron's fused vocabulary-parallel cross-entropy works in
-/// place and needs none of this.
+/// place and needs none of this. Under DTensor's loss parallelism the working set is larger
+/// ([`TorchLoss::LossParallel`], [`torch_loss_bytes`]).
 pub fn unfused_loss_bytes(head: &LayerCost) -> u64 {
     8 * head_logits(head)
 }
 
 /// The head's activations and the loss's backward working set under torchtitan, bytes:
-/// `(kept, transient)`. Eager (`compiled_loss` false): the head's own figures and
-/// [`unfused_loss_bytes`]. With the loss compiled ([`crate::config::Runtime::compiled_loss`])
-/// Inductor fuses the fp32 cast, log-softmax and NLL into kernels that read the 16-bit logits
-/// and keep only a per-token log-sum-exp; the backward recomputes the softmax from the saved
-/// 16-bit logits and writes their 16-bit gradient in one kernel. The head then keeps 2 B per
-/// logit where it kept the fp32 log-probabilities (4 B), and the loss's working set is that one
-/// 16-bit gradient, 2 B per logit, where it was 8.
-pub fn torch_loss_bytes(head: &LayerCost, kept: u64, compiled_loss: bool) -> (u64, u64) {
+/// `(kept, transient)`, by [`TorchLoss`]. Eager: the head's own figures and
+/// [`unfused_loss_bytes`]. Loss-parallel: the same kept figures and 12 B per local logit
+/// (`zeros_like`, `exp` and their sum, then the sum and its product with the incoming
+/// gradient). Compiled: Inductor fuses the fp32 cast, log-softmax and NLL into kernels that
+/// read the 16-bit logits and keep only a per-token log-sum-exp; the backward recomputes the
+/// softmax from the saved 16-bit logits and writes their 16-bit gradient in one kernel. The
+/// head then keeps 2 B per logit where it kept the fp32 log-probabilities (4 B), and the loss's
+/// working set is that one 16-bit gradient, 2 B per logit, where it was 8.
+pub fn torch_loss_bytes(head: &LayerCost, kept: u64, loss: TorchLoss) -> (u64, u64) {
     let logits = head_logits(head);
-    match compiled_loss {
-        false => (kept, unfused_loss_bytes(head)),
-        true => (kept.saturating_sub(2 * logits), 2 * logits),
+    match loss {
+        TorchLoss::Eager => (kept, unfused_loss_bytes(head)),
+        TorchLoss::LossParallel => (kept, 12 * logits),
+        TorchLoss::Compiled => (kept.saturating_sub(2 * logits), 2 * logits),
     }
 }
 
@@ -174,4 +211,35 @@ pub fn dtensor_forward_collectives(
         ..*c
     };
     std::borrow::Cow::Owned(layer.tp_forward.iter().map(fp8).collect())
+}
+
+/// The bytes a layer keeps beyond Megatron's figures because DTensor's sequence-parallel
+/// linears save the gathered input, bytes: `forward` the layer's forward tensor-parallel
+/// collectives as DTensor runs them ([`dtensor_forward_collectives`]), `original` the layer's
+/// own (16-bit) ones. Megatron's column-parallel linear keeps its sequence shard and gathers
+/// it again in the backward (`LinearWithGradAccumulationAndAsyncCommunication`), which the
+/// layer's stored figures count (`2·s·b·h/t` per gathered input, Korthikanti et al. 2022,
+/// Table 2). Under DTensor the all-gather is an op of its own before the linears
+/// (`PrepareModuleInput` to `Replicate()`, `ColwiseParallel` over `SequenceParallel` norms in
+/// torchtitan's plan), so autograd saves the gathered tensor the linears read: the attention's
+/// and the MLP's inputs in a block, the final norm's output at the head — in 16 bits, or in
+/// float8 where tensorwise scaling gathers float8 (`Float8ColwiseParallel`). Each gather then
+/// keeps its whole size where the layer counted a `1/tp` share of the 16-bit tensor. 0 with no
+/// all-gather (no sequence parallelism: the layer already counts its inputs whole).
+pub fn dtensor_gathered_input_bytes(
+    forward: &[Collective],
+    original: &[Collective],
+    tp: u64,
+) -> u64 {
+    let gathers = |list: &[Collective]| {
+        list.iter()
+            .filter(|c| c.kind == CollectiveKind::AllGather)
+            .map(|c| c.bytes)
+            .collect::<Vec<u64>>()
+    };
+    gathers(forward)
+        .iter()
+        .zip(gathers(original))
+        .map(|(kept, whole)| kept.saturating_sub(whole / tp.max(1)))
+        .sum()
 }
