@@ -5,6 +5,7 @@
 
 use autopp_hardware::AnalyticProfile;
 
+use super::split_dp::{LayerSums, StageBudget};
 use super::{Key, SearchOptions};
 use crate::memory::{self, NCCL_BUFFER_BYTES_PER_GROUP};
 use crate::stages::StageCost;
@@ -115,7 +116,8 @@ pub(super) fn rank_budget_bytes(
 /// the rank's budget. With one stage per rank a stage's budget is its rank's, exactly: the
 /// fragmentation of the dynamic memory (activations, the backward's working set) is counted as
 /// evaluation counts it, and the margin is left free. With several, each stage gets an equal
-/// share of the rank's budget and both are left out as slack.
+/// share of the rank's budget (or a share by need when no split fits equal ones,
+/// [`need_weighted`]) and both are left out as slack.
 pub(super) fn stage_slack(opts: &SearchOptions, ext: &Extremes, pp: usize, v: usize) -> (f64, f64) {
     if v != 1 {
         return (1.0, 0.0);
@@ -124,5 +126,54 @@ pub(super) fn stage_slack(opts: &SearchOptions, ext: &Extremes, pp: usize, v: us
     (
         1.0 + memory::FRAGMENTATION,
         transient * memory::FRAGMENTATION + opts.settings.memory_margin_bytes as f64,
+    )
+}
+
+/// Stage budgets for ranks of several stages, shared by need rather than equally: each rank's
+/// total (the sum of its stages' `budgets`) is split among its stages in proportion to what
+/// each needs under the even split `even` (layer entries per stage), so that a rank holding the
+/// head beside a block stage gives the head's stage the room its logits take. Sound as the
+/// equal shares are: a split that fits every share fits its rank's total. `None` when the even
+/// split needs nothing on some rank (no weights) or `even` does not match the budgets.
+pub(super) fn need_weighted(
+    budgets: &[StageBudget],
+    sums: &LayerSums,
+    even: &[usize],
+    rank_of: impl Fn(usize) -> usize,
+) -> Option<Vec<StageBudget>> {
+    let ranges = crate::schedule::split::stage_ranges(even);
+    if ranges.len() != budgets.len() {
+        return None;
+    }
+    let need: Vec<f64> = ranges
+        .iter()
+        .zip(budgets)
+        .map(|(&[first, last], b)| {
+            let extra = if last + 1 == sums.len() {
+                b.extra_if_last_bytes
+            } else {
+                0.0
+            };
+            sums.mem_bytes(first, last, b.inflight) + extra
+        })
+        .collect();
+    let ranks = (0..budgets.len()).map(&rank_of).max()? + 1;
+    let (mut total, mut needed) = (vec![0.0; ranks], vec![0.0; ranks]);
+    for (k, b) in budgets.iter().enumerate() {
+        total[rank_of(k)] += b.bytes;
+        needed[rank_of(k)] += need[k];
+    }
+    if needed.iter().any(|&n| n <= 0.0) {
+        return None;
+    }
+    Some(
+        budgets
+            .iter()
+            .enumerate()
+            .map(|(k, b)| StageBudget {
+                bytes: total[rank_of(k)] * need[k] / needed[rank_of(k)],
+                ..*b
+            })
+            .collect(),
     )
 }
