@@ -5,7 +5,7 @@
 
 use autopp_hardware::AnalyticProfile;
 
-use super::split_dp::{LayerSums, StageBudget};
+use super::split_dp::{self, LayerSums, StageBudget};
 use super::{Key, SearchOptions};
 use crate::memory::{self, NCCL_BUFFER_BYTES_PER_GROUP};
 use crate::stages::StageCost;
@@ -129,13 +129,54 @@ pub(super) fn stage_slack(opts: &SearchOptions, ext: &Extremes, pp: usize, v: us
     )
 }
 
+/// Each stage's share of its rank's budget `rank_budget` (bytes), in units of `per_param`
+/// (a parameter's model-state bytes): an equal share of the rank's several stages
+/// ([`stage_slack`]), or, when no split fits equal shares, a share by need
+/// ([`need_weighted`]). Conservative either way: every candidate's memory is checked exactly
+/// when simulated. `inflight[r]`: micro-batches in flight on rank `r` at its peak.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn stage_budgets(
+    opts: &SearchOptions,
+    key: &Key,
+    ext: &Extremes,
+    kinds: &[autopp_models::LayerKind],
+    sums: &LayerSums,
+    rank_budget: f64,
+    inflight: &[u32],
+    per_param: f64,
+) -> Vec<StageBudget> {
+    let (pp, v) = (key.degrees.pp as usize, key.degrees.virtual_stages as usize);
+    let placement = key.schedule.placement();
+    let rank_of = |k: usize| placement.rank_of(k, pp);
+    let (_, head_extra) = ext.transient_bytes(pp);
+    let (dynamic, transient_frag) = stage_slack(opts, ext, pp, v);
+    let equal: Vec<StageBudget> = (0..pp * v)
+        .map(|k| StageBudget {
+            bytes: (rank_budget - transient_frag) / v as f64 / per_param,
+            inflight: inflight[rank_of(k)] as f64 * dynamic / v as f64 / per_param,
+            extra_if_last_bytes: if pp > 1 {
+                ext.tied_params as f64 + head_extra * dynamic / per_param
+            } else {
+                0.0
+            },
+        })
+        .collect();
+    if v == 1 || split_dp::any_split_fits(sums, &equal) {
+        return equal;
+    }
+    crate::schedule::split::default_split(kinds, pp * v)
+        .ok()
+        .and_then(|even| need_weighted(&equal, sums, &even, rank_of))
+        .unwrap_or(equal)
+}
+
 /// Stage budgets for ranks of several stages, shared by need rather than equally: each rank's
 /// total (the sum of its stages' `budgets`) is split among its stages in proportion to what
 /// each needs under the even split `even` (layer entries per stage), so that a rank holding the
 /// head beside a block stage gives the head's stage the room its logits take. Sound as the
 /// equal shares are: a split that fits every share fits its rank's total. `None` when the even
 /// split needs nothing on some rank (no weights) or `even` does not match the budgets.
-pub(super) fn need_weighted(
+fn need_weighted(
     budgets: &[StageBudget],
     sums: &LayerSums,
     even: &[usize],
@@ -148,14 +189,7 @@ pub(super) fn need_weighted(
     let need: Vec<f64> = ranges
         .iter()
         .zip(budgets)
-        .map(|(&[first, last], b)| {
-            let extra = if last + 1 == sums.len() {
-                b.extra_if_last_bytes
-            } else {
-                0.0
-            };
-            sums.mem_bytes(first, last, b.inflight) + extra
-        })
+        .map(|(&[first, last], b)| split_dp::stage_need(sums, b, first, last))
         .collect();
     let ranks = (0..budgets.len()).map(&rank_of).max()? + 1;
     let (mut total, mut needed) = (vec![0.0; ranks], vec![0.0; ranks]);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use autopp_hardware::AnalyticProfile;
 use autopp_models::Recompute;
 
-use super::budget::{need_weighted, rank_budget_bytes, stage_slack};
+use super::budget::{rank_budget_bytes, stage_budgets, stage_slack};
 use super::split_dp::{self, LayerSums, StageBudget};
 use super::table::{mode_index, LayerTable};
 use super::{config_of, partial, state_bytes_per_param_of, Key, Scored, SearchOptions};
@@ -149,36 +149,16 @@ impl<'a> KeyScorer<'a> {
         );
         let ext = table.extremes(mode);
         let rank_budget = rank_budget_bytes(profile, opts, key, ext)?;
-        let tied = ext.tied_params;
-        let placement = key.schedule.placement();
-        // each stage's share of its rank's budget ([`stage_slack`]; an equal share of several
-        // can reject splits that fit): every candidate's memory is checked exactly when simulated
-        let (_, head_extra) = ext.transient_bytes(pp);
-        let (dynamic, transient_frag) = stage_slack(opts, ext, pp, v);
-        let budgets: Vec<StageBudget> = (0..s)
-            .map(|k| StageBudget {
-                bytes: (rank_budget - transient_frag) / v as f64 / per_param,
-                inflight: inflight[placement.rank_of(k, pp)] as f64 * dynamic
-                    / v as f64
-                    / per_param,
-                extra_if_last_bytes: if pp > 1 {
-                    tied as f64 + head_extra * dynamic / per_param
-                } else {
-                    0.0
-                },
-            })
-            .collect();
-        // no split fits equal shares of a rank's several stages: share it by need instead
-        let budgets = if v > 1 && !split_dp::any_split_fits(&sums, &budgets) {
-            split::default_split(table.kinds(), s)
-                .ok()
-                .and_then(|even| {
-                    need_weighted(&budgets, &sums, &even, |k| placement.rank_of(k, pp))
-                })
-                .unwrap_or(budgets)
-        } else {
-            budgets
-        };
+        let budgets = stage_budgets(
+            opts,
+            key,
+            ext,
+            table.kinds(),
+            &sums,
+            rank_budget,
+            inflight,
+            per_param,
+        );
         let dp_link = dp_link_of(profile, opts, key);
         Some(KeyScorer {
             profile,

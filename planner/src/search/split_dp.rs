@@ -131,13 +131,18 @@ pub(crate) fn budget_fits(
     first: usize,
     last: usize,
 ) -> bool {
-    let b = &budgets[k];
+    stage_need(sums, &budgets[k], first, last) <= budgets[k].bytes
+}
+
+/// What layers `first..=last` need on a stage of budget `b`, in its units: their states and
+/// in-flight activations, and its extra when they end the model.
+pub(crate) fn stage_need(sums: &LayerSums, b: &StageBudget, first: usize, last: usize) -> f64 {
     let extra = if last + 1 == sums.len() {
         b.extra_if_last_bytes
     } else {
         0.0
     };
-    sums.mem_bytes(first, last, b.inflight) + extra <= b.bytes
+    sums.mem_bytes(first, last, b.inflight) + extra
 }
 
 /// [`any_split_fits`] for any `fits(stage, first, last)` that stays true when a fitting range
