@@ -104,6 +104,32 @@ fn default_sigpipe() {
 #[cfg(not(unix))]
 fn default_sigpipe() {}
 
+/// The error line for a negative number given to a flag (`--global-batch -3`), which clap
+/// reads as an unknown flag: what the flag takes instead. `None` for any other error.
+fn negative_value(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(token)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    // clap names the first short flag it made of the value: `-1` of `-1.5`
+    let negative = |a: &str| {
+        a.strip_prefix('-')
+            .is_some_and(|n| n.parse::<f64>().is_ok())
+    };
+    let args: Vec<String> = std::env::args().collect();
+    let at = args
+        .iter()
+        .position(|a| a.starts_with(token.as_str()) && negative(a))?;
+    let flag = args[..at].last().filter(|f| f.starts_with("--"))?;
+    let value = &args[at];
+    Some(format!(
+        "error: {flag}: '{value}' is negative; give a positive value (see --help)"
+    ))
+}
+
 fn main() {
     default_sigpipe();
     let cli = match Cli::try_parse() {
@@ -112,6 +138,10 @@ fn main() {
             use clap::error::ErrorKind;
             if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
                 e.exit();
+            }
+            if let Some(line) = negative_value(&e) {
+                cmd::common::print_stderr_line(&line);
+                std::process::exit(2);
             }
             // One line: clap's message without its usage block, and where to look.
             let text = e.render().to_string();

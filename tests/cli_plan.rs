@@ -190,6 +190,22 @@ fn impossible_requests_explain_themselves() {
         ],
         "smallest data-parallel degree",
     );
+    // a negative number, which clap takes for an unknown flag; a margin over the memory
+    for (flag, value, needle) in [
+        (
+            "--global-batch",
+            "-3",
+            "--global-batch: '-3' is negative; give a positive value",
+        ),
+        (
+            "--memory-margin",
+            "-1.5",
+            "--memory-margin: '-1.5' is negative",
+        ),
+        ("--memory-margin", "200%", "below 100%"),
+    ] {
+        fails_with(&["plan", "llama3-8b", "--gpus", "8", flag, value], needle);
+    }
     // a model larger than all the memory
     fails_with(&["plan", "gpt3-175b", "--gpus", "16"], "nothing fits");
     fails_with(&["plan", "gpt3-175b", "--gpus", "16"], "GiB");
@@ -398,4 +414,38 @@ fn a_rank_of_several_stages_shares_its_memory_by_need() {
         v["predicted"]["fits"].as_bool().unwrap() && peak <= capacity,
         "{peak} {capacity}"
     );
+}
+
+/// When nothing fits, the error names the leanest configuration of the whole space and a GPU
+/// count where it fits: Llama 3 405B on 8 A100 40GB needs 859.7 GiB a GPU at tp 8 (once the
+/// error said 1147.9, a ZeRO stage over a single replica ranking first, and "about 200 GPUs",
+/// a linear guess on which nothing fits), and the count it advises plans.
+#[test]
+fn nothing_fits_names_the_leanest_and_a_gpu_count_that_plans() {
+    for (args, leanest) in [
+        (
+            ["plan", "llama3-405b", "--gpus", "8", "--gpu", "a100-40g"],
+            "(tp 8 · pp 1 · dp 1, micro-batch 1, recompute full, ZeRO 0) needs 859.7 GiB",
+        ),
+        (
+            ["plan", "gpt3-175b", "--gpus", "16", "--gpu", "h100-sxm"],
+            "(tp 8 · pp 2 · dp 1, micro-batch 1, recompute full, ZeRO 0) needs 187.7 GiB",
+        ),
+    ] {
+        let out = autopp(&args, None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(leanest), "{args:?}: {err}");
+        let advised = err
+            .split("use about ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .expect("a GPU count");
+        let count: u64 = advised.parse().expect("a number");
+        assert!(count > 8, "{err}");
+        let mut more = args;
+        more[3] = advised;
+        let planned = json(&[&more[..], &["--json"]].concat(), None);
+        assert_eq!(planned["plan"]["gpus"].as_u64(), Some(count), "{planned}");
+    }
 }

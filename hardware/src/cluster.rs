@@ -117,12 +117,38 @@ impl Cluster {
             origin: origin.to_string(),
             message: e.to_string(),
         })?;
+        // a value out of range is the file's key, named with the file
+        Self::from_file(file).map_err(|e| match e {
+            HardwareError::Invalid { field, message } => {
+                let key = match field.as_str() {
+                    "--gpus-per-node" => "gpus_per_node",
+                    "--nic-gbps" => "nic_gbps",
+                    "--gpus" => "nodes",
+                    other => other,
+                };
+                HardwareError::Invalid {
+                    field: format!("{origin}: '{key}'"),
+                    message,
+                }
+            }
+            e => e,
+        })
+    }
+
+    /// [`Cluster::from_json`] once the file is parsed; errors name the keys.
+    fn from_file(file: ClusterFile) -> Result<Cluster, HardwareError> {
         let gpu = match file.gpu {
             GpuRef::Name(name) => hardware::gpu(&name)?,
             GpuRef::Spec(spec) => spec,
         };
         if file.nodes == 0 {
             return Err(HardwareError::invalid("nodes", "must be at least 1"));
+        }
+        if file.gpus_per_node == 0 {
+            return Err(HardwareError::invalid(
+                "gpus_per_node",
+                "must be at least 1",
+            ));
         }
         let mut cluster = Cluster::new(
             gpu,
@@ -443,5 +469,32 @@ mod tests {
         .unwrap();
         assert_eq!(c.num_gpus(), 16);
         assert_eq!(c.nic_bw_bytes_per_s, 25e9);
+    }
+
+    /// A value out of range in a `cluster.json` is named by the file and its key, not by the
+    /// command-line flag it stands for.
+    #[test]
+    fn cluster_json_errors_name_the_file_and_key() {
+        for (json, want) in [
+            (
+                r#"{"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 0}"#,
+                "c.json: 'nodes' must be at least 1",
+            ),
+            (
+                r#"{"gpu": "h100-sxm", "gpus_per_node": 0, "nodes": 2}"#,
+                "c.json: 'gpus_per_node' must be at least 1",
+            ),
+            (
+                r#"{"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 2, "nic_gbps": -1}"#,
+                "c.json: 'nic_gbps' must be a positive number of Gbit/s",
+            ),
+            (
+                r#"{"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 2, "inter_node_latency_us": -3}"#,
+                "c.json: 'inter_node_latency_us' must be zero or more microseconds",
+            ),
+        ] {
+            let err = Cluster::from_json(json, "c.json").unwrap_err().to_string();
+            assert_eq!(err, want);
+        }
     }
 }

@@ -14,7 +14,9 @@ pub struct Margin {
 
 /// A `--memory-margin` value that is neither GiB nor a percentage below 100.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{0}' is not a margin; give GiB (e.g. 4) or a share of the GPU's memory (e.g. 8%)")]
+#[error(
+    "'{0}' is not a margin; give GiB (e.g. 4) or a share of the GPU's memory below 100% (e.g. 8%)"
+)]
 pub struct BadMargin(pub String);
 
 impl Margin {

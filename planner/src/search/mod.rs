@@ -305,6 +305,7 @@ pub fn search(
         answers,
     )
     .result
+    .map_err(|e| errors::with_gpu_count(e, model, profile, opts))
 }
 
 /// [`search`] that skips candidates unable to beat `shared`, the plans other searches found

@@ -8,8 +8,8 @@ use autopp_hardware::AnalyticProfile;
 use autopp_models::Model;
 use rayon::prelude::*;
 
-use super::errors::{lean_order, LEANEST};
-use super::score::{below_memory_floor, WeightParams};
+use super::errors::{lean_order, LeanOrder, LEANEST};
+use super::score::{below_memory_floor, model_states_floor_bytes, WeightParams};
 use super::table::Firsts;
 use super::{config_of, space, Key, SearchOptions};
 use crate::degrees::Degrees;
@@ -78,10 +78,28 @@ pub(super) fn enumerate(
 /// leanest first (see [`lean_order`]): what the error says when nothing fits. Only that error
 /// needs them, so they are found by a second visit of the space then, not on every search.
 pub(super) fn leanest(model: &Model, opts: &SearchOptions, gpus: u64) -> Vec<Key> {
+    leanest_orders(model, opts, gpus)
+        .into_iter()
+        .map(|o| o.8)
+        .collect()
+}
+
+/// [`leanest`]'s configurations with their places in the [`LeanOrder`].
+pub(super) fn leanest_orders(model: &Model, opts: &SearchOptions, gpus: u64) -> Vec<LeanOrder> {
     let (gb, limits, fixed) = (opts.global_batch_size, &opts.limits, &opts.fixed);
+    let mut params: HashMap<WeightKey, Option<WeightParams>> = HashMap::default();
     let mut leanest = Vec::with_capacity(LEANEST + 1);
     space::visit(model, gpus, gb, limits, fixed, &mut |k| {
-        offer_lean(&mut leanest, k)
+        let p = *params
+            .entry(weights_of(&k))
+            .or_insert_with(|| weight_params(model, opts, &k));
+        // a sharding the model cannot take is never the leanest
+        if let Some(p) = p {
+            offer_lean(
+                &mut leanest,
+                lean_order(&k, model_states_floor_bytes(opts, &k, p)),
+            );
+        }
     });
     leanest
 }
@@ -161,15 +179,39 @@ fn floor_key(k: &Key) -> FloorKey {
     (d.tp, d.pp, d.dp, d.cp, k.ep, k.etp)
 }
 
-/// Keeps `k` among the leanest if it is leaner than one of them.
-fn offer_lean(leanest: &mut Vec<Key>, k: Key) {
-    let order = lean_order(&k);
-    if leanest.len() == LEANEST && leanest.last().is_some_and(|l| lean_order(l) <= order) {
+/// Keeps `order` among the leanest if it is leaner than one of them, and than every other
+/// key of its shape (see [`shape_of`]): the micro-batch sizes and schedules of one shape would
+/// otherwise fill the list and hide other shapes, which the error weighs by their real need.
+fn offer_lean(leanest: &mut Vec<LeanOrder>, order: LeanOrder) {
+    let shape = shape_of(&order.8);
+    if let Some(i) = leanest.iter().position(|l| shape_of(&l.8) == shape) {
+        if leanest[i] <= order {
+            return;
+        }
+        leanest.remove(i);
+    }
+    if leanest.len() == LEANEST && leanest.last().is_some_and(|l| *l <= order) {
         return;
     }
-    let at = leanest.partition_point(|l| lean_order(l) <= order);
-    leanest.insert(at, k);
+    let at = leanest.partition_point(|l| *l <= order);
+    leanest.insert(at, order);
     leanest.truncate(LEANEST);
+}
+
+/// A key without what only its activations depend on: the micro-batch size, sequence
+/// parallelism, the schedule and the stages per rank (the lean order takes the leanest of
+/// those first).
+fn shape_of(k: &Key) -> Key {
+    Key {
+        degrees: Degrees {
+            virtual_stages: 1,
+            ..k.degrees
+        },
+        micro_batch_size: 1,
+        sequence_parallel: false,
+        schedule: crate::schedule::ScheduleKind::OneFOneB,
+        ..*k
+    }
 }
 
 /// The layer table's parameter counts ([`super::table::LayerTable::weight_params`]) of `k`'s
@@ -291,8 +333,22 @@ mod tests {
     #[test]
     fn leanest_are_the_first_of_the_sorted_space() {
         let (model, _, opts) = setup(8);
-        let mut all = space::enumerate(&model, 8, 64, &opts.limits, &opts.fixed);
-        all.sort_by_key(lean_order);
-        assert_eq!(leanest(&model, &opts, 8), all[..LEANEST]);
+        let all = space::enumerate(&model, 8, 64, &opts.limits, &opts.fixed);
+        let mut orders: Vec<LeanOrder> = all
+            .iter()
+            .filter_map(|k| {
+                let p = weight_params(&model, &opts, k)?;
+                Some(lean_order(k, model_states_floor_bytes(&opts, k, p)))
+            })
+            .collect();
+        orders.sort();
+        // the leanest schedule of each shape
+        let mut want: Vec<Key> = Vec::new();
+        for o in &orders {
+            if want.len() < LEANEST && want.iter().all(|w| shape_of(w) != shape_of(&o.8)) {
+                want.push(o.8);
+            }
+        }
+        assert_eq!(leanest(&model, &opts, 8), want);
     }
 }

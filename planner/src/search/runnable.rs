@@ -174,17 +174,20 @@ fn united(
     }
     let mut first_error = None;
     let mut found: Vec<Found> = Vec::new();
-    for r in results {
+    for (r, o) in results.into_iter().zip(per) {
         match r {
             Ok(r) => found.push(r),
             Err(e) => {
-                first_error.get_or_insert(e);
+                first_error.get_or_insert((e, o));
             }
         }
     }
     if found.is_empty() {
-        return Err(first_error
-            .unwrap_or_else(|| PlanError::Schedule("internal: no framework was searched".into())));
+        return Err(match first_error {
+            // the error shown, with the GPU count its framework needs
+            Some((e, o)) => super::errors::with_gpu_count(e, model, profile, o),
+            None => PlanError::Schedule("internal: no framework was searched".into()),
+        });
     }
     merge(model, profile, opts, found, (start, candidates), unfit)
 }
