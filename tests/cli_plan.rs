@@ -203,6 +203,8 @@ fn impossible_requests_explain_themselves() {
             "--memory-margin: '-1.5' is negative",
         ),
         ("--memory-margin", "200%", "below 100%"),
+        // numbers whose sums once overflowed (a panic in a debug build)
+        ("--memory-reserve-gib", "1e308", "more than any GPU holds"),
     ] {
         fails_with(&["plan", "llama3-8b", "--gpus", "8", flag, value], needle);
     }

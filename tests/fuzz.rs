@@ -41,10 +41,12 @@ impl Rng {
 }
 
 /// Bad values for a flag: zero, negative, huge, NaN, infinite, not dividing, not a number.
-const FLAG_VALUES: [&str; 16] = [
+const FLAG_VALUES: [&str; 18] = [
     "0",
     "-1",
     "1e30",
+    "1e308",
+    "18446744073709551615",
     "NaN",
     "inf",
     "18446744073709551616",

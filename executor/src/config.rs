@@ -215,6 +215,37 @@ impl ExecConfig {
         if self.steps == 0 {
             return Err(ExecError::invalid("--steps", "must be at least 1"));
         }
+        // the products the run takes (ranks, sequences a step) must be numbers
+        let ranks = self
+            .pp()
+            .checked_mul(self.dp)
+            .and_then(|r| r.checked_mul(self.tp));
+        if ranks.is_none() {
+            return Err(ExecError::invalid(
+                "--dp",
+                format!(
+                    "pp · dp · tp = {} · {} · {} ranks is more than any machine runs; use smaller degrees",
+                    self.pp(),
+                    self.dp,
+                    self.tp
+                ),
+            ));
+        }
+        let batch = self
+            .num_microbatches()
+            .checked_mul(self.micro_batch_size)
+            .and_then(|b| b.checked_mul(self.dp));
+        if batch.is_none() {
+            return Err(ExecError::invalid(
+                "--mbs",
+                format!(
+                    "micro-batches · mbs · dp = {} · {} · {} sequences a step is more than any run takes; use a smaller micro-batch",
+                    self.num_microbatches(),
+                    self.micro_batch_size,
+                    self.dp
+                ),
+            ));
+        }
         if !(self.recv_timeout_s > 0.0 && self.recv_timeout_s.is_finite()) {
             return Err(ExecError::invalid(
                 "--recv-timeout",

@@ -11,6 +11,14 @@ pub const DEFAULT_INTRA_NODE_LATENCY_S: f64 = 6e-6;
 /// Default latency of one step of a collective across nodes, in seconds (InfiniBand, NCCL).
 pub const DEFAULT_INTER_NODE_LATENCY_S: f64 = 12e-6;
 
+/// The slowest link a cluster may have, Gbit/s (NIC) or GB/s (NVLink): below it transfer times
+/// leave any float.
+pub const MIN_GBPS: f64 = 1e-3;
+/// The fastest link a cluster may have, Gbit/s or GB/s: a thousand times today's.
+pub const MAX_GBPS: f64 = 1e6;
+/// The longest collective step latency a cluster may have, microseconds (a second).
+pub const MAX_LATENCY_US: f64 = 1e6;
+
 /// A homogeneous GPU cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cluster {
@@ -86,11 +94,15 @@ impl Cluster {
         } else if num_gpus.is_multiple_of(gpus_per_node) {
             (gpus_per_node, num_gpus / gpus_per_node)
         } else {
+            // the next whole number of nodes, where it is a number
+            let example = num_gpus
+                .div_ceil(gpus_per_node)
+                .checked_mul(gpus_per_node)
+                .map_or_else(String::new, |n| format!(" (e.g. {n})"));
             return Err(HardwareError::invalid(
                 "--gpus",
                 &format!(
-                    "{num_gpus} GPUs do not fill whole nodes of {gpus_per_node}: use a multiple of --gpus-per-node (e.g. {})",
-                    num_gpus.div_ceil(gpus_per_node) * gpus_per_node
+                    "{num_gpus} GPUs do not fill whole nodes of {gpus_per_node}: use a multiple of --gpus-per-node{example}"
                 ),
             ));
         };
@@ -99,6 +111,12 @@ impl Cluster {
             return Err(HardwareError::invalid(
                 "--nic-gbps",
                 "must be a positive number of Gbit/s",
+            ));
+        }
+        if !(MIN_GBPS..=MAX_GBPS).contains(&nic_gbps) {
+            return Err(HardwareError::invalid(
+                "--nic-gbps",
+                &format!("must be from {MIN_GBPS} to {MAX_GBPS} Gbit/s"),
             ));
         }
         Ok(Cluster {
@@ -165,6 +183,12 @@ impl Cluster {
                     "must be a positive number of GB/s",
                 ));
             }
+            if !(MIN_GBPS..=MAX_GBPS).contains(&gbps) {
+                return Err(HardwareError::invalid(
+                    "nvlink_gbps_per_direction",
+                    &format!("must be from {MIN_GBPS} to {MAX_GBPS} GB/s"),
+                ));
+            }
             cluster.gpu.nvlink_bw_bytes_per_s = gbps * 1e9;
         }
         for (field, value, slot) in [
@@ -184,6 +208,12 @@ impl Cluster {
                     return Err(HardwareError::invalid(
                         field,
                         "must be zero or more microseconds",
+                    ));
+                }
+                if us > MAX_LATENCY_US {
+                    return Err(HardwareError::invalid(
+                        field,
+                        &format!("must be at most {MAX_LATENCY_US} microseconds (a second)"),
                     ));
                 }
                 *slot = us * 1e-6;
@@ -222,7 +252,39 @@ impl Cluster {
 
     /// Total GPUs.
     pub fn num_gpus(&self) -> u64 {
-        self.gpus_per_node * self.nodes
+        self.gpus_per_node.saturating_mul(self.nodes)
+    }
+
+    /// Checks a cluster read whole from a file (a plan file's): what [`Cluster::new`] and
+    /// [`Cluster::from_json`] check of the clusters they build, with `origin` naming the file.
+    pub fn validate(&self, origin: &str) -> Result<(), HardwareError> {
+        let bad = |field: &str, message: String| HardwareError::Invalid {
+            field: format!("{origin}: 'cluster.{field}'"),
+            message,
+        };
+        self.gpu.validate()?;
+        if self.gpus_per_node == 0 || self.nodes == 0 {
+            return Err(bad("nodes", "and gpus_per_node must be at least 1".into()));
+        }
+        if self.gpus_per_node.checked_mul(self.nodes).is_none() {
+            return Err(bad("nodes", "× gpus_per_node is too large".into()));
+        }
+        let gbps = self.nic_bw_bytes_per_s * 8.0 / 1e9;
+        if !(MIN_GBPS..=MAX_GBPS).contains(&gbps) {
+            return Err(bad(
+                "nic_bw_bytes_per_s",
+                format!("must be from {MIN_GBPS} to {MAX_GBPS} Gbit/s"),
+            ));
+        }
+        for (field, s) in [
+            ("intra_node_latency_s", self.intra_node_latency_s),
+            ("inter_node_latency_s", self.inter_node_latency_s),
+        ] {
+            if !(s.is_finite() && (0.0..=MAX_LATENCY_US * 1e-6).contains(&s)) {
+                return Err(bad(field, "must be from 0 to 1 second".into()));
+            }
+        }
+        Ok(())
     }
 
     /// The node a global GPU index sits on.
@@ -471,6 +533,19 @@ mod tests {
         assert_eq!(c.nic_bw_bytes_per_s, 25e9);
     }
 
+    /// A GPU count past the last whole number of nodes that `u64` holds is refused without an
+    /// overflow (it once advised "e.g. 0"; a debug build panicked).
+    #[test]
+    fn the_largest_gpu_counts_are_refused_without_overflow() {
+        let gpu = crate::hardware::gpu("h100-sxm").unwrap();
+        let err = Cluster::new(gpu.clone(), u64::MAX, 8, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.ends_with("use a multiple of --gpus-per-node"), "{err}");
+        let err = Cluster::new(gpu, 12, 8, None).unwrap_err().to_string();
+        assert!(err.ends_with("(e.g. 16)"), "{err}");
+    }
+
     /// A value out of range in a `cluster.json` is named by the file and its key, not by the
     /// command-line flag it stands for.
     #[test]
@@ -491,6 +566,19 @@ mod tests {
             (
                 r#"{"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 2, "inter_node_latency_us": -3}"#,
                 "c.json: 'inter_node_latency_us' must be zero or more microseconds",
+            ),
+            // values once accepted that put times past any float (the fuzzer's panics)
+            (
+                r#"{"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 2, "intra_node_latency_us": 1e300}"#,
+                "c.json: 'intra_node_latency_us' must be at most 1000000 microseconds (a second)",
+            ),
+            (
+                r#"{"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 2, "nic_gbps": 1e-300}"#,
+                "c.json: 'nic_gbps' must be from 0.001 to 1000000 Gbit/s",
+            ),
+            (
+                r#"{"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 2, "nvlink_gbps_per_direction": 1e300}"#,
+                "c.json: 'nvlink_gbps_per_direction' must be from 0.001 to 1000000 GB/s",
             ),
         ] {
             let err = Cluster::from_json(json, "c.json").unwrap_err().to_string();

@@ -85,6 +85,9 @@ pub fn work(ops: &[Op]) -> f64 {
         + 0.0 // an empty list sums to −0
 }
 
+/// The longest pass time a profile may hold, seconds (a day).
+const MAX_PASS_S: f64 = 86_400.0;
+
 /// `measured_s · now / then`, or `measured_s` when the measured work is zero.
 fn scaled(measured_s: f64, then: f64, now: f64) -> f64 {
     if then > 0.0 {
@@ -125,6 +128,14 @@ impl MeasuredProfile {
             {
                 return Err(invalid(format!(
                     "layer '{}' has a negative or non-finite time or work",
+                    l.name
+                )));
+            }
+            // a pass of days is no measurement, nor a positive work below one FLOP or byte
+            // (times scale by the work: a tiny one would scale them past any float)
+            if times.iter().any(|&t| t > MAX_PASS_S) || works.iter().any(|&w| w > 0.0 && w < 1.0) {
+                return Err(invalid(format!(
+                    "layer '{}' has a time over {MAX_PASS_S} s or a work between 0 and 1: write the profile again with `autopp profile`",
                     l.name
                 )));
             }
@@ -251,5 +262,15 @@ mod tests {
         let bad = p.to_json().replace(PROFILE_FORMAT, "x/0");
         assert!(MeasuredProfile::from_json(&bad, "p.json").is_err());
         assert!(MeasuredProfile::from_json("{", "p.json").is_err());
+        // a time of days, or a work below one FLOP that scales times past any float
+        for edit in [
+            (|l: &mut MeasuredLayer| l.forward_s = 1e9) as fn(&mut MeasuredLayer),
+            |l: &mut MeasuredLayer| l.backward_input_work = 1e-300,
+        ] {
+            let mut bad = p.clone();
+            edit(&mut bad.layers[1]);
+            let e = MeasuredProfile::from_json(&bad.to_json(), "p.json").unwrap_err();
+            assert!(e.to_string().contains("or a work between 0 and 1"), "{e}");
+        }
     }
 }

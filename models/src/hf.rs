@@ -444,7 +444,12 @@ fn opt(c: &Config, name: &str) -> Result<TransformerSpec, ModelError> {
     spec.bias = c.boolean("enable_bias", true)?;
     spec.position_embedding = PositionEmbedding::Learned;
     // OPTLearnedPositionalEmbedding offsets positions by 2.
-    spec.max_position_embeddings = Some(positions + 2);
+    spec.max_position_embeddings = Some(positions.checked_add(2).ok_or_else(|| {
+        ModelError::invalid(
+            "max_position_embeddings",
+            "is too large: give the positions the model learns",
+        )
+    })?);
     spec.dropout = c.dropout(&["dropout", "attention_dropout"], 0.1)?;
     Ok(spec)
 }

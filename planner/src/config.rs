@@ -14,6 +14,10 @@ use crate::schedule::{ScheduleError, ScheduleKind, SplitError};
 /// `memory::FRAGMENTATION`).
 pub const DEFAULT_MEMORY_RESERVE_BYTES: u64 = 1 << 30;
 
+/// The largest memory reserve or margin a request or plan file may set, bytes (1 PiB): far
+/// above any GPU's memory, and far below what a sum of a rank's bytes can hold.
+pub const MAX_MEMORY_SETTING_BYTES: u64 = 1 << 50;
+
 /// Everything that fixes how one iteration runs: degrees, batching, schedule, recompute,
 /// sharding, optionally the layer split, and the settings it is evaluated under. Built with
 /// [`ParallelConfig::new`] and the `with_*` methods.

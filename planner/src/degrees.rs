@@ -41,7 +41,12 @@ impl Degrees {
         cp: u64,
         virtual_stages: u64,
     ) -> Result<Degrees, PlanError> {
-        let per_replica = tp * pp * cp;
+        let Some(per_replica) = tp.checked_mul(pp).and_then(|n| n.checked_mul(cp)) else {
+            return Err(PlanError::invalid(
+                "--gpus",
+                format!("tp · pp · cp = {tp} · {pp} · {cp} is more than any cluster: use degrees whose product divides {gpus}"),
+            ));
+        };
         if !gpus.is_multiple_of(per_replica) {
             return Err(PlanError::invalid(
                 "--gpus",

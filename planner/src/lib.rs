@@ -35,7 +35,9 @@ pub mod search;
 pub mod stages;
 pub mod whatif;
 
-pub use config::{EvalSettings, ParallelConfig, PlanError, DEFAULT_MEMORY_RESERVE_BYTES};
+pub use config::{
+    EvalSettings, ParallelConfig, PlanError, DEFAULT_MEMORY_RESERVE_BYTES, MAX_MEMORY_SETTING_BYTES,
+};
 pub use degrees::Degrees;
 pub use estimate::{evaluate, Estimate};
 pub use experts::ExpertParallel;

@@ -210,20 +210,24 @@ impl RankMemory {
 
     /// The peak with `fragmentation` and `context` bytes, bytes.
     fn total_with_terms(&self, fragmentation: u64, context: u64) -> u64 {
-        let dynamic = self.activations_bytes + self.transient_bytes + fragmentation;
-        self.weights_bytes
-            + self.grads_bytes
-            + self.optimizer_bytes
-            + self.buffers_bytes
-            + self.reserve_bytes
-            + context
-            + dynamic.max(self.step_bytes)
+        // saturating: a total past u64::MAX bytes (absurd inputs) fits nowhere all the same
+        let sum = |terms: &[u64]| terms.iter().fold(0u64, |a, &b| a.saturating_add(b));
+        let dynamic = sum(&[self.activations_bytes, self.transient_bytes, fragmentation]);
+        sum(&[
+            self.weights_bytes,
+            self.grads_bytes,
+            self.optimizer_bytes,
+            self.buffers_bytes,
+            self.reserve_bytes,
+            context,
+            dynamic.max(self.step_bytes),
+        ])
     }
 
     /// Memory that comes and goes during the iteration: activations and the backward's
     /// working set, bytes.
     pub fn dynamic_bytes(&self) -> u64 {
-        self.activations_bytes + self.transient_bytes
+        self.activations_bytes.saturating_add(self.transient_bytes)
     }
 
     /// The total with another fragmentation fraction and fitted context size (what

@@ -150,6 +150,22 @@ impl PlanFile {
                 ),
             ));
         }
+        file.cluster.validate(origin)?;
+        let e = &file.settings.evaluation;
+        for (name, bytes) in [
+            ("memory_reserve_bytes", e.memory_reserve_bytes),
+            ("memory_margin_bytes", e.memory_margin_bytes),
+        ] {
+            if bytes > crate::config::MAX_MEMORY_SETTING_BYTES {
+                return Err(PlanError::invalid(
+                    "--plan",
+                    format!(
+                        "{origin}: settings.{name} is {bytes}, more than any GPU holds; it must be at most {} (re-run `autopp plan` to make a new file)",
+                        crate::config::MAX_MEMORY_SETTING_BYTES
+                    ),
+                ));
+            }
+        }
         if let Some(name) = file.zero_count() {
             return Err(PlanError::invalid(
                 "--plan",
@@ -284,5 +300,52 @@ impl PlanFile {
             c.sequence_parallel,
             note,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fuzzer's plan file, with `edit` applied to its JSON.
+    fn edited(edit: impl Fn(&mut serde_json::Value)) -> Result<PlanFile, PlanError> {
+        let text = include_str!("../../tests/fixtures/fuzz/plan.json");
+        let mut v: serde_json::Value = serde_json::from_str(text).expect("the fixture is JSON");
+        edit(&mut v);
+        PlanFile::from_json(&v.to_string(), "plan.json")
+    }
+
+    /// Values whose sums and products once overflowed (panics the fuzzer found in a debug
+    /// build) are refused on reading, naming the key.
+    #[test]
+    fn absurd_settings_and_clusters_are_refused_on_reading() {
+        assert!(edited(|_| {}).is_ok());
+        let max = serde_json::Value::from(u64::MAX);
+        for (edit, want) in [
+            (
+                &(|v: &mut serde_json::Value| v["settings"]["memory_reserve_bytes"] = max.clone())
+                    as &dyn Fn(&mut serde_json::Value),
+                "settings.memory_reserve_bytes",
+            ),
+            (
+                &|v: &mut serde_json::Value| v["settings"]["memory_margin_bytes"] = max.clone(),
+                "settings.memory_margin_bytes",
+            ),
+            (
+                &|v: &mut serde_json::Value| v["cluster"]["nodes"] = max.clone(),
+                "'cluster.nodes' × gpus_per_node is too large",
+            ),
+            (
+                &|v: &mut serde_json::Value| v["cluster"]["intra_node_latency_s"] = 1e300.into(),
+                "'cluster.intra_node_latency_s' must be from 0 to 1 second",
+            ),
+            (
+                &|v: &mut serde_json::Value| v["cluster"]["nic_bw_bytes_per_s"] = 1e-300.into(),
+                "'cluster.nic_bw_bytes_per_s' must be from",
+            ),
+        ] {
+            let err = edited(edit).expect_err(want).to_string();
+            assert!(err.contains(want), "{want:?} not in {err}");
+        }
     }
 }

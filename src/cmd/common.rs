@@ -144,6 +144,10 @@ pub fn reserve_bytes(gib: f64) -> Result<u64> {
     if !(gib.is_finite() && gib >= 0.0) {
         anyhow::bail!("--memory-reserve-gib: must be zero or a positive number of GiB");
     }
+    const MAX_GIB: f64 = (autopp_planner::MAX_MEMORY_SETTING_BYTES >> 30) as f64;
+    if gib > MAX_GIB {
+        anyhow::bail!("--memory-reserve-gib: more than any GPU holds; give at most {MAX_GIB} GiB");
+    }
     Ok((gib * (1u64 << 30) as f64) as u64)
 }
 

@@ -84,7 +84,15 @@ pub fn check_config(
             ),
         ));
     }
-    let per_step = d.dp * c.micro_batch_size;
+    let Some(per_step) = d.dp.checked_mul(c.micro_batch_size) else {
+        return Err(PlanError::invalid(
+            "--mbs",
+            format!(
+                "dp · mbs = {} · {} is more than any batch: use a micro-batch that divides the global batch ({}) over dp",
+                d.dp, c.micro_batch_size, c.global_batch_size
+            ),
+        ));
+    };
     if !c.global_batch_size.is_multiple_of(per_step) {
         return Err(PlanError::invalid(
             "--global-batch",

@@ -12,7 +12,8 @@ pub struct Margin {
     pub source: String,
 }
 
-/// A `--memory-margin` value that is neither GiB nor a percentage below 100.
+/// A `--memory-margin` value that is neither GiB (at most
+/// [`crate::config::MAX_MEMORY_SETTING_BYTES`]) nor a percentage below 100.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "'{0}' is not a margin; give GiB (e.g. 4) or a share of the GPU's memory below 100% (e.g. 8%)"
@@ -56,8 +57,12 @@ impl Margin {
             .or_else(|| t.strip_suffix("gib"))
             .unwrap_or(t);
         let g = number(g).ok_or_else(bad)?;
+        let mem_bytes = (g * (1u64 << 30) as f64).round();
+        if mem_bytes > crate::config::MAX_MEMORY_SETTING_BYTES as f64 {
+            return Err(bad());
+        }
         Ok(Margin {
-            mem_bytes: (g * (1u64 << 30) as f64).round() as u64,
+            mem_bytes: mem_bytes as u64,
             source,
         })
     }

@@ -110,7 +110,7 @@ pub(super) fn nothing_fits(
                 gib(margin),
                 profile.cluster.gpu.name,
                 gib(capacity),
-                gib(need + margin).ceil()
+                gib(need.saturating_add(margin)).ceil()
             ))
         }
         None => PlanError::NothingFits(format!(
@@ -166,7 +166,10 @@ fn gpus_that_fit(model: &Model, profile: &AnalyticProfile, opts: &SearchOptions)
         .saturating_sub(opts.settings.memory_margin_bytes);
     let lean = lean_space(opts);
     let fits = |nodes: u64| -> bool {
-        let Ok(cluster) = profile.cluster.resized(nodes * per_node) else {
+        let Some(Ok(cluster)) = nodes
+            .checked_mul(per_node)
+            .map(|n| profile.cluster.resized(n))
+        else {
             return false;
         };
         let gpus = cluster.num_gpus();
@@ -186,7 +189,7 @@ fn gpus_that_fit(model: &Model, profile: &AnalyticProfile, opts: &SearchOptions)
     let mut fitting = failing;
     loop {
         fitting = fitting.checked_mul(2)?;
-        if fitting * per_node > MAX_GPUS {
+        if fitting.checked_mul(per_node)? > MAX_GPUS {
             return None;
         }
         if fits(fitting) {
