@@ -243,9 +243,41 @@ impl GpuSpec {
                 "must be a positive number of bytes",
             ));
         }
+        // past these, times and byte sums leave any float or u64 (a thousandth of today's
+        // slowest figures, a thousand times today's fastest)
+        if self.memory_bytes > MAX_GPU_MEMORY_BYTES {
+            return Err(HardwareError::invalid(
+                "gpu.memory_bytes",
+                &format!("must be at most {MAX_GPU_MEMORY_BYTES} bytes (1 PiB)"),
+            ));
+        }
+        for (field, value, lo, hi) in [
+            ("peak_fp16_flops", self.peak_fp16_flops, 1e9, 1e19),
+            ("peak_bf16_flops", self.peak_bf16_flops, 1e9, 1e19),
+            ("peak_fp8_flops", self.peak_fp8_flops, 1e9, 1e19),
+            ("hbm_bw_bytes_per_s", self.hbm_bw_bytes_per_s, 1e6, 1e16),
+            (
+                "nvlink_bw_bytes_per_s",
+                self.nvlink_bw_bytes_per_s,
+                1e6,
+                1e16,
+            ),
+            ("default_nic_gbps", self.default_nic_gbps, 1e-3, 1e6),
+        ] {
+            // zero is allowed where it means "none" (no bf16 or FP8 tensor cores)
+            if value != 0.0 && !(lo..=hi).contains(&value) {
+                return Err(HardwareError::invalid(
+                    &format!("gpu.{field}"),
+                    &format!("must be from {lo:e} to {hi:e}"),
+                ));
+            }
+        }
         Ok(())
     }
 }
+
+/// The most memory a GPU description may have, bytes (1 PiB).
+pub const MAX_GPU_MEMORY_BYTES: u64 = 1 << 50;
 
 /// The built-in GPU kinds, one JSON object per kind with its datasheet source
 /// (`hardware/data/gpus.json`).
@@ -316,6 +348,35 @@ pub fn gpu(name: &str) -> Result<GpuSpec, HardwareError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A described GPU's figures stay within what times and byte sums can hold: a thousandth
+    /// of today's slowest, a thousand times today's fastest; zero where it means none.
+    #[test]
+    fn gpu_figures_out_of_range_are_refused() {
+        let h100 = gpu("h100-sxm").unwrap();
+        type Edit = fn(&mut GpuSpec);
+        for (edit, want) in [
+            (
+                (|g: &mut GpuSpec| g.memory_bytes = u64::MAX) as Edit,
+                "gpu.memory_bytes must be at most 1125899906842624 bytes (1 PiB)",
+            ),
+            (
+                |g: &mut GpuSpec| g.nvlink_bw_bytes_per_s = 1e-300,
+                "gpu.nvlink_bw_bytes_per_s must be from 1e6 to 1e16",
+            ),
+            (
+                |g: &mut GpuSpec| g.peak_bf16_flops = 1e300,
+                "gpu.peak_bf16_flops must be from 1e9 to 1e19",
+            ),
+        ] {
+            let mut g = h100.clone();
+            edit(&mut g);
+            assert_eq!(g.validate().unwrap_err().to_string(), want);
+        }
+        let mut none = h100.clone();
+        none.peak_fp8_flops = 0.0;
+        assert!(none.validate().is_ok());
+    }
 
     #[test]
     fn catalog_names_are_unique_and_valid() {

@@ -37,6 +37,21 @@ pub struct CalibrationFile {
     pub efficiency: Efficiency,
 }
 
+/// `v` as a user reads it: `1e-300` rather than three hundred zeros.
+fn shown(v: f64) -> String {
+    if v != 0.0 && !(1e-3..1e6).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// The smallest fraction of a peak a calibration knob may hold: below a thousandth no kernel
+/// runs, and times scale past any float.
+pub const MIN_FRACTION: f64 = 1e-3;
+/// The largest half size, in elements, a calibration knob may hold.
+pub const MAX_HALF_DIM: f64 = 1e6;
+
 impl CalibrationFile {
     /// Parses and checks a calibration file read from `path`; an error names `--calibration`,
     /// the file and the field.
@@ -59,21 +74,51 @@ impl CalibrationFile {
             ));
         }
         let e = &file.efficiency;
+        // a fraction of a peak below MIN_FRACTION (or a half size past MAX_HALF_DIM) is no
+        // measurement, and scales times past any float
         let fractions = [
-            ("gemm_max", e.gemm_max, 1.0),
-            ("gemm_misaligned", e.gemm_misaligned, 1.0),
-            ("attention_fused", e.attention_fused, 1.0),
-            ("hopper_compute", e.hopper_compute, 1.0),
-            ("hbm", e.hbm, 1.0),
-            ("comm_intra", e.comm_intra, 1.0),
-            ("comm_inter", e.comm_inter, 1.0),
-            ("gemm_half_dim", e.gemm_half_dim, f64::MAX),
-            ("kernel_overhead_s", e.kernel_overhead_s, 1.0),
+            ("gemm_max", e.gemm_max),
+            ("gemm_misaligned", e.gemm_misaligned),
+            ("attention_fused", e.attention_fused),
+            ("attention_fa2_on_hopper", e.attention_fa2_on_hopper),
+            ("hopper_compute", e.hopper_compute),
+            ("fp8_gemm", e.fp8_gemm),
+            ("hbm", e.hbm),
+            ("comm_intra", e.comm_intra),
+            ("comm_inter", e.comm_inter),
         ];
-        for (name, v, hi) in fractions {
-            if !(v.is_finite() && v > 0.0 && v <= hi) {
+        for (name, v) in fractions {
+            if !(v.is_finite() && (MIN_FRACTION..=1.0).contains(&v)) {
                 return Err(bad(format!(
-                    "efficiency.{name}: {v} is out of range (0, {hi}]"
+                    "efficiency.{name}: {} is out of range [{MIN_FRACTION}, 1]",
+                    shown(v)
+                )));
+            }
+        }
+        let sizes = [
+            ("gemm_half_dim", e.gemm_half_dim),
+            ("fp8_rowwise_half_dim", e.fp8_rowwise_half_dim),
+            ("grouped_gemm_half_dim", e.grouped_gemm_half_dim),
+            ("grouped_gemm_half_rows", e.grouped_gemm_half_rows),
+        ];
+        for (name, v) in sizes {
+            if !(v.is_finite() && (0.0..=MAX_HALF_DIM).contains(&v)) {
+                return Err(bad(format!(
+                    "efficiency.{name}: {} is out of range [0, {MAX_HALF_DIM}] elements",
+                    shown(v)
+                )));
+            }
+        }
+        let seconds = [
+            ("kernel_overhead_s", e.kernel_overhead_s),
+            ("moe_layer_overhead_s", e.moe_layer_overhead_s),
+            ("grouped_gemm_host_s", e.grouped_gemm_host_s),
+        ];
+        for (name, v) in seconds {
+            if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
+                return Err(bad(format!(
+                    "efficiency.{name}: {} is out of range [0, 1] seconds",
+                    shown(v)
                 )));
             }
         }
@@ -218,5 +263,37 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("--calibration: 'c.json'"), "{e}");
+    }
+
+    /// Knobs that scaled times past any float (the fuzzer's `comm_intra: 1e-300`, a debug
+    /// build's assertion) are refused, each naming itself and its range.
+    #[test]
+    fn knobs_out_of_their_ranges_are_refused() {
+        type Edit = fn(&mut Efficiency);
+        for (edit, want) in [
+            (
+                (|e: &mut Efficiency| e.comm_intra = 1e-300) as Edit,
+                "efficiency.comm_intra: 1e-300 is out of range [0.001, 1]",
+            ),
+            (
+                |e: &mut Efficiency| e.fp8_gemm = 0.0,
+                "efficiency.fp8_gemm: 0 is out of range [0.001, 1]",
+            ),
+            (
+                |e: &mut Efficiency| e.gemm_half_dim = 1e300,
+                "efficiency.gemm_half_dim: 1e300 is out of range [0, 1000000] elements",
+            ),
+            (
+                |e: &mut Efficiency| e.grouped_gemm_host_s = 5.0,
+                "efficiency.grouped_gemm_host_s: 5 is out of range [0, 1] seconds",
+            ),
+        ] {
+            let mut f = file();
+            edit(&mut f.efficiency);
+            let e = CalibrationFile::from_json(&serde_json::to_string(&f).unwrap(), "c.json")
+                .unwrap_err()
+                .to_string();
+            assert!(e.ends_with(want), "{e}");
+        }
     }
 }

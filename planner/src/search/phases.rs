@@ -543,7 +543,7 @@ impl<'a> Search<'a> {
     /// order: they are simulated a few at a time (as many as threads), until one does, each
     /// only when its memory and its busiest rank's work allow it ([`Evaluator::beating`]).
     pub fn fastest_unfit(&self, scored: &[Scored], best_time: f64) -> Option<Estimate> {
-        let within = 2 * self.profile.cluster.gpu.memory_bytes;
+        let within = self.profile.cluster.gpu.memory_bytes.saturating_mul(2);
         let unfit = scored.iter().filter(|s| !s.fits && s.approx_s < best_time);
         let unfit = Scored::first_by_closed_form(unfit.collect(), UNFIT_TRIED);
         let at_once = rayon::current_num_threads().max(1);
