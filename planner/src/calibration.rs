@@ -74,65 +74,38 @@ impl CalibrationFile {
             ));
         }
         let e = &file.efficiency;
-        // a fraction of a peak below MIN_FRACTION (or a half size past MAX_HALF_DIM) is no
-        // measurement, and scales times past any float
-        let fractions = [
-            ("gemm_max", e.gemm_max),
-            ("gemm_misaligned", e.gemm_misaligned),
-            ("attention_fused", e.attention_fused),
-            ("attention_fa2_on_hopper", e.attention_fa2_on_hopper),
-            ("hopper_compute", e.hopper_compute),
-            ("fp8_gemm", e.fp8_gemm),
-            ("hbm", e.hbm),
-            ("comm_intra", e.comm_intra),
-            ("comm_inter", e.comm_inter),
+        // (name, value, (low, high, unit)): a fraction of a peak below MIN_FRACTION or a half
+        // size past MAX_HALF_DIM is no measurement, and scales times past any float
+        let frac = (MIN_FRACTION, 1.0, "");
+        let size = (0.0, MAX_HALF_DIM, " elements");
+        let secs = (0.0, 1.0, " seconds");
+        let knobs = [
+            ("gemm_max", e.gemm_max, frac),
+            ("gemm_misaligned", e.gemm_misaligned, frac),
+            ("attention_fused", e.attention_fused, frac),
+            ("attention_fa2_on_hopper", e.attention_fa2_on_hopper, frac),
+            ("hopper_compute", e.hopper_compute, frac),
+            ("fp8_gemm", e.fp8_gemm, frac),
+            ("hbm", e.hbm, frac),
+            ("comm_intra", e.comm_intra, frac),
+            ("comm_inter", e.comm_inter, frac),
+            ("comm_overlap", e.comm_overlap, (0.0, 1.0, "")),
+            ("gemm_half_dim", e.gemm_half_dim, size),
+            ("fp8_rowwise_half_dim", e.fp8_rowwise_half_dim, size),
+            ("grouped_gemm_half_dim", e.grouped_gemm_half_dim, size),
+            ("grouped_gemm_half_rows", e.grouped_gemm_half_rows, size),
+            ("kernel_overhead_s", e.kernel_overhead_s, secs),
+            ("moe_layer_overhead_s", e.moe_layer_overhead_s, secs),
+            ("grouped_gemm_host_s", e.grouped_gemm_host_s, secs),
+            ("host_block_s", e.host_block_s, secs),
         ];
-        for (name, v) in fractions {
-            if !(v.is_finite() && (MIN_FRACTION..=1.0).contains(&v)) {
+        for (name, v, (lo, hi, unit)) in knobs {
+            if !(v.is_finite() && (lo..=hi).contains(&v)) {
                 return Err(bad(format!(
-                    "efficiency.{name}: {} is out of range [{MIN_FRACTION}, 1]",
+                    "efficiency.{name}: {} is out of range [{lo}, {hi}]{unit}",
                     shown(v)
                 )));
             }
-        }
-        let sizes = [
-            ("gemm_half_dim", e.gemm_half_dim),
-            ("fp8_rowwise_half_dim", e.fp8_rowwise_half_dim),
-            ("grouped_gemm_half_dim", e.grouped_gemm_half_dim),
-            ("grouped_gemm_half_rows", e.grouped_gemm_half_rows),
-        ];
-        for (name, v) in sizes {
-            if !(v.is_finite() && (0.0..=MAX_HALF_DIM).contains(&v)) {
-                return Err(bad(format!(
-                    "efficiency.{name}: {} is out of range [0, {MAX_HALF_DIM}] elements",
-                    shown(v)
-                )));
-            }
-        }
-        let seconds = [
-            ("kernel_overhead_s", e.kernel_overhead_s),
-            ("moe_layer_overhead_s", e.moe_layer_overhead_s),
-            ("grouped_gemm_host_s", e.grouped_gemm_host_s),
-        ];
-        for (name, v) in seconds {
-            if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
-                return Err(bad(format!(
-                    "efficiency.{name}: {} is out of range [0, 1] seconds",
-                    shown(v)
-                )));
-            }
-        }
-        if !(e.comm_overlap.is_finite() && (0.0..=1.0).contains(&e.comm_overlap)) {
-            return Err(bad(format!(
-                "efficiency.comm_overlap: {} is out of range [0, 1]",
-                e.comm_overlap
-            )));
-        }
-        if !(e.host_block_s.is_finite() && (0.0..=1.0).contains(&e.host_block_s)) {
-            return Err(bad(format!(
-                "efficiency.host_block_s: {} is out of range [0, 1] seconds",
-                e.host_block_s
-            )));
         }
         Ok(file)
     }
