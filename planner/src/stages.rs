@@ -8,8 +8,9 @@ use serde::Serialize;
 mod torch;
 
 pub use torch::{
-    dtensor_forward_collectives, dtensor_gathered_input_bytes, layout_copies_s, op_sac_bytes,
-    op_sac_saved_widths, torch_loss_bytes, unfused_loss_bytes, TorchLoss,
+    dtensor_backward_collectives, dtensor_forward_collectives, dtensor_gathered_input_bytes,
+    layout_copies_s, op_sac_bytes, op_sac_saved_widths, torch_loss_bytes, unfused_loss_bytes,
+    TorchLoss,
 };
 
 /// What one stage costs for one micro-batch on one GPU of its rank.
@@ -284,7 +285,11 @@ fn add_layer(
     // `_templated_ring_attention` under torchtitan): the forward exchange is exposed only
     // beyond the attention core's own time.
     let cp_f = eff.exposed_comm_s(cp_block, times.attention_s[0]);
-    let tp_b_tp = tp_time(&layer.tp_backward);
+    let tp_b_tp = tp_time(&dtensor_backward_collectives(
+        layer,
+        profile.precision,
+        dtensor && is_block,
+    ));
     let tp_b = tp_b_tp + cp_block;
     st.forward_compute_s += times.forward_s;
     // With the overlap on (userbuffers, async TP), a block's collectives run

@@ -192,15 +192,40 @@ pub fn layout_copies_s(profile: &AnalyticProfile, list: &[Collective]) -> f64 {
 /// DTensor's plain styles and gathers in bf16 (torchtitan `models/llama3/infra/parallelize.py`:
 /// "float8 all-gather with TP is only supported for tensorwise float8 scaling recipes. For
 /// rowwise recipes, we use regular TP and all-gather happens in high precision"). The
-/// reduce-scatters (bf16 outputs) and the backward's collectives (bf16 gradients) are
-/// unchanged.
+/// reduce-scatters (bf16 outputs) are unchanged.
 pub fn dtensor_forward_collectives(
     layer: &LayerCost,
     precision: Precision,
     dtensor: bool,
 ) -> std::borrow::Cow<'_, [Collective]> {
+    float8_gathers(&layer.tp_forward, precision, dtensor)
+}
+
+/// A layer's backward tensor-parallel collectives as DTensor runs them (`dtensor` as in
+/// [`dtensor_forward_collectives`]). Under float8 with tensorwise scaling the row-parallel
+/// linears (`attention.wo`, `feed_forward.w2`) are torchao's `Float8RowwiseParallel`, whose
+/// output goes through `_NoopFwToFloat8BwDynamic` after its reduce-scatter: in the backward the
+/// output gradient is cast to float8 (e5m2) first, so the all-gather that is the
+/// reduce-scatter's backward moves 1 byte per element. The reduce-scatters of the backward
+/// (the gradients of the gathered inputs, which leave the float8 linears in bf16) stay 2 bytes;
+/// rowwise scaling gathers in bf16 (torchao `float8/float8_tensor_parallel.py`).
+pub fn dtensor_backward_collectives(
+    layer: &LayerCost,
+    precision: Precision,
+    dtensor: bool,
+) -> std::borrow::Cow<'_, [Collective]> {
+    float8_gathers(&layer.tp_backward, precision, dtensor)
+}
+
+/// `list` with each all-gather at 1 byte per element where DTensor gathers float8 (`dtensor`
+/// under tensorwise float8), else `list` as it is.
+fn float8_gathers(
+    list: &[Collective],
+    precision: Precision,
+    dtensor: bool,
+) -> std::borrow::Cow<'_, [Collective]> {
     if !(dtensor && precision == Precision::Fp8Tensorwise) {
-        return std::borrow::Cow::Borrowed(&layer.tp_forward);
+        return std::borrow::Cow::Borrowed(list);
     }
     let fp8 = |c: &Collective| Collective {
         bytes: if c.kind == CollectiveKind::AllGather {
@@ -210,7 +235,7 @@ pub fn dtensor_forward_collectives(
         },
         ..*c
     };
-    std::borrow::Cow::Owned(layer.tp_forward.iter().map(fp8).collect())
+    std::borrow::Cow::Owned(list.iter().map(fp8).collect())
 }
 
 /// The bytes a layer keeps beyond Megatron's figures because DTensor's sequence-parallel
