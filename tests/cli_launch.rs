@@ -245,3 +245,105 @@ fn a_layer_list_model_is_refused_by_every_framework() {
         fails(&p, &["--framework", fw], &["my-net is a layer list"]);
     }
 }
+
+/// FP8 plans launch on Megatron-LM with Transformer Engine's recipe (delayed scaling with
+/// NeMo's amax history, current scaling, MXFP8); torchtitan's float8 converters are not written
+/// yet, DeepSpeed has no FP8; a shape Transformer Engine's FP8 GEMMs refuse is refused.
+#[test]
+fn fp8_plans_launch_on_megatron_with_their_recipe() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let args_of = |p: &std::path::Path| -> Vec<String> {
+        let text = stdout(&[
+            "launch",
+            p.to_str().expect("UTF-8"),
+            "--framework",
+            "megatron",
+            "--json",
+        ]);
+        let v: Value = serde_json::from_str(&text).expect("launch --json");
+        v["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().expect("string").to_string())
+            .collect()
+    };
+    let has = |args: &[String], want: &[&str]| {
+        assert!(
+            args.windows(want.len()).any(|w| w == want),
+            "{want:?} not in {args:?}"
+        )
+    };
+    let fixed =
+        "--framework megatron --fix tp=2,pp=2,dp=2,schedule=1f1b,zero_stage=1,micro_batch_size=1";
+    let delayed = plan(
+        d,
+        "delayed",
+        &format!("llama3-8b --gpus 8 --precision fp8 {fixed}"),
+    );
+    let a = args_of(&delayed);
+    has(
+        &a,
+        &[
+            "--bf16",
+            "--fp8-format",
+            "hybrid",
+            "--fp8-recipe",
+            "delayed",
+        ],
+    );
+    has(
+        &a,
+        &[
+            "--fp8-amax-history-len",
+            "1024",
+            "--fp8-amax-compute-algo",
+            "max",
+        ],
+    );
+    let tensorwise = plan(
+        d,
+        "tensorwise",
+        &format!("llama3-8b --gpus 8 --precision fp8-tensorwise {fixed}"),
+    );
+    let a = args_of(&tensorwise);
+    has(
+        &a,
+        &["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"],
+    );
+    assert!(!a.iter().any(|x| x == "--fp8-amax-history-len"), "{a:?}");
+    let mx = plan(
+        d,
+        "mxfp8",
+        &format!("llama3-8b --gpus 8 --gpu b200 --precision mxfp8 {fixed}"),
+    );
+    has(
+        &args_of(&mx),
+        &["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
+    );
+    let bf16 = plan(d, "bf16", &format!("llama3-8b --gpus 8 {fixed}"));
+    assert!(!args_of(&bf16).iter().any(|x| x.starts_with("--fp8")));
+    fails(
+        &tensorwise,
+        &["--framework", "torchtitan"],
+        &["torchtitan FP8 launch flags (fp8-tensorwise) are not written by autopp yet"],
+    );
+    fails(
+        &tensorwise,
+        &["--framework", "deepspeed"],
+        &["DeepSpeed has no fp8-tensorwise recipe"],
+    );
+    // 8,196 rows a micro-batch: not a multiple of 8
+    let odd = edited(&tensorwise, "odd", |f| {
+        f["model"]["seq_length"] = 8196.into()
+    });
+    fails(
+        &odd,
+        &["--framework", "megatron"],
+        &[
+            "Transformer Engine's fp8-tensorwise GEMMs need rows in multiples of 8",
+            "8196 / 1 · 1 = 8196 rows",
+        ],
+    );
+}

@@ -66,6 +66,11 @@ const CASES: &[Case] = &[
     Case { name: "qwen3-30b-a3b-16-megatron", plan: "qwen3-30b-a3b --gpus 16 --framework megatron", frameworks: &["megatron"] },
     Case { name: "qwen3-30b-a3b-16-ep-overlap", plan: "qwen3-30b-a3b --gpus 16 --framework megatron-core-ep-overlap --fix tp=1,pp=2,virtual_stages=2,ep=8,schedule=interleaved-1f1b", frameworks: &["megatron"] },
     Case { name: "deepseek-v3-1024-megatron", plan: "deepseek-v3 --gpus 1024 --global-batch 8192 --seq-len 4096 --framework megatron", frameworks: &["megatron"] },
+    // FP8 through Transformer Engine: delayed and current (tensorwise) scaling on H100, MXFP8
+    // on B200; the tensorwise plan is made for any framework and runs on Megatron-LM
+    Case { name: "llama3-70b-64-fp8-delayed", plan: "llama3-70b --gpus 64 --precision fp8 --framework megatron", frameworks: &["megatron"] },
+    Case { name: "llama3-405b-512-fp8-tensorwise", plan: "llama3-405b --gpus 512 --gpu h100-hbm2e-500w --global-batch 256 --precision fp8-tensorwise", frameworks: &["megatron"] },
+    Case { name: "llama3-70b-64-mxfp8-b200", plan: "llama3-70b --gpus 64 --gpu b200 --precision mxfp8 --framework megatron", frameworks: &["megatron"] },
 ];
 
 /// The environment's Python, or `None` (with the reason printed) where the test may skip.

@@ -93,7 +93,15 @@ MEGATRON_FLAGS = {
     "--expert-model-parallel-size": int, "--expert-tensor-parallel-size": int,
     "--moe-grouped-gemm": bool, "--moe-token-dispatcher-type": str, "--mtp-num-layers": int,
     "--overlap-moe-expert-parallel-comm": bool,
+    # FP8 through Transformer Engine: TransformerConfig.fp8 (--fp8-format), fp8_recipe,
+    # fp8_amax_history_len, fp8_amax_compute_algo; --fp8-param-gather is fp8_param
+    # (core_transformer_config_from_args)
+    "--fp8-format": str, "--fp8-recipe": str, "--fp8-amax-history-len": int,
+    "--fp8-amax-compute-algo": str, "--fp8-param-gather": bool,
 }
+
+# autopp's FP8 precisions as Transformer Engine recipes (TransformerConfig.fp8_recipe)
+MEGATRON_FP8_RECIPES = {"fp8": "delayed", "fp8-tensorwise": "tensorwise", "mxfp8": "mxfp8"}
 
 
 def moe_layer_freq(text):
@@ -188,6 +196,10 @@ def megatron_config(a, gpus):
         recompute_num_layers=a.get("recompute_num_layers"),
         bf16=a.get("bf16", False), fp16=a.get("fp16", False),
         params_dtype=dtype, pipeline_dtype=dtype,
+        fp8=a.get("fp8_format"), fp8_recipe=a.get("fp8_recipe", "delayed"),
+        fp8_amax_history_len=a.get("fp8_amax_history_len", 1),
+        fp8_amax_compute_algo=a.get("fp8_amax_compute_algo", "most_recent"),
+        fp8_param=a.get("fp8_param_gather", False),
     )
     kw.update(moe_kwargs(a))
     if a.get("multi_latent_attention"):
@@ -261,6 +273,7 @@ def check_megatron(case, plan_file, launch, files):
          plan["zero_stage"] == 1)
     checked = ["TransformerConfig", "layer layout" if config.pipeline_model_parallel_layout
                else "even/uneven split"]
+    checked += check_megatron_precision(config, plan_file)
     alt = [l for l in files["launch.sh"].splitlines() if l.startswith("# equivalent: ")]
     if alt:  # the offered --decoder-first/last form gives the same split
         args = list(launch["args"])
@@ -274,6 +287,31 @@ def check_megatron(case, plan_file, launch, files):
     if "moe" in plan_file["model"]:
         checked += check_megatron_moe(config, plan, plan_file["model"], dp)
     return checked
+
+
+def check_megatron_precision(config, plan_file):
+    """The precision as Megatron-Core reads it: bf16 or fp16, and for an FP8 plan Transformer
+    Engine's recipe (E4M3 throughout for MXFP8, E5M2 gradients otherwise) and the input rows
+    and widths its FP8 GEMMs take (transformer_engine.pytorch.utils.assert_dim_for_fp8_exec:
+    rows a multiple of 8, columns of 16; MXFP8 blocks of 32)."""
+    precision = plan_file["settings"]["precision"]
+    same("fp16", config.fp16, precision == "fp16")
+    same("bf16", config.bf16, precision != "fp16")
+    recipe = MEGATRON_FP8_RECIPES.get(precision)
+    if recipe is None:
+        same("fp8", config.fp8, None)
+        return []
+    same("fp8 recipe", (config.fp8, config.fp8_recipe),
+         ("e4m3" if recipe == "mxfp8" else "hybrid", recipe))
+    plan, model = plan_file["plan"], plan_file["model"]
+    row, col = (32, 32) if recipe == "mxfp8" else (8, 16)
+    tp = config.tensor_model_parallel_size
+    rows = model["seq_length"] // config.context_parallel_size * plan["micro_batch_size"]
+    widths = {"hidden": config.hidden_size, "attention/tp": config.kv_channels
+              * config.num_attention_heads // tp, "ffn/tp": config.ffn_hidden_size // tp}
+    if rows % row or any(w % col for w in widths.values()):
+        raise AssertionError(f"FP8 GEMM shapes: {rows} rows, widths {widths}")
+    return ["fp8 " + recipe]
 
 
 def check_megatron_moe(config, plan, model, dp):

@@ -95,7 +95,52 @@ fn check(view: &PlanView) -> Result<(), Refusal> {
     if view.virtual_stages > 1 {
         check_interleaving(view)?;
     }
-    Ok(())
+    check_fp8_shapes(view)
+}
+
+/// Transformer Engine's FP8 GEMMs take matrices whose rows are a multiple of 8 and whose
+/// columns are a multiple of 16 (`assert_dim_for_fp8_exec`); MXFP8 scales blocks of 32
+/// elements, so both must be multiples of 32. A linear's input has `s/cp · b` rows (with
+/// sequence parallelism, after its all-gather) and the hidden size, the attention width over
+/// tp or the FFN width over tp as columns. A plan that breaks this would stop at its first
+/// FP8 GEMM, so the launch refuses it with the sizes.
+fn check_fp8_shapes(view: &PlanView) -> Result<(), Refusal> {
+    let (row, col) = match view.precision {
+        Precision::Fp8Delayed | Precision::Fp8Tensorwise => (8, 16),
+        Precision::Mxfp8 => (32, 32),
+        Precision::Bf16 | Precision::Fp16 | Precision::Fp8Rowwise => return Ok(()),
+    };
+    let m = &view.model;
+    let rows = m.seq_length / view.cp.max(1) * view.micro_batch_size;
+    let tp = view.tp.max(1);
+    let widths = [
+        ("the hidden size", m.hidden_size),
+        (
+            "the attention width over tp",
+            m.num_attention_heads * m.head_dim() / tp,
+        ),
+        ("the FFN width over tp", m.ffn() / tp),
+    ];
+    let bad_width = widths.iter().find(|(_, w)| !w.is_multiple_of(col));
+    if rows.is_multiple_of(row) && bad_width.is_none() {
+        return Ok(());
+    }
+    let why = match bad_width {
+        Some((what, w)) if rows.is_multiple_of(row) => {
+            format!("{what} is {w}, not a multiple of {col}")
+        }
+        _ => format!(
+            "a linear's input has s/cp · micro-batch = {} / {} · {} = {rows} rows, not a multiple of {row}",
+            m.seq_length, view.cp, view.micro_batch_size
+        ),
+    };
+    Err(Refusal::SequenceLength(
+        FW,
+        format!(
+            "Transformer Engine's {} GEMMs need rows in multiples of {row} and columns in multiples of {col}, and {why}; re-plan with --precision bf16 or another micro-batch size",
+            view.precision
+        ),
+    ))
 }
 
 /// Megatron-LM's interleaved schedule: pp > 1, and `pp ≤ G ≤ m` with `m mod G` either 0 or at
@@ -360,7 +405,6 @@ fn optimizer_args(view: &PlanView, args: &mut Vec<String>) {
     if view.zero_stage == 1 && view.runtime.overlap_param_gather {
         args.push("--overlap-param-gather".into());
     }
-    // FP8 plans are refused before this (launch::emit)
     match view.precision.high() {
         Precision::Fp16 => {
             args.push("--fp16".into());
@@ -371,7 +415,33 @@ fn optimizer_args(view: &PlanView, args: &mut Vec<String>) {
         }
         _ => args.push("--bf16".into()),
     }
+    fp8_args(view, args);
     flag(args, "--clip-grad", "1.0");
+}
+
+/// Transformer Engine's FP8 recipe for an FP8 plan, beside `--bf16` (Megatron-Core's
+/// `TransformerConfig.fp8` and `fp8_recipe`, flags `--fp8-format` and `--fp8-recipe`):
+/// delayed scaling with NeMo's amax history (1,024 steps, the maximum: the recipe autopp's
+/// NeMo rows ran), current (tensorwise) scaling, both `hybrid` (E4M3 forward, E5M2 gradients),
+/// and MXFP8 in E4M3 throughout (Megatron-LM's Blackwell recipes). FP8 weights
+/// (`--fp8-param-gather`, `fp8_param`) where the plan's runtime assumed them. Nothing for bf16
+/// and fp16; rowwise scaling is refused before this (Transformer Engine has none).
+fn fp8_args(view: &PlanView, args: &mut Vec<String>) {
+    let (format, recipe) = match view.precision {
+        Precision::Fp8Delayed => ("hybrid", "delayed"),
+        Precision::Fp8Tensorwise => ("hybrid", "tensorwise"),
+        Precision::Mxfp8 => ("e4m3", "mxfp8"),
+        Precision::Bf16 | Precision::Fp16 | Precision::Fp8Rowwise => return,
+    };
+    flag(args, "--fp8-format", format);
+    flag(args, "--fp8-recipe", recipe);
+    if view.precision == Precision::Fp8Delayed {
+        flag(args, "--fp8-amax-history-len", 1024);
+        flag(args, "--fp8-amax-compute-algo", "max");
+    }
+    if view.runtime.fp8_params {
+        args.push("--fp8-param-gather".into());
+    }
 }
 
 /// Arguments a run needs that the plan does not decide: mock data, a null tokenizer of the

@@ -124,7 +124,7 @@ impl fmt::Display for Refusal {
             ),
             Refusal::Precision(fw, p) if p.is_fp8() => write!(
                 f,
-                "{} FP8 launch flags ({p}) are not written by autopp yet; the plan itself stands (re-plan with --precision bf16 to launch)",
+                "{} FP8 launch flags ({p}) are not written by autopp yet; the plan itself stands (re-plan with --precision bf16, or launch an fp8, fp8-tensorwise or mxfp8 plan with --framework megatron)",
                 name(*fw)
             ),
             Refusal::Fp8Recipe(fw, p, has) => write!(
@@ -321,7 +321,12 @@ fn accepted(
         check_emittable(model, framework)?;
     }
     let view = view_for(file, model, framework)?;
-    if view.precision.is_fp8() {
+    // Megatron-LM's FP8 flags are written (`megatron::fp8_args`); torchtitan's float8 and MX
+    // converters are not yet
+    if let Some(has) = fp8_recipes_missing(framework, view.precision) {
+        return Err(refused(Refusal::Fp8Recipe(framework, view.precision, has)));
+    }
+    if view.precision.is_fp8() && framework != Framework::Megatron {
         return Err(refused(Refusal::Precision(framework, view.precision)));
     }
     if view.gpus > view.gpus_per_node && view.gpus % view.gpus_per_node != 0 {
