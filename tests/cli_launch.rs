@@ -324,10 +324,26 @@ fn fp8_plans_launch_on_megatron_with_their_recipe() {
     );
     let bf16 = plan(d, "bf16", &format!("llama3-8b --gpus 8 {fixed}"));
     assert!(!args_of(&bf16).iter().any(|x| x.starts_with("--fp8")));
+    // torchtitan 0.3 scales float8 rowwise only
     fails(
         &tensorwise,
         &["--framework", "torchtitan"],
-        &["torchtitan FP8 launch flags (fp8-tensorwise) are not written by autopp yet"],
+        &["torchtitan has no fp8-tensorwise recipe (it has fp8-rowwise, mxfp8)"],
+    );
+    let rowwise = plan(
+        d,
+        "rowwise",
+        "llama3-8b --gpus 8 --precision fp8-rowwise --framework torchtitan",
+    );
+    fails(
+        &rowwise,
+        &["--framework", "torchtitan"],
+        &["torchtitan FP8 launch flags (fp8-rowwise) are not written by autopp yet"],
+    );
+    fails(
+        &rowwise,
+        &["--framework", "megatron"],
+        &["Megatron-LM has no fp8-rowwise recipe"],
     );
     fails(
         &tensorwise,
