@@ -38,6 +38,8 @@ warnings.filterwarnings("ignore")
 import deepspeed.runtime.config  # noqa: F401
 import megatron.core.transformer.transformer_config  # noqa: F401
 import torchtitan.config  # noqa: F401
+import torchao.float8  # noqa: F401
 
-print(", ".join(f"{p} {md.version(p)}" for p in ("torch", "megatron-core", "torchtitan", "deepspeed")))
+print(", ".join(f"{p} {md.version(p)}"
+                for p in ("torch", "megatron-core", "torchtitan", "torchao", "deepspeed")))
 PY

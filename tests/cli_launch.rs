@@ -253,22 +253,25 @@ fn a_layer_list_model_is_refused_by_every_framework() {
 fn fp8_plans_launch_on_megatron_with_their_recipe() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let args_of = |p: &std::path::Path| -> Vec<String> {
+    // `launch --json` for a framework: its arguments and its files' texts
+    let launched = |p: &std::path::Path, framework: &str| -> (Vec<String>, Value) {
         let text = stdout(&[
             "launch",
             p.to_str().expect("UTF-8"),
             "--framework",
-            "megatron",
+            framework,
             "--json",
         ]);
         let v: Value = serde_json::from_str(&text).expect("launch --json");
-        v["args"]
+        let args = v["args"]
             .as_array()
             .expect("args")
             .iter()
             .map(|a| a.as_str().expect("string").to_string())
-            .collect()
+            .collect();
+        (args, v["files"].clone())
     };
+    let args_of = |p: &std::path::Path| launched(p, "megatron").0;
     let has = |args: &[String], want: &[&str]| {
         assert!(
             args.windows(want.len()).any(|w| w == want),
@@ -335,10 +338,40 @@ fn fp8_plans_launch_on_megatron_with_their_recipe() {
         "rowwise",
         "llama3-8b --gpus 8 --precision fp8-rowwise --framework torchtitan",
     );
-    fails(
-        &rowwise,
-        &["--framework", "torchtitan"],
-        &["torchtitan FP8 launch flags (fp8-rowwise) are not written by autopp yet"],
+    // torchtitan: a config function over llama3_8b converting the blocks' linears, the LM head
+    // filtered out; MXFP8 the same with its own converter
+    let titan_module = |plan: &std::path::Path| -> (Vec<String>, String) {
+        let (args, files) = launched(plan, "torchtitan");
+        let module = files["autopp_torchtitan.py"].as_str().expect("module");
+        (args, module.to_string())
+    };
+    let (args, module) = titan_module(&rowwise);
+    has(
+        &args,
+        &["--module", "autopp_torchtitan", "--config", "autopp_float8"],
+    );
+    assert!(module.contains("config = llama3_8b()"), "{module}");
+    assert!(
+        module.contains(
+            r#"Float8LinearConverter.Config(
+            recipe_name="rowwise", filter_fqns=["lm_head"],
+            model_compile_enabled=True,"#
+        ),
+        "{module}"
+    );
+    let mx_titan = plan(
+        d,
+        "mxfp8-titan",
+        "llama3-8b --gpus 8 --gpu b200 --precision mxfp8 --framework torchtitan",
+    );
+    let (args, module) = titan_module(&mx_titan);
+    has(&args, &["--config", "autopp_mxfp8"]);
+    assert!(
+        module.contains(
+            r#"MXFP8LinearConverter.Config(
+            fqns=["layers."],"#
+        ),
+        "{module}"
     );
     fails(
         &rowwise,
@@ -349,6 +382,18 @@ fn fp8_plans_launch_on_megatron_with_their_recipe() {
         &tensorwise,
         &["--framework", "deepspeed"],
         &["DeepSpeed has no fp8-tensorwise recipe"],
+    );
+    // 8,200 rows a micro-batch: a multiple of 8, not of torchao's 16
+    let odd_rowwise = edited(&rowwise, "odd-rowwise", |f| {
+        f["model"]["seq_length"] = 8200.into()
+    });
+    fails(
+        &odd_rowwise,
+        &["--framework", "torchtitan"],
+        &[
+            "torchao's fp8-rowwise GEMMs need rows in multiples of 16",
+            "= 8200 rows",
+        ],
     );
     // 8,196 rows a micro-batch: not a multiple of 8
     let odd = edited(&tensorwise, "odd", |f| {
@@ -361,5 +406,63 @@ fn fp8_plans_launch_on_megatron_with_their_recipe() {
             "Transformer Engine's fp8-tensorwise GEMMs need rows in multiples of 8",
             "8196 / 1 · 1 = 8196 rows",
         ],
+    );
+}
+
+/// A plan made for a framework at an FP8 precision launches there: the search leaves out the
+/// micro-batches whose `s/cp · b` rows the FP8 GEMMs refuse (at s = 4,100 one sequence is 4,100
+/// rows, 4,100 mod 8 = 4; two are 8,200 = 8 · 1,025, a multiple of Transformer Engine's 8 but
+/// not of torchao's 16) and the context-parallel degrees whose `2·cp` chunks do not divide the
+/// sequence (cp 4: 4,100 mod 8 = 4), so every answer, under `--framework megatron`, `any` and
+/// `torchtitan` alike, runs on its framework; pinning a micro-batch or a cp that leaves nothing
+/// is one line naming the sizes and the fix.
+#[test]
+fn fp8_plans_keep_to_the_gemm_shapes_their_framework_runs() {
+    // (framework, precision, rows' multiple, the framework that must run every answer)
+    for (framework, precision, tile, runs_on) in [
+        ("megatron", "fp8", 8, "megatron"),
+        ("any", "fp8", 8, "megatron"),
+        ("torchtitan", "fp8-rowwise", 16, "torchtitan"),
+    ] {
+        let text = stdout(&[
+            "plan",
+            "llama3-8b",
+            "--gpus",
+            "16",
+            "--precision",
+            precision,
+            "--seq-len",
+            "4100",
+            "--framework",
+            framework,
+            "--json",
+        ]);
+        let v: Value = serde_json::from_str(&text).expect("plan --json");
+        let mut answers = vec![&v];
+        answers.extend(v["alternatives"].as_array().expect("alternatives"));
+        assert!(answers.len() > 1, "{text}");
+        for a in answers {
+            let runs: Vec<&str> = a["runs_on"]
+                .as_array()
+                .expect("runs_on")
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            assert!(runs.contains(&runs_on), "{framework}: {a}");
+            let p = &a["plan"];
+            let cp = p["cp"].as_u64().expect("cp");
+            let mbs = p["micro_batch_size"].as_u64().expect("micro_batch_size");
+            assert_eq!(4100 / cp * mbs % tile, 0, "{framework}: cp {cp}, mbs {mbs}");
+            // Megatron-Core's context parallelism cuts a sequence into 2·cp chunks
+            assert!(cp == 1 || 4100 % (2 * cp) == 0, "{framework}: cp {cp}");
+        }
+    }
+    plan_refused(
+        "llama3-8b --gpus 16 --seq-len 4100 --framework megatron --fix cp=4",
+        "--fix cp=4: megatron cuts each sequence into 8 chunks for context parallelism of 4, and the sequence length 4100 is not a multiple of 8",
+    );
+    plan_refused(
+        "llama3-8b --gpus 16 --precision fp8 --seq-len 4100 --framework megatron --fix mbs=1",
+        "--precision: Megatron-LM cannot run any of these plans: Transformer Engine's fp8 GEMMs need rows in multiples of 8 and columns in multiples of 16, and a linear's input has s/cp · micro-batch = 4100 / 1 · 1 = 4100 rows",
     );
 }

@@ -71,6 +71,12 @@ const CASES: &[Case] = &[
     Case { name: "llama3-70b-64-fp8-delayed", plan: "llama3-70b --gpus 64 --precision fp8 --framework megatron", frameworks: &["megatron"] },
     Case { name: "llama3-405b-512-fp8-tensorwise", plan: "llama3-405b --gpus 512 --gpu h100-hbm2e-500w --global-batch 256 --precision fp8-tensorwise", frameworks: &["megatron"] },
     Case { name: "llama3-70b-64-mxfp8-b200", plan: "llama3-70b --gpus 64 --gpu b200 --precision mxfp8 --framework megatron", frameworks: &["megatron"] },
+    // FP8 through torchao's converters in torchtitan's config functions: float8 rowwise over
+    // torchtitan's llama3_8b and over autopp's 405B and custom-model modules, MXFP8 on B200
+    Case { name: "llama3-8b-8-float8-titan", plan: "llama3-8b --gpus 8 --precision fp8-rowwise --framework torchtitan", frameworks: &["torchtitan"] },
+    Case { name: "llama3-405b-512-float8-titan", plan: "llama3-405b --gpus 512 --global-batch 256 --precision fp8-rowwise --framework torchtitan", frameworks: &["torchtitan"] },
+    Case { name: "llama2-13b-16-float8-titan", plan: "tests/launch/llama2-13b.json --gpus 16 --precision fp8-rowwise --framework torchtitan", frameworks: &["torchtitan"] },
+    Case { name: "llama3-70b-64-mxfp8-titan", plan: "llama3-70b --gpus 64 --gpu b200 --precision mxfp8 --framework torchtitan", frameworks: &["torchtitan"] },
 ];
 
 /// The environment's Python, or `None` (with the reason printed) where the test may skip.

@@ -214,6 +214,17 @@ impl Framework {
         !matches!(self, Framework::Deepspeed)
     }
 
+    /// Chunks of each sequence per context-parallel rank: the sequence length must be a
+    /// multiple of `cp` times this. Megatron-Core and torchtitan balance causal attention by
+    /// cutting each sequence into `2·cp` chunks, each rank taking one from either end (what
+    /// `autopp launch` checks); autopp's own model (`any`) only needs `cp` to divide it.
+    pub fn context_parallel_chunks(self) -> u64 {
+        match self {
+            Framework::Megatron | Framework::Torchtitan => 2,
+            Framework::Any | Framework::Deepspeed => 1,
+        }
+    }
+
     /// The stack `--framework NAME` means for this family: Megatron-Core for `megatron`, the
     /// modern defaults (every overlap on) for `any`.
     pub fn default_stack(self) -> Stack {

@@ -402,6 +402,58 @@ def check_titan_model(m, c):
          llama_params(m))
 
 
+@contextlib.contextmanager
+def titan_gpu_capability(precision):
+    """torchtitan's float8 and MXFP8 converters refuse to build without an SM89 or SM100 GPU,
+    which this CPU check has not: for an FP8 plan, the capability test says yes while the
+    config is built (the plan is for the GPU it names), and nothing else changes."""
+    if precision not in ("fp8-rowwise", "mxfp8"):
+        yield
+        return
+    import torchtitan.components.quantization.float8 as f8
+    import torchtitan.components.quantization.mx as mx
+
+    saved = (f8.has_cuda_capability, mx.has_cuda_capability)
+    f8.has_cuda_capability = mx.has_cuda_capability = lambda major, minor: True
+    try:
+        yield
+    finally:
+        f8.has_cuda_capability, mx.has_cuda_capability = saved
+
+
+def check_titan_precision(plan_file, c):
+    """The linear layers torchtitan builds are in the plan's precision: every linear of the
+    decoder blocks a float8 (torchao, rowwise recipe) or MXFP8 linear, the LM head bf16; and the
+    GEMM shapes are ones the FP8 kernels take (rows s/cp * b and every converted linear's sizes
+    in multiples of 16, or 32 for MXFP8)."""
+    from torchao.float8 import Float8LinearConfig
+    from torchtitan.components.quantization import Float8Linear, MXFP8Linear
+    from torchtitan.models.common.linear import Linear
+
+    plan, precision = plan_file["plan"], plan_file["settings"]["precision"]
+    want = {"bf16": Linear.Config, "fp8-rowwise": Float8Linear.Config,
+            "mxfp8": MXFP8Linear.Config}[precision]
+    layers = list(c.model_spec.model.traverse(Linear.Config))
+    blocks = [(f, cfg) for f, cfg, _, _ in layers if f.startswith("layers.")]
+    others = [(f, cfg) for f, cfg, _, _ in layers if not f.startswith("layers.")]
+    if not blocks or not any(f == "lm_head" for f, _ in others):
+        raise AssertionError(f"linear layers not found: {[f for f, *_ in layers]}")
+    for f, cfg in blocks:
+        same(f"{f}'s linear", type(cfg).__qualname__, want.__qualname__)
+    for f, cfg in others:
+        same(f"{f}'s linear (bf16)", type(cfg).__qualname__, Linear.Config.__qualname__)
+    if precision == "bf16":
+        return
+    if precision == "fp8-rowwise":
+        same("float8 recipe", blocks[0][1]._torchao_config,
+             Float8LinearConfig.from_recipe_name("rowwise"))
+    tile = 32 if precision == "mxfp8" else 16
+    rows = plan_file["model"]["seq_length"] // plan["cp"] * plan["micro_batch_size"]
+    same(f"rows of a linear's input (s/cp * b) mod {tile}", rows % tile, 0)
+    for f, cfg in blocks:
+        same(f"{f}'s sizes mod {tile}", (cfg.in_features % tile, cfg.out_features % tile), (0, 0))
+
+
 def check_torchtitan(case, plan_file, launch, files):
     from torchtitan.config import ConfigManager
     from torchtitan.distributed import ParallelDims
@@ -412,7 +464,8 @@ def check_torchtitan(case, plan_file, launch, files):
     sys.path.insert(0, os.getcwd())
     for name in [n for n in sys.modules if n.split(".")[0] == "autopp_torchtitan"]:
         del sys.modules[name]
-    with contextlib.redirect_stdout(io.StringIO()):
+    precision = plan_file["settings"]["precision"]
+    with contextlib.redirect_stdout(io.StringIO()), titan_gpu_capability(precision):
         c = ConfigManager().parse_args(list(launch["args"]))
     p, t = c.parallelism, c.training
     dims = ParallelDims.from_config(p, plan["gpus"])  # validates the mesh
@@ -420,6 +473,7 @@ def check_torchtitan(case, plan_file, launch, files):
          (plan["dp"], plan["tp"], plan["pp"], plan["cp"]))
     model = c.model_spec.model
     check_titan_model(plan_file["model"], c)
+    check_titan_precision(plan_file, c)
     same("sequence length", t.seq_len, plan_file["model"]["seq_length"])
     dp = dims.dp_replicate * dims.dp_shard  # Trainer: the "batch" mesh
     if t.global_batch_size % (t.local_batch_size * dp):
@@ -438,6 +492,7 @@ def check_torchtitan(case, plan_file, launch, files):
         same("stages", [(0, emb, ids, head)], expected(plan_file))
         checked = ["ConfigManager", "ParallelDims", "single stage"]
     checked.insert(1, f"{c.model_spec.flavor} built on meta")
+    checked.insert(2, f"{precision} linear layers")
     ac = c.activation_checkpoint
     ac = type(ac).__qualname__.split(".")[0] if ac is not None else "none"
     want = {"none": "none", "selective": "SelectiveAC", "full": "FullAC"}[plan["recompute"]]
@@ -587,6 +642,7 @@ def versions():
     import megatron.core.package_info as mc
     return {"megatron-core": mc.__version__,
             "torchtitan": importlib.metadata.version("torchtitan"),
+            "torchao": importlib.metadata.version("torchao"),
             "deepspeed": importlib.metadata.version("deepspeed"),
             "torch": importlib.metadata.version("torch")}
 

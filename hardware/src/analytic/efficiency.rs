@@ -23,9 +23,10 @@ pub struct Efficiency {
     /// A GEMM dimension of this size reaches half of `gemm_max` along that dimension; the
     /// efficiency is `gemm_max · Π x/(x + gemm_half_dim)` over `m`, `n`, `k`.
     pub gemm_half_dim: f64,
-    /// Factor on the GEMM efficiency when a dimension is not a multiple of 8 elements (16
-    /// bytes): tensor-core kernels need aligned tiles, and misaligned shapes (e.g. a head size
-    /// of 108 or 225) fall back to slower kernels.
+    /// Factor on the GEMM efficiency when a leading dimension (`n` or `k`, see
+    /// [`Efficiency::gemm`]) is not a multiple of 8 elements (16 bytes): tensor-core kernels
+    /// load aligned rows, and misaligned strides (e.g. a head size of 108 or 225) fall back to
+    /// slower kernels.
     pub gemm_misaligned: f64,
     /// Fraction of the peak a fused attention kernel reaches on long sequences.
     pub attention_fused: f64,
@@ -296,10 +297,18 @@ impl Default for Efficiency {
 }
 
 impl Efficiency {
-    /// GEMM efficiency (fraction of peak) for an `[m × k]·[k × n]` product.
+    /// GEMM efficiency (fraction of peak) for an `[m × k]·[k × n]` product, `m` the rows
+    /// (a layer's tokens).
+    ///
+    /// Only `n` and `k` must be multiples of 8 elements to escape [`Self::gemm_misaligned`]:
+    /// they are the row strides of the operands and the output, row-major, in the forward
+    /// (`[m × k]·[k × n]`), the input gradient (`[m × n]·[n × k]`) and the weight gradient
+    /// (`[k × m]·[m × n]`, the transposed activation read with stride `k`) alike. The row count
+    /// `m` is never a stride: a sequence of 4,100 tokens only leaves its last tile part-full,
+    /// as cuBLAS and Transformer Engine run it (what `sat(m)` covers).
     pub fn gemm(&self, m: u64, n: u64, k: u64) -> f64 {
         let sat = |x: u64| x as f64 / (x as f64 + self.gemm_half_dim);
-        let aligned = [m, n, k].iter().all(|&x| x % 8 == 0);
+        let aligned = n.is_multiple_of(8) && k.is_multiple_of(8);
         let align = if aligned { 1.0 } else { self.gemm_misaligned };
         self.gemm_max * sat(m) * sat(n) * sat(k) * align
     }

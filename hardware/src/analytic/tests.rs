@@ -39,6 +39,11 @@ fn misaligned_gemms_are_slower() {
     let expect = e.gemm_misaligned * (225.0 / (225.0 + e.gemm_half_dim))
         / (224.0 / (224.0 + e.gemm_half_dim));
     assert!((ratio - expect).abs() < 1e-12, "{ratio} vs {expect}");
+    // 4,100 rows (a sequence of 4,100 tokens) are no stride: only the size term changes
+    let rows = e.gemm(4100, 4096, 4096) / e.gemm(4096, 4096, 4096);
+    let expect = (4100.0 / (4100.0 + e.gemm_half_dim)) / (4096.0 / (4096.0 + e.gemm_half_dim));
+    assert!((rows - expect).abs() < 1e-12, "{rows} vs {expect}");
+    assert!(e.gemm(4096, 4100, 4096) < 0.2 * e.gemm(4096, 4096, 4096));
 }
 
 /// Hand-worked grouped GEMM: 16 experts of `[2048 × 2048]·[2048 × 1536]` (compute-bound

@@ -9,6 +9,7 @@ use autopp_hardware::Precision;
 use autopp_models::{Norm, PositionEmbedding, Recompute};
 use autopp_schedule::{Placement, ScheduleKind};
 
+use super::fp8_shapes::fp8_gemm_fault;
 use super::view::{PlanView, RecomputePlan};
 use super::{flag, Entry, Refusal};
 use crate::framework::Framework;
@@ -98,49 +99,14 @@ fn check(view: &PlanView) -> Result<(), Refusal> {
     check_fp8_shapes(view)
 }
 
-/// Transformer Engine's FP8 GEMMs take matrices whose rows are a multiple of 8 and whose
-/// columns are a multiple of 16 (`assert_dim_for_fp8_exec`); MXFP8 scales blocks of 32
-/// elements, so both must be multiples of 32. A linear's input has `s/cp · b` rows (with
-/// sequence parallelism, after its all-gather) and the hidden size, the attention width over
-/// tp or the FFN width over tp as columns. A plan that breaks this would stop at its first
-/// FP8 GEMM, so the launch refuses it with the sizes.
+/// A plan whose GEMM shapes Transformer Engine's FP8 kernels refuse would stop at its first
+/// FP8 GEMM: refused with the sizes ([`super::fp8_shapes`]).
 fn check_fp8_shapes(view: &PlanView) -> Result<(), Refusal> {
-    let (row, col) = match view.precision {
-        Precision::Fp8Delayed | Precision::Fp8Tensorwise => (8, 16),
-        Precision::Mxfp8 => (32, 32),
-        Precision::Bf16 | Precision::Fp16 | Precision::Fp8Rowwise => return Ok(()),
-    };
-    let m = &view.model;
-    let rows = m.seq_length / view.cp.max(1) * view.micro_batch_size;
-    let tp = view.tp.max(1);
-    let widths = [
-        ("the hidden size", m.hidden_size),
-        (
-            "the attention width over tp",
-            m.num_attention_heads * m.head_dim() / tp,
-        ),
-        ("the FFN width over tp", m.ffn() / tp),
-    ];
-    let bad_width = widths.iter().find(|(_, w)| !w.is_multiple_of(col));
-    if rows.is_multiple_of(row) && bad_width.is_none() {
-        return Ok(());
+    let shape = (view.tp, view.cp, view.micro_batch_size);
+    match fp8_gemm_fault(FW, &view.model, view.precision, shape) {
+        Some(fault) => Err(Refusal::SequenceLength(FW, fault.message())),
+        None => Ok(()),
     }
-    let why = match bad_width {
-        Some((what, w)) if rows.is_multiple_of(row) => {
-            format!("{what} is {w}, not a multiple of {col}")
-        }
-        _ => format!(
-            "a linear's input has s/cp · micro-batch = {} / {} · {} = {rows} rows, not a multiple of {row}",
-            m.seq_length, view.cp, view.micro_batch_size
-        ),
-    };
-    Err(Refusal::SequenceLength(
-        FW,
-        format!(
-            "Transformer Engine's {} GEMMs need rows in multiples of {row} and columns in multiples of {col}, and {why}; re-plan with --precision bf16 or another micro-batch size",
-            view.precision
-        ),
-    ))
 }
 
 /// Megatron-LM's interleaved schedule: pp > 1, and `pp ≤ G ≤ m` with `m mod G` either 0 or at

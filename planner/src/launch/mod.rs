@@ -9,10 +9,12 @@
 //! `tests/launch/` feeds the emitted files to the frameworks' own code.
 
 mod deepspeed;
+mod fp8_shapes;
 mod megatron;
 mod megatron_moe;
 mod scripts;
 mod torchtitan;
+mod torchtitan_fp8;
 pub mod view;
 mod write;
 
@@ -27,6 +29,7 @@ use serde::Serialize;
 use crate::config::PlanError;
 use crate::framework::Framework;
 use crate::planfile::PlanFile;
+pub use fp8_shapes::{fp8_gemm_fault, fp8_gemm_multiples, Fp8GemmFault};
 pub use torchtitan::Era as TorchtitanEra;
 pub use view::{PlanView, RecomputePlan, Stage};
 pub use write::{summary_text, write_dir, WriteError, OURS};
@@ -321,13 +324,10 @@ fn accepted(
         check_emittable(model, framework)?;
     }
     let view = view_for(file, model, framework)?;
-    // Megatron-LM's FP8 flags are written (`megatron::fp8_args`); torchtitan's float8 and MX
-    // converters are not yet
+    // Megatron-LM's FP8 flags (`megatron::fp8_args`) and torchtitan's converters
+    // (`torchtitan_fp8`) are written for the recipes each has; DeepSpeed has none
     if let Some(has) = fp8_recipes_missing(framework, view.precision) {
         return Err(refused(Refusal::Fp8Recipe(framework, view.precision, has)));
-    }
-    if view.precision.is_fp8() && framework != Framework::Megatron {
-        return Err(refused(Refusal::Precision(framework, view.precision)));
     }
     if view.gpus > view.gpus_per_node && view.gpus % view.gpus_per_node != 0 {
         return Err(refused(Refusal::NotWholeNodes {
@@ -366,7 +366,7 @@ pub fn runs_on(file: &PlanFile) -> Vec<Framework> {
 /// Refuses, before a search made for `framework` (`plan --framework`), a model or precision the
 /// framework cannot run whatever the plan, so that a plan made for a framework always emits
 /// for it: a layer list (every framework), a model torchtitan's Llama 3 classes cannot build,
-/// a precision other than bf16 for torchtitan.
+/// fp16 for torchtitan, an FP8 recipe the framework lacks (`fp8_recipes_missing`).
 pub fn check_model(
     model: &Model,
     precision: Precision,

@@ -45,11 +45,13 @@ struct Config {
 
 /// The config function a launch selects, and the module to write beside the launch files when
 /// torchtitan does not ship it.
-struct Selected {
-    module: &'static str,
-    function: &'static str,
+pub(super) struct Selected {
+    /// `--module`.
+    pub module: &'static str,
+    /// `--config`.
+    pub function: &'static str,
     /// The text of [`CONFIG_MODULE`], when the function is autopp's.
-    file: Option<String>,
+    pub file: Option<String>,
 }
 
 /// File name of the config module written when torchtitan's own config does not fit the plan.
@@ -116,6 +118,11 @@ pub(super) fn emit(view: &PlanView) -> Result<Entry, Refusal> {
 pub(super) fn emit_for(view: &PlanView, era: Era) -> Result<Entry, Refusal> {
     let config = config_for(view)?;
     check(view)?;
+    // the converters are written for 0.3.0's config functions
+    if era != Era::Release03 && view.precision != Precision::Bf16 {
+        return Err(Refusal::Precision(FW, view.precision));
+    }
+    let config = super::torchtitan_fp8::converted(view, config);
     let mut args = vec![
         "--module".to_string(),
         config.module.to_string(),
@@ -249,7 +256,7 @@ pub(super) fn llama_family(model: &TransformerSpec) -> Result<(), String> {
 }
 
 /// The module name of [`CONFIG_MODULE`].
-const CUSTOM_MODULE: &str = "autopp_torchtitan";
+pub(super) const CUSTOM_MODULE: &str = "autopp_torchtitan";
 
 /// The config function autopp writes for a model torchtitan ships no config for.
 const CUSTOM_FUNCTION: &str = "autopp_model";
@@ -302,12 +309,20 @@ fn custom_module(view: &PlanView) -> String {
         })
 }
 
-const TITAN: &str = "torchtitan 0.3.0";
+pub(super) const TITAN: &str = "torchtitan 0.3.0";
 
 /// What torchtitan cannot run.
 fn check(view: &PlanView) -> Result<(), Refusal> {
-    if view.precision != Precision::Bf16 {
+    // bf16, or the FP8 recipes of torchtitan's converters (`super::torchtitan_fp8`)
+    if !matches!(
+        view.precision,
+        Precision::Bf16 | Precision::Fp8Rowwise | Precision::Mxfp8
+    ) {
         return Err(Refusal::Precision(FW, view.precision));
+    }
+    let shape = (view.tp, view.cp, view.micro_batch_size);
+    if let Some(fault) = super::fp8_gemm_fault(FW, &view.model, view.precision, shape) {
+        return Err(Refusal::SequenceLength(FW, fault.message()));
     }
     if view.zero_stage == 1 {
         return Err(Refusal::ZeroStage(FW, 1));

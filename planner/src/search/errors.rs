@@ -14,6 +14,26 @@ use crate::schedule::ScheduleKind;
 /// The error when no configuration can even be formed: a batch too small for every
 /// data-parallel degree, or pins and limits that exclude everything.
 pub(super) fn no_candidates(model: &Model, gpus: u64, opts: &SearchOptions) -> PlanError {
+    // the space was there, and the framework's FP8 GEMMs refused all of it
+    if let Some(e) = super::fp8_gemms::all_refused(model, gpus, opts) {
+        return e;
+    }
+    // a pinned context-parallel degree the framework's load balancer cannot cut the sequence for
+    let framework = opts.limits.framework;
+    let chunks = framework.context_parallel_chunks();
+    if let Some(cp) = opts.fixed.degrees.cp.filter(|&c| c > 1) {
+        let seq = model.seq_length();
+        if framework.context_parallel() && !seq.is_multiple_of(cp * chunks) {
+            return PlanError::invalid(
+                &format!("--fix cp={cp}"),
+                format!(
+                    "{framework} cuts each sequence into {} chunks for context parallelism of {cp}, and the sequence length {seq} is not a multiple of {}: pin another cp or use --seq-len",
+                    cp * chunks,
+                    cp * chunks
+                ),
+            );
+        }
+    }
     // Every data-parallel degree divides the GPU count, so a batch of `gpus` sequences admits
     // all of them: the degrees possible with no batch constraint.
     let open = space::enumerate(model, gpus, gpus, &opts.limits, &opts.fixed);

@@ -23,6 +23,7 @@ mod ceiling;
 mod errors;
 mod evaluator;
 pub mod explain;
+mod fp8_gemms;
 mod heap;
 mod memo;
 mod partial;

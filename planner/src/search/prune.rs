@@ -9,6 +9,7 @@ use autopp_models::Model;
 use rayon::prelude::*;
 
 use super::errors::{lean_order, LeanOrder, LEANEST};
+use super::fp8_gemms::{self, Fp8Gemms};
 use super::score::{below_memory_floor, model_states_floor_bytes, WeightParams};
 use super::table::Firsts;
 use super::{config_of, space, Key, SearchOptions};
@@ -89,7 +90,11 @@ pub(super) fn leanest_orders(model: &Model, opts: &SearchOptions, gpus: u64) -> 
     let (gb, limits, fixed) = (opts.global_batch_size, &opts.limits, &opts.fixed);
     let mut params: HashMap<WeightKey, Option<WeightParams>> = HashMap::default();
     let mut leanest = Vec::with_capacity(LEANEST + 1);
+    let gemms = Fp8Gemms::of(model, opts);
     space::visit(model, gpus, gb, limits, fixed, &mut |k| {
+        if fp8_gemms::refused(gemms.as_ref(), &k) {
+            return;
+        }
         let p = *params
             .entry(weights_of(&k))
             .or_insert_with(|| weight_params(model, opts, &k));
@@ -131,7 +136,12 @@ fn enumerate_tp(
     // while the rest of the floor key stays.
     let mut floors: (Option<FloorKey>, [Option<bool>; 4]) = (None, [None; 4]);
     let (gb, limits, fixed) = (opts.global_batch_size, &opts.limits, &opts.fixed);
+    // what the framework's FP8 GEMMs refuse is not in its space: neither counted nor kept
+    let gemms = Fp8Gemms::of(model, opts);
     space::visit_tp(model, (gpus, gb), limits, fixed, tp, &mut |k| {
+        if fp8_gemms::refused(gemms.as_ref(), &k) {
+            return;
+        }
         candidates += 1;
         let w = weights_of(&k);
         let p = match last {

@@ -132,8 +132,9 @@ fn tp_degrees(model: &Model, gpus: u64, limits: &SpaceLimits, fixed: &Fixed) -> 
 }
 
 /// The context-parallel degrees to try on `gpus` GPUs (those left by tp): every degree that
-/// splits the sequence evenly, at every sequence length; the scan's lower bound prunes the
-/// hopeless ones (no threshold on the length).
+/// splits the sequence evenly (into the framework's
+/// [`Framework::context_parallel_chunks`] per rank), at every sequence length; the scan's
+/// lower bound prunes the hopeless ones (no threshold on the length).
 fn cp_degrees(model: &Model, gpus: u64, limits: &SpaceLimits, fixed: &Fixed) -> Vec<u64> {
     let transformer = model.num_attention_heads().is_some();
     pick(
@@ -144,7 +145,9 @@ fn cp_degrees(model: &Model, gpus: u64, limits: &SpaceLimits, fixed: &Fixed) -> 
                 c == 1
                     || (transformer
                         && limits.framework.context_parallel()
-                        && model.seq_length().is_multiple_of(c))
+                        && model
+                            .seq_length()
+                            .is_multiple_of(c * limits.framework.context_parallel_chunks()))
             })
             .collect(),
     )
