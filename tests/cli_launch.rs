@@ -395,7 +395,7 @@ fn fp8_plans_launch_on_megatron_with_their_recipe() {
             "= 8200 rows",
         ],
     );
-    // 8,196 rows a micro-batch: not a multiple of 8
+    // 8,196 rows a micro-batch, 4,098 on each of tp 2 under sequence parallelism: not a multiple of 8
     let odd = edited(&tensorwise, "odd", |f| {
         f["model"]["seq_length"] = 8196.into()
     });
@@ -404,7 +404,7 @@ fn fp8_plans_launch_on_megatron_with_their_recipe() {
         &["--framework", "megatron"],
         &[
             "Transformer Engine's fp8-tensorwise GEMMs need rows in multiples of 8",
-            "8196 / 1 · 1 = 8196 rows",
+            "8196 / (1 · 2) · 1 = 4098 rows under sequence parallelism",
         ],
     );
 }
@@ -414,8 +414,9 @@ fn fp8_plans_launch_on_megatron_with_their_recipe() {
 /// rows, 4,100 mod 8 = 4; two are 8,200 = 8 · 1,025, a multiple of Transformer Engine's 8 but
 /// not of torchao's 16) and the context-parallel degrees whose `2·cp` chunks do not divide the
 /// sequence (cp 4: 4,100 mod 8 = 4), so every answer, under `--framework megatron`, `any` and
-/// `torchtitan` alike, runs on its framework; pinning a micro-batch or a cp that leaves nothing
-/// is one line naming the sizes and the fix.
+/// `torchtitan` alike, runs on its framework (under Megatron's sequence parallelism Transformer
+/// Engine checks its slice, s/(cp·tp) · b: at s = 4,104 and tp 8, 513 rows); pinning a
+/// micro-batch or a cp that leaves nothing is one line naming the sizes and the fix.
 #[test]
 fn fp8_plans_keep_to_the_gemm_shapes_their_framework_runs() {
     // (framework, precision, rows' multiple, the framework that must run every answer)
@@ -452,11 +453,24 @@ fn fp8_plans_keep_to_the_gemm_shapes_their_framework_runs() {
             let p = &a["plan"];
             let cp = p["cp"].as_u64().expect("cp");
             let mbs = p["micro_batch_size"].as_u64().expect("micro_batch_size");
-            assert_eq!(4100 / cp * mbs % tile, 0, "{framework}: cp {cp}, mbs {mbs}");
+            // Transformer Engine checks the sequence-parallel slice, s/(cp·tp) · b
+            let tp = p["tp"].as_u64().expect("tp");
+            let sp = p["sequence_parallel"].as_bool().expect("sequence_parallel");
+            let split = cp * if sp && runs_on == "megatron" { tp } else { 1 };
+            assert_eq!(4100 % split, 0, "{framework}: cp {cp}, tp {tp}, sp {sp}");
+            assert_eq!(
+                4100 / split * mbs % tile,
+                0,
+                "{framework}: {split}, mbs {mbs}"
+            );
             // Megatron-Core's context parallelism cuts a sequence into 2·cp chunks
             assert!(cp == 1 || 4100 % (2 * cp) == 0, "{framework}: cp {cp}");
         }
     }
+    plan_refused(
+        "llama3-8b --gpus 8 --seq-len 4104 --precision fp8 --framework megatron --fix tp=8,micro_batch_size=1,sequence_parallel=true",
+        "4104 / (1 · 8) · 1 = 513 rows under sequence parallelism, not a multiple of 8",
+    );
     plan_refused(
         "llama3-8b --gpus 16 --seq-len 4100 --framework megatron --fix cp=4",
         "--fix cp=4: megatron cuts each sequence into 8 chunks for context parallelism of 4, and the sequence length 4100 is not a multiple of 8",

@@ -292,8 +292,9 @@ def check_megatron(case, plan_file, launch, files):
 def check_megatron_precision(config, plan_file):
     """The precision as Megatron-Core reads it: bf16 or fp16, and for an FP8 plan Transformer
     Engine's recipe (E4M3 throughout for MXFP8, E5M2 gradients otherwise) and the input rows
-    and widths its FP8 GEMMs take (transformer_engine.pytorch.utils.assert_dim_for_fp8_exec:
-    rows a multiple of 8, columns of 16; MXFP8 blocks of 32)."""
+    and widths its FP8 GEMMs take (transformer_engine.pytorch.utils.assert_dim_for_fp8_exec on
+    the rank's own rows, s/(cp*tp) * b under sequence parallelism: rows a multiple of 8, columns
+    of 16; MXFP8 blocks of 32)."""
     precision = plan_file["settings"]["precision"]
     same("fp16", config.fp16, precision == "fp16")
     same("bf16", config.bf16, precision != "fp16")
@@ -306,7 +307,11 @@ def check_megatron_precision(config, plan_file):
     plan, model = plan_file["plan"], plan_file["model"]
     row, col = (32, 32) if recipe == "mxfp8" else (8, 16)
     tp = config.tensor_model_parallel_size
-    rows = model["seq_length"] // config.context_parallel_size * plan["micro_batch_size"]
+    # under sequence parallelism TE checks (and all-gathers in FP8) each rank's slice
+    split = config.context_parallel_size * (tp if config.sequence_parallel else 1)
+    if model["seq_length"] % split:
+        raise AssertionError(f"FP8 GEMM shapes: {model['seq_length']} tokens over {split}")
+    rows = model["seq_length"] // split * plan["micro_batch_size"]
     widths = {"hidden": config.hidden_size, "attention/tp": config.kv_channels
               * config.num_attention_heads // tp, "ffn/tp": config.ffn_hidden_size // tp}
     if rows % row or any(w % col for w in widths.values()):

@@ -304,8 +304,12 @@ impl Efficiency {
     /// they are the row strides of the operands and the output, row-major, in the forward
     /// (`[m × k]·[k × n]`), the input gradient (`[m × n]·[n × k]`) and the weight gradient
     /// (`[k × m]·[m × n]`, the transposed activation read with stride `k`) alike. The row count
-    /// `m` is never a stride: a sequence of 4,100 tokens only leaves its last tile part-full,
-    /// as cuBLAS and Transformer Engine run it (what `sat(m)` covers).
+    /// `m` is never a stride of a 16-bit GEMM: a sequence of 4,100 tokens only leaves its last
+    /// tile part-full, as cuBLAS runs it (what `sat(m)` covers). FP8 GEMMs differ: Hopper's
+    /// take transposed copies in the weight gradient, whose stride is `m`, and Transformer
+    /// Engine and torchao refuse an `m` that is not a multiple of 8 (16) outright, so no
+    /// factor models it: the planner's FP8 GEMM shape rule (`launch::fp8_gemm_fault`) keeps
+    /// such plans out of the frameworks' searches and launches.
     pub fn gemm(&self, m: u64, n: u64, k: u64) -> f64 {
         let sat = |x: u64| x as f64 / (x as f64 + self.gemm_half_dim);
         let aligned = n.is_multiple_of(8) && k.is_multiple_of(8);

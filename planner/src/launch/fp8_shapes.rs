@@ -6,10 +6,12 @@
 //! dimension in multiples of 16: the weight gradient `dYᵀ·X` has the tokens as its inner
 //! dimension, so rows and columns must be multiples of 16. MXFP8 scales blocks of 32 elements
 //! along every GEMM's inner dimension, so both must be multiples of 32 in either framework. A
-//! linear's input has `s/cp · b` rows (with sequence parallelism, after its all-gather) and the
-//! hidden size, the attention width over tp or the FFN width over tp as columns. `autopp
-//! launch` refuses a plan that breaks this (it would stop at its first FP8 GEMM), and the
-//! search made for the framework never offers one.
+//! linear's input has `s/cp · b` rows and the hidden size, the attention width over tp or the
+//! FFN width over tp as columns. Under Megatron-LM's sequence parallelism Transformer Engine
+//! checks the rows of its own slice, `s/(cp·tp) · b`, before the all-gather (which it runs in
+//! FP8); torchtitan all-gathers in bf16, through DTensor, before the float8 linear sees the
+//! input. `autopp launch` refuses a plan that breaks this (it would stop at its first FP8
+//! GEMM), and the search made for the framework never offers one.
 
 use autopp_hardware::Precision;
 use autopp_models::TransformerSpec;
@@ -31,6 +33,9 @@ pub struct Fp8GemmFault {
     pub seq_length: u64,
     /// Context-parallel degree.
     pub cp: u64,
+    /// The sequence-parallel split of the rows the kernels check: tp under Megatron-LM's
+    /// sequence parallelism, else 1.
+    pub sp_split: u64,
     /// Micro-batch size in sequences.
     pub micro_batch_size: u64,
     /// A column count that is not a multiple, with what it is; `None` when only the rows are.
@@ -38,9 +43,22 @@ pub struct Fp8GemmFault {
 }
 
 impl Fp8GemmFault {
-    /// Rows of a linear's input: `s/cp · b`.
+    /// Rows of a linear's input as the kernels check them: `s/cp · b`, or `s/(cp·tp) · b` for
+    /// Transformer Engine under sequence parallelism (rounded down where the split is not
+    /// whole: see [`Self::whole`]).
     pub fn rows(&self) -> u64 {
-        self.seq_length / self.cp.max(1) * self.micro_batch_size
+        self.seq_length / self.split() * self.micro_batch_size
+    }
+
+    /// Whether the sequence splits into whole rows over `cp` (and tp under sequence
+    /// parallelism).
+    pub fn whole(&self) -> bool {
+        self.seq_length.is_multiple_of(self.split())
+    }
+
+    /// `cp`, times tp under Transformer Engine's sequence parallelism.
+    fn split(&self) -> u64 {
+        self.cp.max(1) * self.sp_split.max(1)
     }
 
     /// One sentence with the sizes and the fix (no framework name: the caller's message has it).
@@ -50,6 +68,24 @@ impl Fp8GemmFault {
             Some((what, w)) => (
                 format!("{what} is {w}, not a multiple of {col}"),
                 "another tensor-parallel degree".to_string(),
+            ),
+            None if !self.whole() => (
+                format!(
+                    "the sequence of {} tokens does not split into whole rows over cp {} and tp {} (sequence parallelism)",
+                    self.seq_length, self.cp, self.sp_split
+                ),
+                "a sequence length that cp·tp divides".to_string(),
+            ),
+            None if self.sp_split > 1 => (
+                format!(
+                    "a linear's input has s/(cp·tp) · micro-batch = {} / ({} · {}) · {} = {} rows under sequence parallelism, not a multiple of {row}",
+                    self.seq_length,
+                    self.cp,
+                    self.sp_split,
+                    self.micro_batch_size,
+                    self.rows()
+                ),
+                format!("a micro-batch size, sequence length or tensor-parallel degree that makes the rows a multiple of {row}"),
             ),
             None => (
                 format!(
@@ -85,18 +121,41 @@ pub fn fp8_gemm_multiples(framework: Framework, precision: Precision) -> Option<
     }
 }
 
-/// Why `framework`'s `precision` GEMMs refuse `model` at tensor-parallel degree `tp`,
-/// context-parallel degree `cp` and `micro_batch_size` sequences per micro-batch, or `None`
-/// when they run it. A width fault is reported before a row fault only when the rows are fine
-/// (the rows are the usual culprit, and the one a micro-batch size fixes).
+/// A plan's shape as the FP8 kernels see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmShape {
+    /// Tensor-parallel degree.
+    pub tp: u64,
+    /// Context-parallel degree.
+    pub cp: u64,
+    /// Micro-batch size in sequences.
+    pub micro_batch_size: u64,
+    /// Whether sequence parallelism splits the rows over tp between the linears.
+    pub sequence_parallel: bool,
+}
+
+/// Why `framework`'s `precision` GEMMs refuse `model` at `shape`, or `None` when they run it.
+/// A width fault is reported before a row fault only when the rows are fine (the rows are the
+/// usual culprit, and the one a micro-batch size fixes).
 pub fn fp8_gemm_fault(
     framework: Framework,
     model: &TransformerSpec,
     precision: Precision,
-    (tp, cp, micro_batch_size): (u64, u64, u64),
+    shape: GemmShape,
 ) -> Option<Fp8GemmFault> {
     let (row, col) = fp8_gemm_multiples(framework, precision)?;
+    let GemmShape {
+        tp,
+        cp,
+        micro_batch_size,
+        sequence_parallel,
+    } = shape;
     let tp = tp.max(1);
+    // Transformer Engine checks (and all-gathers in FP8) the sequence-parallel slice
+    let sp_split = match framework {
+        Framework::Megatron if sequence_parallel => tp,
+        _ => 1,
+    };
     let widths = [
         ("the hidden size", model.hidden_size),
         (
@@ -113,10 +172,11 @@ pub fn fp8_gemm_fault(
         col_multiple: col,
         seq_length: model.seq_length,
         cp: cp.max(1),
+        sp_split,
         micro_batch_size,
         bad_width: None,
     };
-    if !fault.rows().is_multiple_of(row) {
+    if !fault.whole() || !fault.rows().is_multiple_of(row) {
         return Some(fault);
     }
     bad_width.map(|b| Fp8GemmFault {
@@ -130,6 +190,7 @@ mod tests {
     use super::*;
 
     const MEG: Framework = Framework::Megatron;
+    const TITAN: Framework = Framework::Torchtitan;
 
     fn llama3_8b() -> TransformerSpec {
         match autopp_models::load("llama3-8b").expect("preset") {
@@ -138,58 +199,91 @@ mod tests {
         }
     }
 
+    /// tp, cp and micro-batch size, with or without sequence parallelism.
+    fn at(tp: u64, cp: u64, micro_batch_size: u64, sequence_parallel: bool) -> GemmShape {
+        GemmShape {
+            tp,
+            cp,
+            micro_batch_size,
+            sequence_parallel,
+        }
+    }
+
     /// Llama 3 8B (hidden 4096, 32 heads of 128, FFN 14336), by hand: at s = 4100 one sequence
-    /// is 4100 rows (4100 mod 8 = 4), two are 8200 = 8 · 1025; for MXFP8 8200 mod 32 = 8 and
-    /// 16400 mod 32 = 16, eight sequences are 32800 = 32 · 1025. At tp 8 the FFN width is
+    /// is 4100 rows (4100 mod 8 = 4), two are 8200 = 8 · 1025 (8200 mod 16 = 8, 8200 mod 32 =
+    /// 8), four are 16400 (mod 32 = 16), eight are 32800 = 32 · 1025. At tp 8 the FFN width is
     /// 14336 / 8 = 1792 = 16 · 112 = 32 · 56.
     #[test]
     fn rows_and_widths_by_hand() {
         let mut m = llama3_8b();
         m.seq_length = 4100;
-        let f = fp8_gemm_fault(MEG, &m, Precision::Fp8Delayed, (1, 1, 1)).expect("4100 rows");
+        let fault = |fw, p, s| fp8_gemm_fault(fw, &m, p, s);
+        let f = fault(MEG, Precision::Fp8Delayed, at(1, 1, 1, false)).expect("4100 rows");
         assert_eq!((f.rows(), f.bad_width), (4100, None));
         assert!(f
             .message()
             .contains("4100 / 1 · 1 = 4100 rows, not a multiple of 8"));
-        assert_eq!(
-            fp8_gemm_fault(MEG, &m, Precision::Fp8Delayed, (1, 1, 2)),
-            None
-        );
+        assert_eq!(fault(MEG, Precision::Fp8Delayed, at(1, 1, 2, false)), None);
         // cp 2 halves the rows: 2 · 4100 / 2 = 4100 again
-        assert!(fp8_gemm_fault(MEG, &m, Precision::Fp8Delayed, (1, 2, 2)).is_some());
+        assert!(fault(MEG, Precision::Fp8Delayed, at(1, 2, 2, false)).is_some());
         // bf16 takes any shape; Transformer Engine has no rowwise float8 (its launch refuses it)
-        assert_eq!(fp8_gemm_fault(MEG, &m, Precision::Bf16, (1, 1, 1)), None);
-        assert_eq!(
-            fp8_gemm_fault(MEG, &m, Precision::Fp8Rowwise, (1, 1, 1)),
-            None
-        );
-        // torchao's rowwise float8: 8200 rows are not a multiple of 16 (8200 mod 16 = 8)
-        let titan = Framework::Torchtitan;
-        let f = fp8_gemm_fault(titan, &m, Precision::Fp8Rowwise, (1, 1, 2)).expect("8200 rows");
+        assert_eq!(fault(MEG, Precision::Bf16, at(1, 1, 1, false)), None);
+        assert_eq!(fault(MEG, Precision::Fp8Rowwise, at(1, 1, 1, false)), None);
+        // torchao's rowwise float8: 8200 rows are not a multiple of 16
+        let f = fault(TITAN, Precision::Fp8Rowwise, at(1, 1, 2, false)).expect("8200 rows");
         assert!(f
             .message()
             .starts_with("torchao's fp8-rowwise GEMMs need rows in multiples of 16"));
         assert_eq!(
-            fp8_gemm_fault(titan, &m, Precision::Fp8Rowwise, (1, 1, 4)),
+            fault(TITAN, Precision::Fp8Rowwise, at(1, 1, 4, false)),
             None
         );
         assert_eq!(
-            fp8_gemm_fault(titan, &m, Precision::Fp8Delayed, (1, 1, 1)),
+            fault(TITAN, Precision::Fp8Delayed, at(1, 1, 1, false)),
             None
         );
         // MXFP8: 8200 and 16400 rows are not multiples of 32; 32800 are
-        assert!(fp8_gemm_fault(MEG, &m, Precision::Mxfp8, (1, 1, 2)).is_some());
-        assert!(fp8_gemm_fault(MEG, &m, Precision::Mxfp8, (1, 1, 4)).is_some());
-        assert_eq!(fp8_gemm_fault(MEG, &m, Precision::Mxfp8, (1, 1, 8)), None);
+        assert!(fault(MEG, Precision::Mxfp8, at(1, 1, 2, false)).is_some());
+        assert!(fault(MEG, Precision::Mxfp8, at(1, 1, 4, false)).is_some());
+        assert_eq!(fault(MEG, Precision::Mxfp8, at(1, 1, 8, false)), None);
         // FFN 14336 / 8 = 1792, a multiple of 16 and of 32
         m.seq_length = 4096;
-        assert_eq!(fp8_gemm_fault(MEG, &m, Precision::Mxfp8, (8, 1, 1)), None);
+        let fault = |fw, p, s| fp8_gemm_fault(fw, &m, p, s);
+        assert_eq!(fault(MEG, Precision::Mxfp8, at(8, 1, 1, false)), None);
         // an FFN of 14344 (= 8 · 1793): 1793 columns at tp 8
         m.ffn_hidden_size = Some(14344);
-        let f = fp8_gemm_fault(MEG, &m, Precision::Fp8Delayed, (8, 1, 1)).expect("1793 columns");
+        let f = fp8_gemm_fault(MEG, &m, Precision::Fp8Delayed, at(8, 1, 1, false))
+            .expect("1793 columns");
         assert_eq!(f.bad_width, Some(("the FFN width over tp", 1793)));
         assert!(f
             .message()
             .contains("the FFN width over tp is 1793, not a multiple of 16"));
+    }
+
+    /// Megatron-LM's sequence parallelism: Transformer Engine checks its slice, s/(cp·tp) · b;
+    /// at s = 4104 (= 8 · 513) and tp 8 that is 513 rows, while 4104 rows without it are fine.
+    /// torchtitan all-gathers first: 4104 rows (4104 mod 16 = 8) either way.
+    #[test]
+    fn sequence_parallel_rows_by_hand() {
+        let mut m = llama3_8b();
+        m.seq_length = 4104;
+        let fault = |fw, p, s| fp8_gemm_fault(fw, &m, p, s);
+        assert_eq!(fault(MEG, Precision::Fp8Delayed, at(8, 1, 1, false)), None);
+        let f = fault(MEG, Precision::Fp8Delayed, at(8, 1, 1, true)).expect("513 rows");
+        assert_eq!(f.rows(), 513);
+        assert!(f
+            .message()
+            .contains("4104 / (1 · 8) · 1 = 513 rows under sequence parallelism"));
+        assert_eq!(fault(MEG, Precision::Fp8Delayed, at(8, 1, 8, true)), None);
+        let f = fault(TITAN, Precision::Fp8Rowwise, at(8, 1, 1, true)).expect("4104 rows");
+        assert_eq!(f.rows(), 4104);
+        // 4100 tokens over tp 8 are 512.5 rows each: no micro-batch makes that whole
+        m.seq_length = 4100;
+        let f =
+            fp8_gemm_fault(MEG, &m, Precision::Fp8Delayed, at(8, 1, 8, true)).expect("512.5 rows");
+        assert!(!f.whole());
+        assert!(f
+            .message()
+            .contains("does not split into whole rows over cp 1 and tp 8"));
     }
 }

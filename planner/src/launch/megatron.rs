@@ -102,8 +102,7 @@ fn check(view: &PlanView) -> Result<(), Refusal> {
 /// A plan whose GEMM shapes Transformer Engine's FP8 kernels refuse would stop at its first
 /// FP8 GEMM: refused with the sizes ([`super::fp8_shapes`]).
 fn check_fp8_shapes(view: &PlanView) -> Result<(), Refusal> {
-    let shape = (view.tp, view.cp, view.micro_batch_size);
-    match fp8_gemm_fault(FW, &view.model, view.precision, shape) {
+    match fp8_gemm_fault(FW, &view.model, view.precision, view.gemm_shape()) {
         Some(fault) => Err(Refusal::SequenceLength(FW, fault.message())),
         None => Ok(()),
     }

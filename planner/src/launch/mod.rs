@@ -29,7 +29,7 @@ use serde::Serialize;
 use crate::config::PlanError;
 use crate::framework::Framework;
 use crate::planfile::PlanFile;
-pub use fp8_shapes::{fp8_gemm_fault, fp8_gemm_multiples, Fp8GemmFault};
+pub use fp8_shapes::{fp8_gemm_fault, fp8_gemm_multiples, Fp8GemmFault, GemmShape};
 pub use torchtitan::Era as TorchtitanEra;
 pub use view::{PlanView, RecomputePlan, Stage};
 pub use write::{summary_text, write_dir, WriteError, OURS};

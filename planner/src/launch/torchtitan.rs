@@ -320,8 +320,7 @@ fn check(view: &PlanView) -> Result<(), Refusal> {
     ) {
         return Err(Refusal::Precision(FW, view.precision));
     }
-    let shape = (view.tp, view.cp, view.micro_batch_size);
-    if let Some(fault) = super::fp8_gemm_fault(FW, &view.model, view.precision, shape) {
+    if let Some(fault) = super::fp8_gemm_fault(FW, &view.model, view.precision, view.gemm_shape()) {
         return Err(Refusal::SequenceLength(FW, fault.message()));
     }
     if view.zero_stage == 1 {

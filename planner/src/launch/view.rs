@@ -116,6 +116,16 @@ fn invalid(field: &str, message: impl Into<String>) -> LaunchError {
 }
 
 impl PlanView {
+    /// The plan's shape as the FP8 kernels see it ([`super::fp8_gemm_fault`]).
+    pub fn gemm_shape(&self) -> super::GemmShape {
+        super::GemmShape {
+            tp: self.tp,
+            cp: self.cp,
+            micro_batch_size: self.micro_batch_size,
+            sequence_parallel: self.sequence_parallel && self.tp > 1,
+        }
+    }
+
     /// Reads and checks `file`. A layer-list model is refused (no framework can lay it out);
     /// an inconsistent file is an error naming its field.
     pub fn new(file: &PlanFile) -> Result<PlanView, LaunchError> {

@@ -231,12 +231,16 @@ fn gpus_that_fit(model: &Model, profile: &AnalyticProfile, opts: &SearchOptions)
 /// `opts` with the choices that only add memory pinned where the user left them free: one
 /// sequence per micro-batch, full recompute and 1F1B where the framework has them. The leanest
 /// configuration has them anyway (see [`LeanOrder`]), and [`gpus_that_fit`] visits a space a
-/// few times, some of whose sizes hold millions of configurations.
+/// few times, some of whose sizes hold millions of configurations. Under a framework's FP8
+/// recipe the micro-batch stays free: its kernels may refuse one sequence's rows
+/// ([`super::fp8_gemms`]), and the leanest is then the smallest micro-batch they take.
 fn lean_space(opts: &SearchOptions) -> SearchOptions {
     let mut lean = opts.clone();
     let fw = opts.limits.framework;
     let fixed = &mut lean.fixed;
-    fixed.micro_batch_size.get_or_insert(1);
+    if crate::launch::fp8_gemm_multiples(fw, opts.settings.precision).is_none() {
+        fixed.micro_batch_size.get_or_insert(1);
+    }
     if fw.recompute_modes().contains(&Recompute::Full) {
         fixed.recompute.get_or_insert(Recompute::Full);
     }

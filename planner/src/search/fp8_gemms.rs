@@ -10,7 +10,7 @@ use autopp_models::{Model, TransformerSpec};
 use super::{space, Key, SearchOptions};
 use crate::config::PlanError;
 use crate::framework::Framework;
-use crate::launch::{self, Fp8GemmFault};
+use crate::launch::{self, Fp8GemmFault, GemmShape};
 
 /// The rule a search keeps to: the framework, model and precision whose GEMMs must run.
 pub(super) struct Fp8Gemms<'a> {
@@ -37,7 +37,12 @@ impl<'a> Fp8Gemms<'a> {
 
     /// Why the framework's FP8 GEMMs refuse `k`'s shapes, or `None` when they run them.
     pub fn fault(&self, k: &Key) -> Option<Fp8GemmFault> {
-        let shape = (k.degrees.tp, k.degrees.cp, k.micro_batch_size);
+        let shape = GemmShape {
+            tp: k.degrees.tp,
+            cp: k.degrees.cp,
+            micro_batch_size: k.micro_batch_size,
+            sequence_parallel: k.sequence_parallel,
+        };
         launch::fp8_gemm_fault(self.framework, self.model, self.precision, shape)
     }
 }

@@ -113,6 +113,13 @@ pub fn framework_options(
 ) -> Option<SearchOptions> {
     launch::check_model(model, opts.settings.precision, framework).ok()?;
     framework.check_pins(&opts.fixed).ok()?;
+    // a pinned cp whose 2·cp chunks do not cut the sequence: the framework runs none of it
+    let chunks = framework.context_parallel_chunks();
+    if let Some(cp) = opts.fixed.degrees.cp.filter(|&c| c > 1) {
+        if !model.seq_length().is_multiple_of(cp * chunks) {
+            return None;
+        }
+    }
     let schedules: Vec<_> = opts
         .limits
         .schedules
