@@ -225,6 +225,12 @@ impl Framework {
         }
     }
 
+    /// Whether context parallelism of `cp` cuts a sequence of `seq_length` tokens into its
+    /// [`Self::context_parallel_chunks`] equal pieces per rank.
+    pub fn cp_cuts(self, seq_length: u64, cp: u64) -> bool {
+        seq_length.is_multiple_of(cp.max(1) * self.context_parallel_chunks())
+    }
+
     /// The stack `--framework NAME` means for this family: Megatron-Core for `megatron`, the
     /// modern defaults (every overlap on) for `any`.
     pub fn default_stack(self) -> Stack {

@@ -83,7 +83,7 @@ fn check(view: &PlanView) -> Result<(), Refusal> {
         return Err(Refusal::ZeroStage(FW, view.zero_stage));
     }
     let seq = view.model.seq_length;
-    if view.cp > 1 && !seq.is_multiple_of(2 * view.cp) {
+    if view.cp > 1 && !FW.cp_cuts(seq, view.cp) {
         return Err(Refusal::SequenceLength(
             FW,
             format!(

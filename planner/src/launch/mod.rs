@@ -148,7 +148,7 @@ impl fmt::Display for Refusal {
 }
 
 /// The framework's name as its users know it.
-fn name(fw: Framework) -> &'static str {
+pub(crate) fn name(fw: Framework) -> &'static str {
     match fw {
         Framework::Megatron => "Megatron-LM",
         Framework::Torchtitan => "torchtitan",

@@ -23,7 +23,7 @@ pub(super) fn no_candidates(model: &Model, gpus: u64, opts: &SearchOptions) -> P
     let chunks = framework.context_parallel_chunks();
     if let Some(cp) = opts.fixed.degrees.cp.filter(|&c| c > 1) {
         let seq = model.seq_length();
-        if framework.context_parallel() && !seq.is_multiple_of(cp * chunks) {
+        if framework.context_parallel() && !framework.cp_cuts(seq, cp) {
             return PlanError::invalid(
                 &format!("--fix cp={cp}"),
                 format!(

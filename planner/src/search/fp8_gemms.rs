@@ -72,10 +72,7 @@ pub(super) fn all_refused(model: &Model, gpus: u64, opts: &SearchOptions) -> Opt
         },
     );
     let fault = first.filter(|_| !runs)?;
-    let framework = match rule.framework {
-        Framework::Torchtitan => "torchtitan",
-        _ => "Megatron-LM",
-    };
+    let framework = launch::name(rule.framework);
     Some(PlanError::invalid(
         "--precision",
         format!(

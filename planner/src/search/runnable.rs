@@ -114,9 +114,8 @@ pub fn framework_options(
     launch::check_model(model, opts.settings.precision, framework).ok()?;
     framework.check_pins(&opts.fixed).ok()?;
     // a pinned cp whose 2·cp chunks do not cut the sequence: the framework runs none of it
-    let chunks = framework.context_parallel_chunks();
     if let Some(cp) = opts.fixed.degrees.cp.filter(|&c| c > 1) {
-        if !model.seq_length().is_multiple_of(cp * chunks) {
+        if !framework.cp_cuts(model.seq_length(), cp) {
             return None;
         }
     }

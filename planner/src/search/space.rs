@@ -145,9 +145,7 @@ fn cp_degrees(model: &Model, gpus: u64, limits: &SpaceLimits, fixed: &Fixed) -> 
                 c == 1
                     || (transformer
                         && limits.framework.context_parallel()
-                        && model
-                            .seq_length()
-                            .is_multiple_of(c * limits.framework.context_parallel_chunks()))
+                        && limits.framework.cp_cuts(model.seq_length(), c))
             })
             .collect(),
     )
