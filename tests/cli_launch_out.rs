@@ -226,9 +226,9 @@ fn plans_made_for_a_framework_always_emit_for_it() {
                         "{} for {fw}: {why}",
                         preset.name
                     );
-                    // torchtitan builds Llama-family decoders only; for a mixture of experts
+                    // torchtitan builds Llama 3- and Qwen3-style decoders only; for a mixture of experts
                     // either refusal may come first
-                    let llama_only = why.contains("builds Llama-family decoders only")
+                    let llama_only = why.contains("builds Llama 3- and Qwen3-style decoders only")
                         && why.contains(&format!("and {} has", preset.name));
                     let not_yet = not_launched_yet(fw, preset.name)
                         && (why.contains("is not launched by autopp yet")

@@ -55,6 +55,12 @@ const CASES: &[Case] = &[
     Case { name: "llama3-8b-64-interleaved-zb", plan: "llama3-8b --gpus 64 --framework torchtitan --fix tp=2,pp=4,dp=8,virtual_stages=2,schedule=interleaved-zb,zero_stage=0,sequence_parallel=false", frameworks: &["torchtitan"] },
     Case { name: "llama2-70b-64-torchtitan", plan: "llama2-70b --gpus 64 --framework torchtitan", frameworks: &["torchtitan"] },
     Case { name: "llama2-13b-16-torchtitan", plan: "tests/launch/llama2-13b.json --gpus 16 --framework torchtitan", frameworks: &["torchtitan"] },
+    // Qwen3 attention (qk-norm, heads of 128) through torchtitan's Qwen3 classes: its own
+    // qwen3_32b, autopp's module for an 8B and for sequences past its RoPE table of 40,960
+    Case { name: "qwen3-32b-32-torchtitan", plan: "qwen3-32b --gpus 32 --framework torchtitan", frameworks: &["torchtitan"] },
+    Case { name: "qwen3-32b-32-megatron", plan: "qwen3-32b --gpus 32 --framework megatron", frameworks: &["megatron"] },
+    Case { name: "qwen3-8b-16-torchtitan", plan: "tests/launch/qwen3-8b.json --gpus 16 --framework torchtitan", frameworks: &["torchtitan"] },
+    Case { name: "qwen3-32b-64-seq65536", plan: "qwen3-32b --gpus 64 --seq-len 65536 --global-batch 64 --framework torchtitan", frameworks: &["torchtitan"] },
     Case { name: "bloom-176b-384-deepspeed", plan: "bloom-176b --gpus 384 --gpu a100-80g --framework deepspeed", frameworks: &["deepspeed", "megatron"] },
     Case { name: "llama3-70b-64-deepspeed", plan: "llama3-70b --gpus 64 --framework deepspeed", frameworks: &["deepspeed", "megatron"] },
     Case { name: "gpt3-175b-1024-deepspeed", plan: "gpt3-175b --gpus 1024 --gpu a100-80g --framework deepspeed --fix tp=8,pp=16,dp=8,schedule=1f1b,zero_stage=1", frameworks: &["deepspeed", "megatron"] },
@@ -76,6 +82,7 @@ const CASES: &[Case] = &[
     Case { name: "llama3-8b-8-float8-titan", plan: "llama3-8b --gpus 8 --precision fp8-rowwise --framework torchtitan", frameworks: &["torchtitan"] },
     Case { name: "llama3-405b-512-float8-titan", plan: "llama3-405b --gpus 512 --global-batch 256 --precision fp8-rowwise --framework torchtitan", frameworks: &["torchtitan"] },
     Case { name: "llama2-13b-16-float8-titan", plan: "tests/launch/llama2-13b.json --gpus 16 --precision fp8-rowwise --framework torchtitan", frameworks: &["torchtitan"] },
+    Case { name: "qwen3-32b-64-float8-titan", plan: "qwen3-32b --gpus 64 --precision fp8-rowwise --framework torchtitan", frameworks: &["torchtitan"] },
     Case { name: "llama3-70b-64-mxfp8-titan", plan: "llama3-70b --gpus 64 --gpu b200 --precision mxfp8 --framework torchtitan", frameworks: &["torchtitan"] },
 ];
 

@@ -372,6 +372,7 @@ fn layer(lc: &LayerCase, cal: &Calibration) -> Result<Vec<Comparison>, String> {
         dtensor_tp: false,
         torch_native: false,
         torch_compiled: false,
+        fused_qkv: c.settings.runtime.selective.fused_qkv(),
         compiled_loss: false,
         expert_host_launches: c.settings.runtime.expert_host_launches,
         host_serialized: c.settings.runtime.host_serialized,

@@ -5,7 +5,7 @@
 
 use autopp_models::{presets, Model};
 use autopp_planner::config::Runtime;
-use autopp_planner::runtime::OptimizerStates;
+use autopp_planner::runtime::{OptimizerStates, SelectiveRecompute};
 use autopp_planner::Stack;
 
 use super::rows::PublishedRow;
@@ -91,6 +91,15 @@ pub fn runtime_of(row: &PublishedRow, stack: Stack) -> Runtime {
             r.compiled_loss = r.fused_elementwise
                 && framework.contains("torchtitan")
                 && source_month(row).is_some_and(|m| m >= (2025, 4));
+            // torchtitan's blocks project q, k and v in one `wqkv` GEMM from April 2026 (PR
+            // #2878, `fuse_qkv=True` in every Llama 3 flavour); its runs published before (and
+            // AutoModel's Hugging Face blocks) multiply `wq, wk, wv` apart, which moves what its
+            // per-op checkpoint saves ([`SelectiveRecompute`]). An undated row is of before.
+            let fused = framework.contains("torchtitan")
+                && source_month(row).is_some_and(|m| m >= (2026, 4));
+            if !fused {
+                r.selective = SelectiveRecompute::EveryOtherMatmul;
+            }
             // NeMo AutoModel runs FSDP2 with Transformer Engine's layers ("PyTorch FSDP2 +
             // TE"), whose attention is TE's cuDNN kernel, not SDPA's FlashAttention-2
             if framework.contains("automodel") || framework.contains("+ te") {
@@ -490,6 +499,24 @@ mod tests {
         automodel.framework = Some("NeMo AutoModel (PyTorch FSDP2)".into());
         automodel.source = Some(serde_json::Value::String("docs/perf_2025-06.md".into()));
         assert!(!runtime_of(&automodel, Stack::Torchtitan).compiled_loss);
+        // separate wq, wk, wv until April 2026, one wqkv GEMM from then (torchtitan PR #2878)
+        let fused = dated("benchmarks/llama3_h100_2026-05_torchtitan.md", "");
+        for (r, want) in [
+            (&old, SelectiveRecompute::EveryOtherMatmul),
+            (&new, SelectiveRecompute::EveryOtherMatmul),
+            (&automodel, SelectiveRecompute::EveryOtherMatmul),
+            (
+                &dated("benchmarks/undated.md", ""),
+                SelectiveRecompute::EveryOtherMatmul,
+            ),
+            (&fused, SelectiveRecompute::EveryOtherMatmulFusedQkv),
+        ] {
+            assert_eq!(runtime_of(r, Stack::Torchtitan).selective, want);
+        }
+        assert_eq!(
+            Stack::Torchtitan.runtime().selective,
+            SelectiveRecompute::EveryOtherMatmulFusedQkv
+        );
         // torchtitan's SDPA is FlashAttention-2; NeMo AutoModel's TE layers are not
         use autopp_models::AttentionKernel;
         assert_eq!(

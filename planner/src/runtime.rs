@@ -179,7 +179,9 @@ impl Stack {
             // FSDP2: reduce-scatter in fp32 during the backward, all-gathers prefetched one
             // layer ahead; async TP is opt-in (`enable_async_tensor_parallel`); pipeline
             // stages send whole activations; the vocabulary is not padded; `selective` is its
-            // per-op checkpointing. Attention is PyTorch's `scaled_dot_product_attention`
+            // per-op checkpointing, on the fused `wqkv` of today's torchtitan (the row
+            // mapping gives published runs of before April 2026 the separate projections).
+            // Attention is PyTorch's `scaled_dot_product_attention`
             // (torchtitan `models/llama/model.py`, `F.scaled_dot_product_attention`; context
             // parallel runs it per ring step), whose flash backend on H100 is
             // FlashAttention-2 (PyTorch 2.2 release notes: "FlashAttention-2 ... for
@@ -197,7 +199,7 @@ impl Stack {
                 tp_collectives: TpCollectives::Dtensor,
                 pp_scatter_gather: false,
                 vocab_pad_multiple: 1,
-                selective: SelectiveRecompute::EveryOtherMatmul,
+                selective: SelectiveRecompute::EveryOtherMatmulFusedQkv,
                 attention_kernel: AttentionKernel::Fa2,
                 ..modern
             },
@@ -309,8 +311,24 @@ pub enum SelectiveRecompute {
     /// of its Llama train configs; `torchtitan/distributed/activation_checkpoint.py`): every
     /// op of the save list (matmuls, SDPA, reduce-scatters) is saved "except every second
     /// mm", counted per block in forward order, so the 2nd, 4th and 6th matmuls are re-run
-    /// (with the cheap element-wise ops between) and the attention core is not.
+    /// (with the cheap element-wise ops between) and the attention core is not. A block
+    /// multiplies `wq, wk, wv` separately (torchtitan until April 2026), so `wk`, `wo` and
+    /// `w3` are re-run and `wq`, `wv`, `w1`, `w2` saved: the runs it published in 2024–25.
     EveryOtherMatmul,
+    /// The same policy on blocks that project queries, keys and values in one GEMM, `wqkv`
+    /// (torchtitan PR #2878, April 2026: `FusedQKVLinear`, `fuse_qkv=True` in every Llama 3 and
+    /// Qwen3 flavour of 0.3.0, which `autopp launch` writes for — the separate projections stay
+    /// an option there, `fuse_qkv=False` — and the only projection from PR #4546):
+    /// the matmuls are `wqkv, wo, w1, w3, w2`, so `wqkv`, `w1` and `w2` are saved — the keys
+    /// too, which the separate projections re-ran — and `wo`, `w3` re-run.
+    EveryOtherMatmulFusedQkv,
+}
+
+impl SelectiveRecompute {
+    /// Whether this is torchtitan's per-op checkpointing on blocks with one `wqkv` GEMM.
+    pub fn fused_qkv(self) -> bool {
+        self == SelectiveRecompute::EveryOtherMatmulFusedQkv
+    }
 }
 
 /// How a stack's tensor-parallel layers run their collectives: what overlaps them and what
@@ -350,14 +368,17 @@ pub enum TpCollectives {
     Dtensor,
 }
 
-/// The share of a transformer block's forward linear FLOPs that
-/// [`SelectiveRecompute::EveryOtherMatmul`] runs again: torchtitan's Llama block multiplies
-/// `wq, wk, wv, wo` and then `w1, w3, w2` (SwiGLU: `w2(silu(w1(x)) · w3(x))`), so `wk`, `wo` and
-/// `w3` are recomputed: `(g·d + a·d + f) / (a·d + 2·g·d + a·d + 3·f)` per unit of `h` (`d` the
-/// head size, `g` the key/value heads); a plain MLP (`w1, w2`) re-runs `w2` instead, the same
-/// `f`. Llama 3 8B: `(1024 + 4096 + 14336) / (4096 + 2048 + 4096 + 43008)` = 0.3654.
-/// 0 for models given as layer lists (no blocks to count).
-pub fn every_other_matmul_share(model: &Model) -> f64 {
+/// The share of a transformer block's forward linear FLOPs that torchtitan's per-op
+/// checkpointing runs again (every second matmul of the block, [`SelectiveRecompute`]).
+/// Separate projections (`fused_qkv` false): a Llama block multiplies `wq, wk, wv, wo` and then
+/// `w1, w3, w2` (SwiGLU: `w2(silu(w1(x)) · w3(x))`), so `wk`, `wo` and `w3` are recomputed:
+/// `(g·d + a·d + f) / (2·a·d + 2·g·d + 3·f)` per unit of `h` (`d` the head size, `a` the query
+/// and `g` the key/value heads); a plain MLP (`w1, w2`) re-runs `w2` instead, the same `f`.
+/// Llama 3 8B: `(1024 + 4096 + 14336) / (4096 + 2048 + 4096 + 43008)` = 0.3654. One `wqkv`
+/// GEMM (`fused_qkv`): the matmuls are `wqkv, wo, w1, w3, w2` (plain MLP `wqkv, wo, w1, w2`),
+/// so `wo` and `w3` (`w2`) are recomputed, `(a·d + f) / …`: Llama 3 8B
+/// `(4096 + 14336) / 53248` = 0.3462. 0 for models given as layer lists (no blocks to count).
+pub fn every_other_matmul_share(model: &Model, fused_qkv: bool) -> f64 {
     let Model::Transformer(t) = model else {
         return 0.0;
     };
@@ -368,7 +389,8 @@ pub fn every_other_matmul_share(model: &Model) -> f64 {
         t.ffn() as f64,
     );
     let mlp = if t.gated_mlp { 3.0 * f } else { 2.0 * f };
-    (g * d + a * d + f) / (2.0 * a * d + 2.0 * g * d + mlp)
+    let keys = if fused_qkv { 0.0 } else { g * d };
+    (keys + a * d + f) / (2.0 * a * d + 2.0 * g * d + mlp)
 }
 
 impl FromStr for Stack {
@@ -443,7 +465,10 @@ mod tests {
         }
         let titan = Stack::Torchtitan.runtime();
         assert!(titan.overlap_grad_reduce && !titan.pp_scatter_gather);
-        assert_eq!(titan.selective, SelectiveRecompute::EveryOtherMatmul);
+        assert_eq!(
+            titan.selective,
+            SelectiveRecompute::EveryOtherMatmulFusedQkv
+        );
         assert_eq!(core.selective, SelectiveRecompute::AttentionCore);
         assert_eq!(titan.vocab_pad_multiple, 1);
         // SDPA's and llm-foundry's FlashAttention-2; Transformer Engine's cuDNN kernel elsewhere
@@ -469,8 +494,22 @@ mod tests {
     #[test]
     fn torchtitan_op_sac_reruns_wk_wo_and_w3() {
         let m = autopp_models::load("llama3-8b").unwrap();
-        let share = every_other_matmul_share(&m);
+        let share = every_other_matmul_share(&m, false);
         assert!((share - 19456.0 / 53248.0).abs() < 1e-12, "{share}");
+        // one wqkv GEMM: wo 4096 + w3 14336 = 18432 of the same 53248
+        let fused = every_other_matmul_share(&m, true);
+        assert!((fused - 18432.0 / 53248.0).abs() < 1e-12, "{fused}");
+        // a plain MLP (GPT-3 175B: 96 heads of 128, f 4h = 49152): separate projections re-run
+        // wk, wo, w2 = 12288 + 12288 + 49152, one wqkv GEMM wo and w2 = 61440, of 2·12288 +
+        // 2·12288 + 2·49152 = 147456 columns
+        let gpt = autopp_models::load("gpt3-175b").unwrap();
+        let plain = every_other_matmul_share(&gpt, false);
+        assert!((plain - 73728.0 / 147456.0).abs() < 1e-12, "{plain}");
+        let plain_fused = every_other_matmul_share(&gpt, true);
+        assert!(
+            (plain_fused - 61440.0 / 147456.0).abs() < 1e-12,
+            "{plain_fused}"
+        );
     }
 
     /// A published recipe's FP8 parameters and bf16 states with a weight copy travel through a

@@ -143,6 +143,10 @@ pub struct StageContext<'a> {
     /// the op-level checkpoint keeps only the saved outputs its backward reads
     /// ([`op_sac_bytes`]).
     pub torch_compiled: bool,
+    /// torchtitan's blocks project queries, keys and values in one `wqkv` GEMM
+    /// ([`crate::runtime::SelectiveRecompute::EveryOtherMatmulFusedQkv`]): the op-level
+    /// checkpoint saves other matmuls' outputs ([`op_sac_bytes`]).
+    pub fused_qkv: bool,
     /// torchtitan's loss runs under `torch.compile` too ([`crate::config::Runtime::compiled_loss`],
     /// [`torch_loss_bytes`]).
     pub compiled_loss: bool,
@@ -163,8 +167,9 @@ impl StageContext<'_> {
     ) -> f64 {
         match runtime.selective {
             crate::runtime::SelectiveRecompute::AttentionCore => 0.0,
-            crate::runtime::SelectiveRecompute::EveryOtherMatmul => {
-                crate::runtime::every_other_matmul_share(model)
+            kind @ (crate::runtime::SelectiveRecompute::EveryOtherMatmul
+            | crate::runtime::SelectiveRecompute::EveryOtherMatmulFusedQkv) => {
+                crate::runtime::every_other_matmul_share(model, kind.fused_qkv())
             }
         }
     }
@@ -400,7 +405,7 @@ fn add_layer(
         && layer.recomputable
         && layer.expert_params == 0
     {
-        op_sac_bytes(layer, ctx.torch_compiled)
+        op_sac_bytes(layer, ctx.torch_compiled, ctx.fused_qkv)
     } else if kept == Recompute::None || layer.kind == LayerKind::Head {
         layer.activation_bytes_for(kept) + gathered
     } else {

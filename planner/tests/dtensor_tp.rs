@@ -47,7 +47,8 @@ fn block(p: &AnalyticProfile, dtensor: bool, overlap: bool) -> StageCost {
     let link = p.cluster.group_link(8, 1);
     let ctx = StageContext {
         tp_comm_overlap: overlap,
-        selective_linear_share: every_other_matmul_share(&m),
+        // the benchmark (June 2025) ran separate wq, wk, wv
+        selective_linear_share: every_other_matmul_share(&m, false),
         dtensor_tp: dtensor,
         torch_native: true,
         ..common::plain_context(p, 8, link, Recompute::Selective)

@@ -40,9 +40,29 @@ fn op_sac_keeps_every_other_matmul_hand_worked() {
         .find(|l| l.kind == LayerKind::Transformer)
         .unwrap();
     assert_eq!(block.activation_bytes.full, 134_217_728);
-    assert_eq!(op_sac_bytes(block, false), 1_042_284_544);
-    assert_eq!(op_sac_bytes(block, true), 908_066_816);
-    assert!(op_sac_bytes(block, false) < block.activation_bytes.selective / 2);
+    assert_eq!(op_sac_bytes(block, false, false), 1_042_284_544);
+    assert_eq!(op_sac_bytes(block, true, false), 908_066_816);
+    assert!(op_sac_bytes(block, false, false) < block.activation_bytes.selective / 2);
+}
+
+/// With one `wqkv` GEMM (torchtitan from April 2026, PR #2878) the block multiplies `wqkv, wo,
+/// w1, w3, w2`: the 1st, 3rd and 5th, `wqkv`, `w1` and `w2`, are saved, at 2 B:
+/// `2·16384·(6144 + 14336 + 4096)` = 805,306,368 B — the keys' `2·16384·1024` = 33,554,432 B
+/// more than the separate projections' 771,751,936 B. With the block input and the attention
+/// output as above: 1,075,838,976 B eager, `− 2·16384·4096` = 941,621,248 B compiled.
+#[test]
+fn op_sac_on_a_fused_wqkv_saves_the_keys_too() {
+    let layers = llama3_8b_layers();
+    let block = layers
+        .iter()
+        .find(|l| l.kind == LayerKind::Transformer)
+        .unwrap();
+    assert_eq!(op_sac_bytes(block, false, true), 1_075_838_976);
+    assert_eq!(op_sac_bytes(block, true, true), 941_621_248);
+    assert_eq!(
+        op_sac_bytes(block, false, true) - op_sac_bytes(block, false, false),
+        2 * 16384 * 1024
+    );
 }
 
 /// The saved matmul widths per token: a gated block (`wq, wk, wv, wo, w1, w3, w2`) keeps `wq`,
@@ -59,7 +79,7 @@ fn op_sac_saved_widths_hand_worked() {
         (rows, 4096, 14336),
     ];
     assert_eq!(
-        op_sac_saved_widths(&llama),
+        op_sac_saved_widths(&llama, false),
         Some((rows, 4096 + 1024 + 14336 + 4096, 4096))
     );
     let h = 12288;
@@ -69,8 +89,19 @@ fn op_sac_saved_widths_hand_worked() {
         (rows, 4 * h, h),
         (rows, h, 4 * h),
     ];
-    assert_eq!(op_sac_saved_widths(&gpt), Some((rows, 6 * h, 0)));
-    assert_eq!(op_sac_saved_widths(&gpt[..3]), None);
+    assert_eq!(op_sac_saved_widths(&gpt, false), Some((rows, 6 * h, 0)));
+    assert_eq!(op_sac_saved_widths(&gpt[..3], false), None);
+    // one wqkv GEMM: a gated block saves wqkv, w1, w2 (the 5th, unread); a plain MLP's saves
+    // wqkv and w1, its w2 the 4th
+    assert_eq!(
+        op_sac_saved_widths(&llama, true),
+        Some((rows, 4096 + 2 * 1024 + 14336 + 4096, 4096))
+    );
+    assert_eq!(
+        op_sac_saved_widths(&gpt, true),
+        Some((rows, 3 * h + 4 * h, 0))
+    );
+    assert_eq!(op_sac_saved_widths(&gpt[..3], true), None);
     // Llama 3 70B at tp 8: 8 query heads and one key/value head of 128 a GPU, FFN 28672 / 8
     let llama70 = [
         (rows, 1024 + 2 * 128, 8192),
@@ -79,24 +110,24 @@ fn op_sac_saved_widths_hand_worked() {
         (rows, 8192, 3584),
     ];
     assert_eq!(
-        op_sac_saved_widths(&llama70),
+        op_sac_saved_widths(&llama70, false),
         Some((rows, 1024 + 128 + 3584 + 8192, 8192))
     );
     // not a dense block: an odd key/value remainder, a 3f MLP input, no rows, mixed rows
     let mut odd = llama;
     odd[0].1 += 1;
-    assert_eq!(op_sac_saved_widths(&odd), None);
+    assert_eq!(op_sac_saved_widths(&odd, false), None);
     let mut three = llama;
     three[2].1 = 3 * 14336;
-    assert_eq!(op_sac_saved_widths(&three), None);
+    assert_eq!(op_sac_saved_widths(&three, false), None);
     let mut empty = llama;
     for g in &mut empty {
         g.0 = 0;
     }
-    assert_eq!(op_sac_saved_widths(&empty), None);
+    assert_eq!(op_sac_saved_widths(&empty, false), None);
     let mut mixed = llama;
     mixed[3].0 = rows / 2;
-    assert_eq!(op_sac_saved_widths(&mixed), None);
+    assert_eq!(op_sac_saved_widths(&mixed, false), None);
 }
 
 /// Every gated preset block torchtitan runs goes through the matmul count, not the
@@ -127,9 +158,12 @@ fn compiling_drops_w2_for_every_gated_preset() {
                 panic!("{name} is a transformer");
             };
             let tokens = t.seq_length;
-            let dropped = op_sac_bytes(block, false) - op_sac_bytes(block, true);
             let want = if gated { 2 * tokens * t.hidden_size } else { 0 };
-            assert_eq!(dropped, want, "{name} at tp {tp}");
+            // `w2` is the 7th matmul of separate projections and the 5th after one wqkv
+            for fused in [false, true] {
+                let dropped = op_sac_bytes(block, false, fused) - op_sac_bytes(block, true, fused);
+                assert_eq!(dropped, want, "{name} at tp {tp}, fused wqkv {fused}");
+            }
         }
     }
 }

@@ -82,3 +82,30 @@ pub fn plan_refused(args: &str, needle: &str) {
         "{args}: expected `{needle}` in: {err}"
     );
 }
+
+/// `autopp launch PLAN --framework FRAMEWORK --json`: its arguments and its files' texts.
+pub fn launched(plan: &Path, framework: &str) -> (Vec<String>, Value) {
+    let text = stdout(&[
+        "launch",
+        plan.to_str().expect("UTF-8"),
+        "--framework",
+        framework,
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&text).expect("launch --json");
+    let args = v["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string").to_string())
+        .collect();
+    (args, v["files"].clone())
+}
+
+/// Asserts that `want` appears in `args` as consecutive arguments.
+pub fn has(args: &[String], want: &[&str]) {
+    assert!(
+        args.windows(want.len()).any(|w| w == want),
+        "{want:?} not in {args:?}"
+    )
+}

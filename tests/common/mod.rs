@@ -96,20 +96,23 @@ pub fn plan_and_emit(preset: &str, framework: &str, dir: &std::path::Path) -> Em
 }
 
 /// Whether `framework` refuses the bundled preset `preset` whatever the plan: torchtitan builds
-/// Llama-family decoders only.
+/// Llama 3- and Qwen3-style decoders only.
 pub fn refuses_preset(framework: &str, preset: &str) -> bool {
     not_launched_yet(framework, preset)
-        || (framework == "torchtitan" && !preset.starts_with("llama"))
+        || (framework == "torchtitan"
+            && !preset.starts_with("llama")
+            && !preset.starts_with("qwen3"))
 }
 
 /// Whether the bundled preset `preset` has parts `framework`'s launch flags are not written for
 /// yet: gpt-oss attention (sliding windows, sinks) for every framework; mixtures of experts,
-/// MLA, MTP and Qwen3 attention for all but Megatron-LM.
+/// MLA and MTP for all but Megatron-LM; Qwen3 attention for DeepSpeed.
 pub fn not_launched_yet(framework: &str, preset: &str) -> bool {
     matches!(autopp_models::load(preset), Ok(autopp_models::Model::Transformer(t))
         if t.sliding_window.is_some() || t.attention_sinks
             || (framework != "megatron" && (t.moe.is_some() || t.mla.is_some()
-                || t.mtp_num_layers > 0 || t.head_dim.is_some() || t.qk_norm)))
+                || t.mtp_num_layers > 0))
+            || (framework == "deepspeed" && (t.head_dim.is_some() || t.qk_norm)))
 }
 
 /// Runs `autopp ARGS…` and asserts it failed as every bad input must: exit 2, one line on

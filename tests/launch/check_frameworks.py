@@ -68,7 +68,7 @@ MEGATRON_FLAGS = {
     "--num-layers": int, "--hidden-size": int, "--ffn-hidden-size": int,
     "--num-attention-heads": int, "--group-query-attention": bool, "--num-query-groups": int,
     "--seq-length": int, "--max-position-embeddings": int, "--position-embedding-type": str,
-    "--rotary-base": int, "--swiglu": bool, "--normalization": str,
+    "--rotary-base": int, "--swiglu": bool, "--normalization": str, "--norm-epsilon": float,
     "--untie-embeddings-and-output-weights": bool, "--disable-bias-linear": bool,
     "--add-qkv-bias": bool, "--attention-dropout": float, "--hidden-dropout": float,
     "--make-vocab-size-divisible-by": int, "--attention-backend": str,
@@ -178,6 +178,7 @@ def megatron_config(a, gpus):
         gated_linear_unit=a.get("swiglu", False),
         activation_func=F.silu if a.get("swiglu") else F.gelu,
         normalization=a.get("normalization", "LayerNorm"),
+        layernorm_epsilon=a.get("norm_epsilon", 1e-5),
         add_bias_linear=not a.get("disable_bias_linear", False),
         add_qkv_bias=a.get("add_qkv_bias", False),
         attention_dropout=a.get("attention_dropout", 0.1),
@@ -267,6 +268,10 @@ def check_megatron(case, plan_file, launch, files):
         if not (pp <= g <= m) or (m % g and m % g < pp):
             raise AssertionError(f"interleaving: pp={pp} group={g} micro-batches={m}")
     check_megatron_recompute(config, plan, plan_file["model"]["num_layers"])
+    theta, eps = rope_and_eps(plan_file["model"])
+    same("norm eps", config.layernorm_epsilon, eps)
+    if a.get("position_embedding_type") == "rope":
+        same("RoPE base", a.get("rotary_base", 10000), theta)
     same("sequence parallel", config.sequence_parallel,
          plan["sequence_parallel"] and plan["tp"] > 1)
     same("distributed optimizer", a.get("use_distributed_optimizer", False),
@@ -374,18 +379,34 @@ def titan_contents(names, num_layers):
     return emb, ids, head
 
 
-def llama_params(m):
-    """Parameters of the plan's Llama-family model (SwiGLU, RMSNorm, no biases, untied head),
-    counted from plan.json's sizes: embedding, layers, final norm and LM head."""
+def rope_and_eps(m):
+    """The RoPE base and norm eps of the plan's model family (plan.json names neither): Qwen3,
+    the family with qk-norm, 1e6 and 1e-6 (rope_theta and rms_norm_eps of Qwen3's dense and first
+    MoE config.json files);
+    Llama 3 (its name or its 128,256-token vocabulary) 500,000 and 1e-5; else 10,000 and 1e-5."""
+    if m.get("qk_norm"):
+        return 1000000, 1e-6
+    if m["name"].startswith("llama3") or m["vocab_size"] == 128256:
+        return 500000, 1e-5
+    return 10000, 1e-5
+
+
+def decoder_params(m):
+    """Parameters of the plan's Llama 3- or Qwen3-style model (SwiGLU, RMSNorm, no biases, untied
+    head; Qwen3's heads of head_dim with an RMSNorm on each head's queries and keys), counted
+    from plan.json's sizes: embedding, layers, final norm and LM head."""
     h, a, v = m["hidden_size"], m["num_attention_heads"], m["vocab_size"]
     g, f = m.get("num_kv_heads") or a, m.get("ffn_hidden_size") or 4 * h
-    layer = h * (h + 2 * g * (h // a)) + h * h + 3 * h * f + 2 * h
+    d = m.get("head_dim") or h // a
+    qk_norm = 2 * d if m.get("qk_norm") else 0
+    layer = h * (a * d + 2 * g * d) + a * d * h + 3 * h * f + 2 * h + qk_norm
     return v * h + m["num_layers"] * layer + h + v * h
 
 
 def check_titan_model(m, c):
-    """The config torchtitan loads builds the plan's model: its sizes, RoPE base and norm eps,
-    and, built on the meta device by torchtitan's own classes, the plan's parameter count."""
+    """The config torchtitan loads builds the plan's model: its sizes, head size and qk-norm,
+    RoPE base and norm eps, and, built on the meta device by torchtitan's own classes, the plan's
+    parameter count."""
     import torch
 
     model = c.model_spec.model
@@ -397,14 +418,20 @@ def check_titan_model(m, c):
          (m["num_layers"], m["hidden_size"], m["num_attention_heads"],
           m.get("num_kv_heads") or m["num_attention_heads"],
           m.get("ffn_hidden_size") or 4 * m["hidden_size"], m["vocab_size"]))
-    llama3 = m["name"].startswith("llama3") or m["vocab_size"] == 128256
-    same("RoPE base", attention.rope.theta, 500000 if llama3 else 10000)
-    same("norm eps", (model.norm.eps, model.layers[0].attention_norm.eps), (1e-5, 1e-5))
+    same("(head size, qk-norm)",
+         (attention.head_dim or model.dim // attention.n_heads, attention.qk_norm is not None),
+         (m.get("head_dim") or m["hidden_size"] // m["num_attention_heads"], bool(m.get("qk_norm"))))
+    theta, eps = rope_and_eps(m)
+    same("RoPE base", attention.rope.theta, theta)
+    norms = [model.norm.eps, model.layers[0].attention_norm.eps, model.layers[0].ffn_norm.eps]
+    if attention.qk_norm is not None:
+        norms.append(attention.qk_norm.eps)
+    same("norm eps", norms, [eps] * len(norms))
     same("loss vocabulary", c.loss.loss_fn.global_vocab_size, m["vocab_size"])
     with torch.device("meta"):
         built = model.build()
     same("parameters (built on the meta device)", sum(p.numel() for p in built.parameters()),
-         llama_params(m))
+         decoder_params(m))
 
 
 @contextlib.contextmanager

@@ -177,6 +177,7 @@ impl<'a> Evaluation<'a> {
             dtensor_tp: c.settings.runtime.tp_collectives == crate::runtime::TpCollectives::Dtensor,
             torch_native: c.settings.runtime.stack == crate::Stack::Torchtitan,
             torch_compiled: c.settings.runtime.torch_compiled(),
+            fused_qkv: c.settings.runtime.selective.fused_qkv(),
             compiled_loss: c.settings.runtime.compiled_loss,
             expert_host_launches: c.settings.runtime.expert_host_launches,
             host_serialized: c.settings.runtime.host_serialized,

@@ -167,6 +167,10 @@ fn model_args(view: &PlanView, args: &mut Vec<String>) {
     if m.norm == Norm::Rmsnorm {
         flag(args, "--normalization", "RMSNorm");
     }
+    // Megatron-LM's `--norm-epsilon` defaults to 1e-5
+    if view.norm_eps() != 1e-5 {
+        flag(args, "--norm-epsilon", format!("{:e}", view.norm_eps()));
+    }
     if !m.tied_embeddings {
         args.push("--untie-embeddings-and-output-weights".into());
     }

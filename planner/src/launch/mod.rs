@@ -15,6 +15,7 @@ mod megatron_moe;
 mod scripts;
 mod torchtitan;
 mod torchtitan_fp8;
+mod torchtitan_models;
 pub mod view;
 mod write;
 
@@ -235,19 +236,22 @@ struct Entry {
     files: Vec<(String, String)>,
 }
 
-/// What a model has that no emitter writes flags for yet (mixtures of experts, MLA, MTP, a
-/// `head_dim` apart from hidden/heads, qk-norm, sliding windows, attention sinks), if anything.
+/// What a model has that `framework`'s emitter writes no flags for yet, if anything: sliding
+/// windows and attention sinks (every framework); mixtures of experts, MLA and MTP (all but
+/// Megatron-LM); a `head_dim` apart from hidden/heads and qk-norm (DeepSpeed).
 fn not_written_yet(
     t: &autopp_models::TransformerSpec,
     framework: Framework,
 ) -> Option<&'static str> {
-    // Megatron-LM's MoE, MLA, MTP and Qwen3 flags are written (`megatron_moe`)
+    // Megatron-LM's MoE, MLA, MTP and Qwen3 flags are written (`megatron_moe`); torchtitan's
+    // Qwen3 classes build Qwen3-style attention (`torchtitan_models`)
     let megatron = framework == Framework::Megatron;
+    let qwen3 = megatron || framework == Framework::Torchtitan;
     if t.moe.is_some() && !megatron {
         Some("mixtures of experts")
     } else if (t.mla.is_some() || t.mtp_num_layers > 0) && !megatron {
         Some("MLA attention and MTP layers")
-    } else if (t.head_dim.is_some() || t.qk_norm) && !megatron {
+    } else if (t.head_dim.is_some() || t.qk_norm) && !qwen3 {
         Some("Qwen3-style attention (head_dim, qk-norm)")
     } else if t.sliding_window.is_some() || t.attention_sinks {
         Some("sliding-window attention and attention sinks")
@@ -261,6 +265,7 @@ fn not_written_why(what: &str, framework: Framework) -> String {
     match framework {
         Framework::Deepspeed if what == "mixtures of experts" => "cannot express this plan: its pipeline engine's PipelineModule takes the layers autopp writes, and autopp writes no DeepSpeed-MoE layers (deepspeed.moe.layer.MoE) for expert parallelism; launch it with megatron; the plan itself stands".into(),
         Framework::Megatron => format!("is not launched by autopp yet for {what}: autopp writes no sliding-window or attention-sink flags yet; the plan itself stands"),
+        _ if what.starts_with("Qwen3") => format!("is not launched by autopp yet for {what}: autopp writes them for megatron and torchtitan only; the plan itself stands"),
         _ => format!("is not launched by autopp yet for {what}: autopp writes these flags for megatron only; the plan itself stands"),
     }
 }
@@ -365,7 +370,7 @@ pub fn runs_on(file: &PlanFile) -> Vec<Framework> {
 
 /// Refuses, before a search made for `framework` (`plan --framework`), a model or precision the
 /// framework cannot run whatever the plan, so that a plan made for a framework always emits
-/// for it: a layer list (every framework), a model torchtitan's Llama 3 classes cannot build,
+/// for it: a layer list (every framework), a model torchtitan's Llama 3 and Qwen3 classes cannot build,
 /// fp16 for torchtitan, an FP8 recipe the framework lacks (`fp8_recipes_missing`).
 pub fn check_model(
     model: &Model,
@@ -379,7 +384,7 @@ pub fn check_model(
         (_, Model::Transformer(t)) => t,
     };
     if framework == Framework::Torchtitan {
-        if let Err(why) = torchtitan::llama_family(transformer) {
+        if let Err(why) = torchtitan_models::family(transformer) {
             return refused(Refusal::Model(framework, why));
         }
         if precision == Precision::Fp16 {

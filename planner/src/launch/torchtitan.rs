@@ -11,9 +11,10 @@
 use std::fmt::Write as _;
 
 use autopp_hardware::Precision;
-use autopp_models::{Norm, PositionEmbedding, Recompute, TransformerSpec};
+use autopp_models::Recompute;
 use autopp_schedule::{generate, ScheduleKind, ScheduleSpec, Step};
 
+use super::torchtitan_models::{config_for, CONFIG_MODULE};
 use super::view::{PlanView, RecomputePlan};
 use super::{flag, Entry, Refusal};
 use crate::framework::Framework;
@@ -34,80 +35,6 @@ pub enum Era {
     /// `parallelism.num_pp_microbatches`. Not on PyPI yet.
     TokenBatches,
 }
-
-/// A torchtitan config function and the model it defines.
-struct Config {
-    module: &'static str,
-    function: &'static str,
-    /// layers, hidden, heads, key/value heads, FFN, vocabulary
-    shape: [u64; 6],
-}
-
-/// The config function a launch selects, and the module to write beside the launch files when
-/// torchtitan does not ship it.
-pub(super) struct Selected {
-    /// `--module`.
-    pub module: &'static str,
-    /// `--config`.
-    pub function: &'static str,
-    /// The text of [`CONFIG_MODULE`], when the function is autopp's.
-    pub file: Option<String>,
-}
-
-/// File name of the config module written when torchtitan's own config does not fit the plan.
-pub(super) const CONFIG_MODULE: &str = "autopp_torchtitan.py";
-
-/// torchtitan's `llama3_405b` converts linear layers to float8 (and refuses to build below
-/// NVIDIA SM89) and compiles; autopp plans bf16, so the launch uses this bf16 config: the
-/// `llama3_70b` recipe with the 405B model and `llama3_405b`'s optimizer settings.
-const LLAMA3_405B_BF16: &str = r#""""torchtitan config for autopp's plan: Llama 3 405B in bf16.
-
-Written by `autopp launch --framework torchtitan`. torchtitan's own llama3_405b converts linear
-layers to float8 and compiles the model; autopp planned bf16 GEMMs, so this is the llama3_70b
-recipe with the 405B model and llama3_405b's optimizer settings. Select it with
-`--module autopp_torchtitan --config llama3_405b_bf16` (this directory on PYTHONPATH).
-"""
-
-from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
-from torchtitan.components.optimizer import default_adamw, LRSchedulersContainer
-from torchtitan.models.common.config_utils import decoder_vocab_size
-from torchtitan.models.llama3 import model_registry
-from torchtitan.models.llama3.config_registry import llama3_70b
-
-
-def llama3_405b_bf16():
-    """llama3_70b's recipe with the 405B model, in bf16."""
-    config = llama3_70b()
-    config.model_spec = model_registry("405B")
-    config.hf_assets_path = "./assets/hf/Llama-3.1-405B"
-    config.optimizer = default_adamw(lr=8e-5)
-    config.lr_scheduler = LRSchedulersContainer.Config(warmup_steps=600)
-    config.loss = ChunkedLossWrapper.Config(
-        loss_fn=CrossEntropyLoss.Config(
-            global_vocab_size=decoder_vocab_size(config.model_spec),
-        ),
-    )
-    return config
-"#;
-
-/// The Llama 3 configs torchtitan 0.3.0 ships (`torchtitan/models/llama3/config_registry.py`).
-const CONFIGS: [Config; 3] = [
-    Config {
-        module: "llama3",
-        function: "llama3_8b",
-        shape: [32, 4096, 32, 8, 14336, 128256],
-    },
-    Config {
-        module: "llama3",
-        function: "llama3_70b",
-        shape: [80, 8192, 64, 8, 28672, 128256],
-    },
-    Config {
-        module: "autopp_torchtitan",
-        function: "llama3_405b_bf16",
-        shape: [126, 16384, 128, 8, 53248, 128256],
-    },
-];
 
 /// The `torchtitan.train` entry for `view`, or why torchtitan cannot run it.
 pub(super) fn emit(view: &PlanView) -> Result<Entry, Refusal> {
@@ -188,125 +115,6 @@ pub(super) fn emit_for(view: &PlanView, era: Era) -> Result<Entry, Refusal> {
         notes,
         files,
     })
-}
-
-/// The config function that defines the plan's model: torchtitan's own when it ships the
-/// plan's shape, else [`CUSTOM_FUNCTION`] in a [`CONFIG_MODULE`] built from the plan's sizes.
-fn config_for(view: &PlanView) -> Result<Selected, Refusal> {
-    let model = &view.model;
-    llama_family(model).map_err(|why| Refusal::Model(FW, why))?;
-    let shape = [
-        model.num_layers,
-        model.hidden_size,
-        model.num_attention_heads,
-        model.kv_heads(),
-        model.ffn(),
-        model.vocab_size,
-    ];
-    // torchtitan's Llama 3 configs use RoPE base 500,000 (with Llama 3.1's frequency scaling)
-    let shipped = (view.rope_theta() == LLAMA3_ROPE_THETA)
-        .then(|| CONFIGS.iter().find(|c| c.shape == shape))
-        .flatten();
-    Ok(match shipped {
-        Some(c) => Selected {
-            module: c.module,
-            function: c.function,
-            file: (c.module == CUSTOM_MODULE).then(|| LLAMA3_405B_BF16.to_string()),
-        },
-        None => Selected {
-            module: CUSTOM_MODULE,
-            function: CUSTOM_FUNCTION,
-            file: Some(custom_module(view)),
-        },
-    })
-}
-
-/// Why torchtitan's Llama 3 model classes cannot build `model`, or `Ok` when they can: a
-/// decoder with SwiGLU, RMSNorm, rotary positions (no position parameters), no biases, whole
-/// heads per key/value head, and an LM head of its own (torchtitan ties weights only without
-/// a pipeline).
-pub(super) fn llama_family(model: &TransformerSpec) -> Result<(), String> {
-    let mut differs = Vec::new();
-    if !model.gated_mlp {
-        differs.push("a plain (not SwiGLU) MLP");
-    }
-    if model.bias || model.has_qkv_bias() {
-        differs.push("biases");
-    }
-    if model.norm != Norm::Rmsnorm {
-        differs.push("LayerNorm");
-    }
-    if model.position_embedding != PositionEmbedding::None {
-        differs.push("learned positions");
-    }
-    if model.tied_embeddings {
-        differs.push("a tied LM head");
-    }
-    if !model.num_attention_heads.is_multiple_of(model.kv_heads()) {
-        differs.push("heads that do not group evenly over the key/value heads");
-    }
-    if differs.is_empty() {
-        return Ok(());
-    }
-    Err(format!(
-        "0.3.0 builds Llama-family decoders only (SwiGLU, RMSNorm, rotary positions, no biases, untied LM head), and {} has {}; re-plan with --framework megatron or deepspeed",
-        model.name,
-        differs.join(", ")
-    ))
-}
-
-/// The module name of [`CONFIG_MODULE`].
-pub(super) const CUSTOM_MODULE: &str = "autopp_torchtitan";
-
-/// The config function autopp writes for a model torchtitan ships no config for.
-const CUSTOM_FUNCTION: &str = "autopp_model";
-
-/// The text of [`CONFIG_MODULE`] with `@key@` where [`custom_module`] puts the plan's sizes.
-const CUSTOM_TEMPLATE: &str = include_str!("autopp_torchtitan.py.in");
-
-/// RoPE base of torchtitan's Llama 3 configs.
-const LLAMA3_ROPE_THETA: u64 = 500_000;
-
-/// [`CONFIG_MODULE`] for a Llama-family model torchtitan ships no config for: the model built
-/// with torchtitan's own Llama 3 classes from the plan's sizes (the FFN width passed as is,
-/// not through `compute_ffn_hidden_dim`), in `llama3_8b`'s recipe.
-fn custom_module(view: &PlanView) -> String {
-    let m = &view.model;
-    let theta = view.rope_theta();
-    // Llama 3.1's frequency scaling goes with Llama 3's base, as in torchtitan's configs
-    let scaling = if theta == LLAMA3_ROPE_THETA {
-        "llama"
-    } else {
-        "none"
-    };
-    let eps = format!("{:e}", view.norm_eps());
-    let fills = [
-        ("TITAN", TITAN.to_string()),
-        ("CUSTOM_MODULE", CUSTOM_MODULE.to_string()),
-        ("CUSTOM_FUNCTION", CUSTOM_FUNCTION.to_string()),
-        ("layers", m.num_layers.to_string()),
-        ("dim", m.hidden_size.to_string()),
-        ("heads", m.num_attention_heads.to_string()),
-        ("kv_heads", m.kv_heads().to_string()),
-        ("ffn", m.ffn().to_string()),
-        ("vocab", m.vocab_size.to_string()),
-        ("seq", m.seq_length.to_string()),
-        ("theta", theta.to_string()),
-        ("scaling", scaling.to_string()),
-        ("eps", eps),
-        // last, so that a name cannot hold a key: a JSON string is a Python string literal;
-        // the docstring gets the name without quotes
-        (
-            "quoted",
-            serde_json::Value::from(m.name.as_str()).to_string(),
-        ),
-        ("name", m.name.replace(['"', '\\'], "_")),
-    ];
-    fills
-        .iter()
-        .fold(CUSTOM_TEMPLATE.to_string(), |text, (k, v)| {
-            text.replace(&format!("@{k}@"), v)
-        })
 }
 
 pub(super) const TITAN: &str = "torchtitan 0.3.0";

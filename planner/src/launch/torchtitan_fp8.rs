@@ -10,14 +10,15 @@
 
 use autopp_hardware::Precision;
 
-use super::torchtitan::{Selected, CUSTOM_MODULE, TITAN};
+use super::torchtitan::TITAN;
+use super::torchtitan_models::{Selected, CUSTOM_MODULE};
 use super::view::PlanView;
 
-/// The text appended to (or making up) [`super::torchtitan::CONFIG_MODULE`], with `@key@` where [`converted`]
+/// The text appended to (or making up) [`super::torchtitan_models::CONFIG_MODULE`], with `@key@` where [`converted`]
 /// puts the names.
 const TEMPLATE: &str = include_str!("autopp_torchtitan_fp8.py.in");
 
-/// The docstring of [`super::torchtitan::CONFIG_MODULE`] when the base config is torchtitan's own.
+/// The docstring of [`super::torchtitan_models::CONFIG_MODULE`] when the base config is torchtitan's own.
 const HEADER: &str = r#""""torchtitan config for autopp's plan: @BASE@ with FP8 linear layers.
 
 Written by `autopp launch --framework torchtitan`. torchtitan 0.3.0 sets FP8 training through
@@ -45,7 +46,7 @@ fn converter(precision: Precision) -> Option<(&'static str, &'static str, &'stat
 }
 
 /// `selected` with its linear layers converted for `view`'s precision: a config function in
-/// [`super::torchtitan::CONFIG_MODULE`] that wraps the selected one (appended to autopp's module, or in a module
+/// [`super::torchtitan_models::CONFIG_MODULE`] that wraps the selected one (appended to autopp's module, or in a module
 /// of its own over torchtitan's). `selected` as it is for bf16.
 pub(super) fn converted(view: &PlanView, selected: Selected) -> Selected {
     let Some((class, options, function)) = converter(view.precision) else {

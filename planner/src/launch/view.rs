@@ -238,22 +238,32 @@ impl PlanView {
         mine
     }
 
-    /// The rotary-embedding base θ (dimensionless) the plan's model trains with: 500,000 for
+    /// The rotary-embedding base θ (dimensionless) the plan's model trains with: 1,000,000 for
+    /// Qwen3 (the family with qk-norm: `rope_theta` of Qwen3's dense and first MoE
+    /// `config.json`s and of torchtitan's Qwen3 configs but its 235B-A22B's 5,000,000), 500,000 for
     /// Llama 3 (its name or its 128,256-token vocabulary), else 10,000 (Llama 2 and the RoPE
     /// paper's; Megatron-LM's and torchtitan's default). The model file does not name it.
     pub fn rope_theta(&self) -> u64 {
         let m = &self.model;
-        if m.name.starts_with("llama3") || m.vocab_size == 128_256 {
+        if m.qk_norm {
+            1_000_000
+        } else if m.name.starts_with("llama3") || m.vocab_size == 128_256 {
             500_000
         } else {
             10_000
         }
     }
 
-    /// The RMSNorm/LayerNorm ε (dimensionless): 1e-5, Llama 2's and Llama 3's, and the default
-    /// of Megatron-LM's `--norm-epsilon` and torchtitan's `RMSNorm.Config`.
+    /// The RMSNorm/LayerNorm ε (dimensionless): 1e-6 for Qwen3 (qk-norm; `rms_norm_eps` of its
+    /// `config.json`s), else 1e-5 (DeepSeek-V3's 1e-6 among the exceptions: the model file names
+    /// neither), Llama 2's and Llama 3's, and the default of Megatron-LM's
+    /// `--norm-epsilon` and torchtitan's `RMSNorm.Config`.
     pub fn norm_eps(&self) -> f64 {
-        1e-5
+        if self.model.qk_norm {
+            1e-6
+        } else {
+            1e-5
+        }
     }
 
     /// Whether every stage holds the same number of transformer layers (the split each

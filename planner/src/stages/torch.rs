@@ -96,14 +96,16 @@ pub fn torch_loss_bytes(head: &LayerCost, kept: u64, loss: TorchLoss) -> (u64, u
 /// second mm"). The counter starts afresh at each block's forward (`selective_checkpointing_context_fn`
 /// makes a new `meta = defaultdict(int)` per checkpoint call), and a Llama block multiplies `wq,
 /// wk, wv, wo, w1, w3, w2` (a plain MLP `w1, w2`) in that order: the 1st, 3rd, 5th and 7th are
-/// saved — `wq`, `wv`, `w1` and `w2` ([`op_sac_saved_widths`]). Everything else is recomputed in
-/// the backward. 16-bit outputs (bf16 autocast; float8 linears also return bf16).
+/// saved — `wq`, `wv`, `w1` and `w2` ([`op_sac_saved_widths`]). With one `wqkv` GEMM
+/// (`fused_qkv`, torchtitan from April 2026, [`crate::runtime::SelectiveRecompute`]) the block
+/// multiplies `wqkv, wo, w1, w3, w2`: `wqkv`, `w1` and `w2` are saved. Everything else is
+/// recomputed in the backward. 16-bit outputs (bf16 autocast; float8 linears also return bf16).
 ///
 /// Eager PyTorch keeps every saved output (`_CachingTorchDispatchMode` caches each `MUST_SAVE`
 /// op's output whether the backward reads it or not). Under `torch.compile` (`compiled`) the
 /// partitioner keeps only what the backward graph reads: `w2`'s output feeds the residual add
 /// alone, whose gradient needs no tensor, so it is not kept.
-pub fn op_sac_bytes(layer: &LayerCost, compiled: bool) -> u64 {
+pub fn op_sac_bytes(layer: &LayerCost, compiled: bool, fused_qkv: bool) -> u64 {
     use autopp_models::Op;
     let mut linear = Vec::new();
     let mut attention = 0;
@@ -125,7 +127,7 @@ pub fn op_sac_bytes(layer: &LayerCost, compiled: bool) -> u64 {
             _ => {}
         }
     }
-    let saved = match op_sac_saved_widths(&linear) {
+    let saved = match op_sac_saved_widths(&linear, fused_qkv) {
         Some((rows, eager, unread)) => {
             let widths = if compiled { eager - unread } else { eager };
             2 * rows * widths
@@ -140,10 +142,11 @@ pub fn op_sac_bytes(layer: &LayerCost, compiled: bool) -> u64 {
 /// For a dense block's four linear GEMMs `[(rows, n, k)]` in forward order — the fused QKV
 /// projection, the output projection (whose `k` is the query width), the MLP's (gated: fused
 /// gate and up) input and its output — the rows (tokens on the GPU), the per-token widths in
-/// elements that torchtitan's op-level checkpoint saves (`wq`, `wv`, `w1`, and `w2` when it is
-/// the 7th matmul) and the width of those the backward never reads (`w2`'s output, when saved).
-/// `None` for any other shape.
-pub fn op_sac_saved_widths(linear: &[(u64, u64, u64)]) -> Option<(u64, u64, u64)> {
+/// elements that torchtitan's op-level checkpoint saves (the odd-numbered matmuls: `wq`, `wv`,
+/// `w1`, and `w2` when it is the 7th; with `fused_qkv`, `wqkv`, `w1`, and `w2` when it is the
+/// 5th) and the width of those the backward never reads (`w2`'s output, when saved). `None`
+/// for any other shape.
+pub fn op_sac_saved_widths(linear: &[(u64, u64, u64)], fused_qkv: bool) -> Option<(u64, u64, u64)> {
     let &[(rows, qkv, _), (_, _, q), (_, mlp_in, _), (_, out, f)] = linear else {
         return None;
     };
@@ -154,8 +157,12 @@ pub fn op_sac_saved_widths(linear: &[(u64, u64, u64)]) -> Option<(u64, u64, u64)
         return None;
     }
     let kv = (qkv - q) / 2;
-    // the matmuls' output widths in order: wq, wk, wv, wo, w1, (w3,) w2
-    let mut widths = vec![q, kv, kv, out, f];
+    // the matmuls' output widths in order: wq, wk, wv (or wqkv), wo, w1, (w3,) w2
+    let mut widths = if fused_qkv {
+        vec![qkv, out, f]
+    } else {
+        vec![q, kv, kv, out, f]
+    };
     if mlp_in == 2 * f {
         widths.push(f);
     } else if mlp_in != f {

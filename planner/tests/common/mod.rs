@@ -30,6 +30,7 @@ pub fn plain_context(
         dtensor_tp: false,
         torch_native: false,
         torch_compiled: false,
+        fused_qkv: false,
         compiled_loss: false,
         expert_host_launches: false,
         host_serialized: false,
