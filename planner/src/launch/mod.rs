@@ -236,37 +236,42 @@ struct Entry {
     files: Vec<(String, String)>,
 }
 
-/// What a model has that `framework`'s emitter writes no flags for yet, if anything: sliding
-/// windows and attention sinks (every framework); mixtures of experts, MLA and MTP (all but
-/// Megatron-LM); a `head_dim` apart from hidden/heads and qk-norm (DeepSpeed).
-fn not_written_yet(
-    t: &autopp_models::TransformerSpec,
-    framework: Framework,
-) -> Option<&'static str> {
+/// Why `framework` gets no launch for what the model has that its emitter writes no flags for
+/// yet, if anything: sliding windows and attention sinks (every framework); mixtures of experts,
+/// MLA and MTP (all but Megatron-LM); a `head_dim` apart from hidden/heads and qk-norm
+/// (DeepSpeed).
+fn not_written_yet(t: &autopp_models::TransformerSpec, framework: Framework) -> Option<String> {
     // Megatron-LM's MoE, MLA, MTP and Qwen3 flags are written (`megatron_moe`); torchtitan's
     // Qwen3 classes build Qwen3-style attention (`torchtitan_models`)
     let megatron = framework == Framework::Megatron;
-    let qwen3 = megatron || framework == Framework::Torchtitan;
-    if t.moe.is_some() && !megatron {
-        Some("mixtures of experts")
+    let not_yet = |what: &str, written: &str| {
+        format!("is not launched by autopp yet for {what}: {written}; the plan itself stands")
+    };
+    let megatron_only = "autopp writes these flags for megatron only";
+    if t.moe.is_some() && framework == Framework::Deepspeed {
+        Some("cannot express this plan: its pipeline engine's PipelineModule takes the layers autopp writes, and autopp writes no DeepSpeed-MoE layers (deepspeed.moe.layer.MoE) for expert parallelism; launch it with megatron; the plan itself stands".into())
+    } else if t.moe.is_some() && !megatron {
+        Some(not_yet("mixtures of experts", megatron_only))
     } else if (t.mla.is_some() || t.mtp_num_layers > 0) && !megatron {
-        Some("MLA attention and MTP layers")
-    } else if (t.head_dim.is_some() || t.qk_norm) && !qwen3 {
-        Some("Qwen3-style attention (head_dim, qk-norm)")
+        Some(not_yet("MLA attention and MTP layers", megatron_only))
+    } else if (t.head_dim.is_some() || t.qk_norm) && !megatron && framework != Framework::Torchtitan
+    {
+        Some(not_yet(
+            "Qwen3-style attention (head_dim, qk-norm)",
+            "autopp writes them for megatron and torchtitan only",
+        ))
     } else if t.sliding_window.is_some() || t.attention_sinks {
-        Some("sliding-window attention and attention sinks")
+        let written = if megatron {
+            "autopp writes no sliding-window or attention-sink flags yet"
+        } else {
+            megatron_only
+        };
+        Some(not_yet(
+            "sliding-window attention and attention sinks",
+            written,
+        ))
     } else {
         None
-    }
-}
-
-/// Why `framework` gets no launch for a model with `what` (see [`not_written_yet`]).
-fn not_written_why(what: &str, framework: Framework) -> String {
-    match framework {
-        Framework::Deepspeed if what == "mixtures of experts" => "cannot express this plan: its pipeline engine's PipelineModule takes the layers autopp writes, and autopp writes no DeepSpeed-MoE layers (deepspeed.moe.layer.MoE) for expert parallelism; launch it with megatron; the plan itself stands".into(),
-        Framework::Megatron => format!("is not launched by autopp yet for {what}: autopp writes no sliding-window or attention-sink flags yet; the plan itself stands"),
-        _ if what.starts_with("Qwen3") => format!("is not launched by autopp yet for {what}: autopp writes them for megatron and torchtitan only; the plan itself stands"),
-        _ => format!("is not launched by autopp yet for {what}: autopp writes these flags for megatron only; the plan itself stands"),
     }
 }
 
@@ -275,9 +280,9 @@ fn not_written_why(what: &str, framework: Framework) -> String {
 pub fn check_emittable(model: &Model, framework: Framework) -> Result<(), LaunchError> {
     match model {
         Model::Transformer(t) => match not_written_yet(t, framework) {
-            Some(what) => Err(LaunchError::Refused {
+            Some(why) => Err(LaunchError::Refused {
                 framework,
-                refusal: Refusal::Model(framework, not_written_why(what, framework)),
+                refusal: Refusal::Model(framework, why),
             }),
             None => Ok(()),
         },

@@ -6,7 +6,7 @@
 use autopp_models::{Norm, PositionEmbedding, TransformerSpec};
 
 use super::torchtitan::TITAN;
-use super::view::PlanView;
+use super::view::{PlanView, LLAMA3_ROPE_THETA, QWEN3_ROPE_THETA};
 use super::Refusal;
 use crate::framework::Framework;
 
@@ -81,12 +81,6 @@ def llama3_405b_bf16():
     )
     return config
 "#;
-
-/// RoPE base of torchtitan's Llama 3 configs.
-const LLAMA3_ROPE_THETA: u64 = 500_000;
-
-/// RoPE base of torchtitan's Qwen3 configs (and of Qwen3's `config.json`s).
-const QWEN3_ROPE_THETA: u64 = 1_000_000;
 
 /// The configs torchtitan 0.3.0 ships for models autopp plans
 /// (`torchtitan/models/llama3/config_registry.py`, `torchtitan/models/qwen3/config_registry.py`;

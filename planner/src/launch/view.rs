@@ -50,6 +50,13 @@ pub enum RecomputePlan {
     },
 }
 
+/// RoPE base θ of Llama 3 (dimensionless; its `config.json`s and torchtitan's configs).
+pub const LLAMA3_ROPE_THETA: u64 = 500_000;
+
+/// RoPE base θ of Qwen3 (dimensionless; its dense and first MoE `config.json`s and
+/// torchtitan's Qwen3 configs but 235B-A22B's).
+pub const QWEN3_ROPE_THETA: u64 = 1_000_000;
+
 /// A plan file as the emitters read it: checked, in the names of `ARCHITECTURE.md`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanView {
@@ -246,9 +253,9 @@ impl PlanView {
     pub fn rope_theta(&self) -> u64 {
         let m = &self.model;
         if m.qk_norm {
-            1_000_000
+            QWEN3_ROPE_THETA
         } else if m.name.starts_with("llama3") || m.vocab_size == 128_256 {
-            500_000
+            LLAMA3_ROPE_THETA
         } else {
             10_000
         }
